@@ -1,0 +1,1 @@
+"""gregor: an event-streaming platform that speaks Kafka's wire protocol."""
