@@ -1,0 +1,1 @@
+"""The asyncio server: connection -> frame -> router -> one handler module per API family."""

@@ -1,0 +1,154 @@
+"""Broker: wires config, storage, cluster state and the network server together."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from gregor.broker.connection import Connection
+from gregor.broker.request import Request
+from gregor.broker.router import Router
+from gregor.cluster.controller import Controller
+from gregor.cluster.metadata_image import MetadataImage
+from gregor.cluster.replica_manager import ReplicaManager
+from gregor.config import BrokerConfig, TopicConfig
+from gregor.storage.log_manager import LogManager
+
+log = logging.getLogger(__name__)
+
+_CHECKPOINT_INTERVAL_S = 5.0
+_WARN_WINDOW_S = 60.0
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker_id = config.node_id
+        config.log_dir.mkdir(parents=True, exist_ok=True)
+        self.image = MetadataImage.load(config.log_dir)
+        self.log_manager = LogManager(config.log_dir)
+        self.replica_manager = ReplicaManager(config, self.log_manager)
+        self.controller = Controller(config, self.image, self.replica_manager)
+        self.router = Router()
+        self.advertised_address = config.advertised_address()
+        self._servers: list[asyncio.AbstractServer] = []
+        self._tasks: list[asyncio.Task] = []
+        self._connections: set[asyncio.Task] = set()
+        self._warned: dict[str, float] = {}
+
+    # ---------------------------------------------------------------- lifecycle
+    def load(self) -> None:
+        """Open every log and partition named in the metadata image."""
+        def config_for(topic: str) -> TopicConfig | None:
+            meta = self.image.topics.get(topic)
+            return None if meta is None else TopicConfig(self.config, meta.configs)
+
+        self.log_manager.load_logs(config_for)
+        for topic in self.image.topics.values():
+            self.replica_manager.make_partitions(topic)
+
+    async def start(self) -> None:
+        self.load()
+        for host, port in self.config.listener_addresses():
+            server = await asyncio.start_server(self._on_connect, host or None, port,
+                                                reuse_address=True, backlog=1024)
+            self._servers.append(server)
+            bound = server.sockets[0].getsockname()
+            if port == 0 and not self.config["advertised.listeners"]:
+                # Ephemeral port (tests): advertise what was actually bound.
+                self.advertised_address = (self.advertised_address[0], bound[1])
+            log.info("listening on %s:%s", bound[0], bound[1])
+        self._tasks = [
+            self._every(self.config["log.retention.check.interval.ms"] / 1000,
+                        self._apply_retention),
+            self._every(self.config["log.flush.scheduler.interval.ms"] / 1000,
+                        lambda: self.log_manager.flush_due(_now_ms())),
+            self._every(_CHECKPOINT_INTERVAL_S, self._checkpoint),
+        ]
+        host, port = self.advertised_address
+        log.info("broker %d started; advertising %s:%d; data in %s", self.broker_id, host, port,
+                 self.config.log_dir)
+
+    async def stop(self) -> None:
+        for server in self._servers:
+            server.close()
+        for task in [*self._tasks, *self._connections]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._connections, return_exceptions=True)
+        for server in self._servers:
+            await server.wait_closed()
+        self.log_manager.shutdown(self.replica_manager.high_watermarks())
+        log.info("broker %d stopped cleanly", self.broker_id)
+
+    async def serve_forever(self, stop: asyncio.Event) -> None:
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()
+
+    # --------------------------------------------------------------- internals
+    async def _on_connect(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await Connection(self, reader, writer).run()
+        finally:
+            self._connections.discard(task)
+
+    def _every(self, interval_s: float, action: Callable[[], object | Awaitable[object]]
+               ) -> asyncio.Task:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval_s)
+                try:
+                    result = action()
+                    if asyncio.iscoroutine(result):
+                        await result
+                except Exception:
+                    log.exception("background task %s failed", getattr(action, "__name__", action))
+
+        return asyncio.create_task(loop())
+
+    def _apply_retention(self) -> None:
+        if self.log_manager.apply_retention(_now_ms()):
+            for tp in list(self.replica_manager.partitions):
+                self.replica_manager.notify(tp)
+
+    def _checkpoint(self) -> None:
+        self.log_manager.checkpoint(self.replica_manager.high_watermarks())
+
+    # ------------------------------------------------------------------ logging
+    def warn_once(self, kind: str, message: str, *args: object) -> None:
+        """Log a client misbehaviour at most once a minute per kind, so a bad client
+        cannot flood the log."""
+        now = time.monotonic()
+        if now - self._warned.get(kind, -_WARN_WINDOW_S) >= _WARN_WINDOW_S:
+            self._warned[kind] = now
+            log.warning(message, *args)
+
+    def log_rejection(self, request: Request, topic: str, partition: int, exc: Exception) -> None:
+        self.warn_once(f"reject-{topic}-{type(exc).__name__}-{exc}"[:120],
+                       "rejected produce to %s-%d from %s: %s", topic, partition,
+                       request.client_host, exc)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def run_broker(config: BrokerConfig) -> None:
+    """Run until SIGINT/SIGTERM, then stop cleanly (flush, checkpoint, clean-shutdown marker)."""
+    import signal
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await Broker(config).serve_forever(stop)

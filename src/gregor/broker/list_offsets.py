@@ -1,0 +1,63 @@
+"""ListOffsets: earliest, latest, max-timestamp and by-timestamp offset lookups."""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING
+
+from gregor.broker.request import Request
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.codec import build, nested, response_schema
+from gregor.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from gregor.broker.broker import Broker
+    from gregor.cluster.partition import Partition
+
+_KEY = ApiKey.LIST_OFFSETS
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+
+
+def lookup(partition: Partition, timestamp: int) -> tuple[int, int]:
+    """``(offset, timestamp)`` answering one ListOffsets query, (-1, -1) if nothing matches."""
+    if timestamp == LATEST:
+        return partition.high_watermark, -1
+    if timestamp == EARLIEST:
+        return partition.log_start_offset, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = partition.log.max_timestamp_offset()
+    else:
+        found = partition.log.offset_for_timestamp(timestamp)
+    if found is None or found[0] >= partition.high_watermark:
+        return -1, -1
+    return found
+
+
+async def handle(broker: Broker, request: Request):
+    version = request.version
+    partition_cls = nested(_KEY, version, "ListOffsetsPartitionResponse")
+    topic_cls = nested(_KEY, version, "ListOffsetsTopicResponse")
+    topics = []
+    for topic in request.body.topics:
+        partitions = []
+        for query in topic.partitions:
+            partition = broker.replica_manager.get(topic.name, query.partition_index)
+            error, offset, timestamp, epoch = ErrorCode.none, -1, -1, -1
+            requested_epoch = getattr(query, "current_leader_epoch", -1)
+            if partition is None:
+                error = ErrorCode.unknown_topic_or_partition
+            elif 0 <= requested_epoch != partition.leader_epoch:
+                error = (ErrorCode.fenced_leader_epoch
+                         if requested_epoch < partition.leader_epoch
+                         else ErrorCode.unknown_leader_epoch)
+            else:
+                offset, timestamp = lookup(partition, query.timestamp)
+                epoch = partition.leader_epoch
+            partitions.append(build(partition_cls, partition_index=query.partition_index,
+                                    error_code=error, timestamp=timestamp, offset=offset,
+                                    leader_epoch=epoch))
+        topics.append(build(topic_cls, name=topic.name, partitions=tuple(partitions)))
+    return build(response_schema(_KEY, version), throttle_time=datetime.timedelta(0),
+                 topics=tuple(topics))

@@ -1,0 +1,28 @@
+"""What a handler receives and may return."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gregor.protocol.codec import RequestHeader
+from gregor.protocol.fetch_response import Chunk
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    header: RequestHeader
+    body: Any
+    client_host: str
+    client_port: int
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+
+@dataclass(frozen=True, slots=True)
+class RawResponse:
+    """A response already framed by its handler, possibly with file regions (Fetch)."""
+
+    chunks: list[Chunk]

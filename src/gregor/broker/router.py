@@ -1,0 +1,81 @@
+"""Router: one handler per API key, and the version ranges advertised in ApiVersions.
+
+The table below is the single source of truth for what gregor implements: the
+ApiVersions answer is derived from it, so the broker never advertises a version
+it cannot serve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gregor.broker import (
+    api_versions,
+    cluster_info,
+    configs,
+    fetch,
+    list_offsets,
+    metadata,
+    produce,
+    producer_ids,
+    records_admin,
+    topics,
+)
+from gregor.broker.request import Request
+from gregor.protocol.api_keys import ApiKey
+
+if TYPE_CHECKING:
+    from gregor.broker.broker import Broker
+
+Handler = Callable[["Broker", Request], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    handler: Handler
+    min_version: int
+    max_version: int
+    # Versions inside the advertised range that are refused: Produce v0-2 must be
+    # advertised (librdkafka checks for it, KAFKA-18659) but, as in Kafka 4, is not served.
+    decodable_from: int | None = None
+
+
+ROUTES: dict[int, Route] = {
+    ApiKey.PRODUCE: Route(produce.handle, 0, 9, decodable_from=3),
+    ApiKey.FETCH: Route(fetch.handle, 4, 12),
+    ApiKey.LIST_OFFSETS: Route(list_offsets.handle, 1, 7),
+    ApiKey.METADATA: Route(metadata.handle, 0, 12),
+    ApiKey.API_VERSIONS: Route(api_versions.handle, 0, 4),
+    ApiKey.CREATE_TOPICS: Route(topics.handle_create_topics, 2, 7),
+    ApiKey.DELETE_TOPICS: Route(topics.handle_delete_topics, 1, 6),
+    ApiKey.DELETE_RECORDS: Route(records_admin.handle, 0, 2),
+    ApiKey.INIT_PRODUCER_ID: Route(producer_ids.handle, 0, 4),
+    ApiKey.DESCRIBE_CONFIGS: Route(configs.handle_describe, 1, 4),
+    ApiKey.ALTER_CONFIGS: Route(configs.handle_alter, 0, 2),
+    ApiKey.CREATE_PARTITIONS: Route(topics.handle_create_partitions, 0, 3),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: Route(configs.handle_incremental_alter, 0, 1),
+    ApiKey.DESCRIBE_CLUSTER: Route(cluster_info.handle, 0, 1),
+}
+
+
+class Router:
+    def __init__(self, routes: dict[int, Route] | None = None) -> None:
+        self.routes = dict(ROUTES if routes is None else routes)
+
+    def add(self, api_key: int, route: Route) -> None:
+        """Register another API family (e.g. the group coordinator's)."""
+        self.routes[api_key] = route
+
+    def supported_versions(self) -> dict[int, tuple[int, int]]:
+        return {key: (r.min_version, r.max_version) for key, r in self.routes.items()}
+
+    def route(self, api_key: int, version: int) -> Route | None:
+        """The route for a request, or None if this API key or version is not served."""
+        route = self.routes.get(api_key)
+        if route is None or not route.min_version <= version <= route.max_version:
+            return None
+        if route.decodable_from is not None and version < route.decodable_from:
+            return None
+        return route

@@ -1,0 +1,1 @@
+"""Who leads what: the metadata image, partitions as replicas, the replica manager."""

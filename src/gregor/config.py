@@ -1,0 +1,404 @@
+"""Typed broker and topic configuration, with Kafka's property names and defaults.
+
+Users bring Kafka habits (``server.properties``, ``kafka-configs``), so every
+setting keeps its Kafka name. Topic-level settings fall back to a broker-level
+synonym (``retention.ms`` <- ``log.retention.ms``), as in Kafka, which is also
+what DescribeConfigs reports as the value's source.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration name or value Kafka would reject (INVALID_CONFIG)."""
+
+
+class ConfigType(IntEnum):
+    """DescribeConfigs v3+ config types."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class ConfigSource(IntEnum):
+    """Where a reported value came from (DescribeConfigs ``config_source``)."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ConfigError(f"expected true or false, got {raw!r}")
+
+
+def _parse_int(raw: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"expected an integer, got {raw!r}") from None
+
+
+def _parse_float(raw: str) -> float:
+    try:
+        return float(raw.strip())
+    except ValueError:
+        raise ConfigError(f"expected a number, got {raw!r}") from None
+
+
+def _parse_list(raw: str) -> list[str]:
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+_PARSERS: dict[ConfigType, Callable[[str], Any]] = {
+    ConfigType.BOOLEAN: _parse_bool,
+    ConfigType.STRING: str,
+    ConfigType.INT: _parse_int,
+    ConfigType.SHORT: _parse_int,
+    ConfigType.LONG: _parse_int,
+    ConfigType.DOUBLE: _parse_float,
+    ConfigType.LIST: _parse_list,
+    ConfigType.CLASS: str,
+    ConfigType.PASSWORD: str,
+}
+
+
+def format_value(value: Any) -> str:
+    """Render a typed value the way Kafka prints it in DescribeConfigs."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(value)
+    return str(value)
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    name: str
+    type: ConfigType
+    default: Any
+    doc: str
+    minimum: float | None = None
+    choices: tuple[str, ...] | None = None
+    broker_synonym: str | None = None
+
+    def parse(self, raw: str | Any) -> Any:
+        value = _PARSERS[self.type](raw) if isinstance(raw, str) else raw
+        if self.minimum is not None and value < self.minimum:
+            raise ConfigError(f"{self.name} must be at least {self.minimum}, got {value}")
+        if self.choices is not None:
+            items = value if isinstance(value, list) else [value]
+            bad = [item for item in items if item not in self.choices]
+            if bad or not items:
+                raise ConfigError(f"{self.name} must be one of {', '.join(self.choices)}")
+        return value
+
+
+_WEEK_MS = 7 * 24 * 3600 * 1000
+_DAY_MS = 24 * 3600 * 1000
+_MAX_LONG = 2**63 - 1
+
+TOPIC_CONFIGS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in (
+        ConfigDef("cleanup.policy", ConfigType.LIST, ["delete"],
+                  "delete segments past retention, compact to the latest record per key, or both",
+                  choices=("delete", "compact"), broker_synonym="log.cleanup.policy"),
+        ConfigDef("retention.ms", ConfigType.LONG, _WEEK_MS,
+                  "age after which a whole segment is deleted (-1: no limit)",
+                  minimum=-1, broker_synonym="log.retention.ms"),
+        ConfigDef("retention.bytes", ConfigType.LONG, -1,
+                  "partition size beyond which the oldest segments are deleted (-1: no limit)",
+                  minimum=-1, broker_synonym="log.retention.bytes"),
+        ConfigDef("segment.bytes", ConfigType.INT, 1024 * 1024 * 1024,
+                  "size at which the active segment rolls",
+                  minimum=14, broker_synonym="log.segment.bytes"),
+        ConfigDef("segment.ms", ConfigType.LONG, _WEEK_MS,
+                  "age at which the active segment rolls even if not full",
+                  minimum=1, broker_synonym="log.roll.ms"),
+        ConfigDef("segment.index.bytes", ConfigType.INT, 10 * 1024 * 1024,
+                  "maximum size of a segment's offset index; the segment rolls when it is full",
+                  minimum=8, broker_synonym="log.index.size.max.bytes"),
+        ConfigDef("index.interval.bytes", ConfigType.INT, 4096,
+                  "bytes of log between two offset index entries",
+                  minimum=0, broker_synonym="log.index.interval.bytes"),
+        ConfigDef("max.message.bytes", ConfigType.INT, 1024 * 1024 + 12,
+                  "largest record batch the topic accepts",
+                  minimum=0, broker_synonym="message.max.bytes"),
+        ConfigDef("delete.retention.ms", ConfigType.LONG, _DAY_MS,
+                  "how long tombstones survive compaction",
+                  minimum=0, broker_synonym="log.cleaner.delete.retention.ms"),
+        ConfigDef("min.cleanable.dirty.ratio", ConfigType.DOUBLE, 0.5,
+                  "share of uncompacted log that triggers the cleaner",
+                  minimum=0, broker_synonym="log.cleaner.min.cleanable.ratio"),
+        ConfigDef("min.compaction.lag.ms", ConfigType.LONG, 0,
+                  "minimum age before a record may be compacted",
+                  minimum=0, broker_synonym="log.cleaner.min.compaction.lag.ms"),
+        ConfigDef("max.compaction.lag.ms", ConfigType.LONG, _MAX_LONG,
+                  "maximum age before a record must be eligible for compaction",
+                  minimum=1, broker_synonym="log.cleaner.max.compaction.lag.ms"),
+        ConfigDef("message.timestamp.type", ConfigType.STRING, "CreateTime",
+                  "keep the producer's timestamps or stamp the broker's append time",
+                  choices=("CreateTime", "LogAppendTime"),
+                  broker_synonym="log.message.timestamp.type"),
+        ConfigDef("min.insync.replicas", ConfigType.INT, 1,
+                  "replicas that must acknowledge an acks=all write",
+                  minimum=1, broker_synonym="min.insync.replicas"),
+        ConfigDef("unclean.leader.election.enable", ConfigType.BOOLEAN, False,
+                  "allow an out-of-sync replica to become leader, losing data",
+                  broker_synonym="unclean.leader.election.enable"),
+        ConfigDef("flush.messages", ConfigType.LONG, _MAX_LONG,
+                  "fsync after this many messages (default: leave it to the OS and rolls)",
+                  minimum=1, broker_synonym="log.flush.interval.messages"),
+        ConfigDef("flush.ms", ConfigType.LONG, _MAX_LONG,
+                  "fsync at least this often (default: leave it to the OS and rolls)",
+                  minimum=0, broker_synonym="log.flush.interval.ms"),
+        ConfigDef("compression.type", ConfigType.STRING, "producer",
+                  "keep the producer's codec (other values are accepted but not re-encoded)",
+                  choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+                  broker_synonym="compression.type"),
+        ConfigDef("file.delete.delay.ms", ConfigType.LONG, 60000,
+                  "grace period before a deleted segment's files are removed",
+                  minimum=0, broker_synonym="log.segment.delete.delay.ms"),
+    )
+}
+
+BROKER_CONFIGS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in (
+        ConfigDef("node.id", ConfigType.INT, 1, "this broker's id", minimum=0),
+        ConfigDef("log.dirs", ConfigType.LIST, ["./data"], "where partition logs live"),
+        ConfigDef("listeners", ConfigType.LIST, ["PLAINTEXT://127.0.0.1:9092"],
+                  "addresses to listen on"),
+        ConfigDef("advertised.listeners", ConfigType.LIST, [],
+                  "addresses clients are told to use (default: listeners)"),
+        ConfigDef("num.partitions", ConfigType.INT, 1,
+                  "partitions of an auto-created topic", minimum=1),
+        ConfigDef("default.replication.factor", ConfigType.SHORT, 1,
+                  "replicas of an auto-created topic", minimum=1),
+        ConfigDef("auto.create.topics.enable", ConfigType.BOOLEAN, True,
+                  "create a topic when a client first asks for it"),
+        ConfigDef("delete.topic.enable", ConfigType.BOOLEAN, True, "allow DeleteTopics"),
+        ConfigDef("socket.request.max.bytes", ConfigType.INT, 100 * 1024 * 1024,
+                  "largest request frame accepted before closing the connection", minimum=1),
+        ConfigDef("log.retention.check.interval.ms", ConfigType.LONG, 300000,
+                  "how often retention runs", minimum=1),
+        ConfigDef("log.cleaner.backoff.ms", ConfigType.LONG, 15000,
+                  "how long the cleaner sleeps when nothing is dirty", minimum=0),
+        ConfigDef("log.cleaner.enable", ConfigType.BOOLEAN, True, "run log compaction"),
+        ConfigDef("log.flush.scheduler.interval.ms", ConfigType.LONG, 1000,
+                  "how often flush.ms is checked", minimum=1),
+        ConfigDef("offsets.topic.num.partitions", ConfigType.INT, 50,
+                  "partitions of __consumer_offsets", minimum=1),
+        ConfigDef("group.initial.rebalance.delay.ms", ConfigType.INT, 3000,
+                  "wait for more members before the first rebalance of a new group", minimum=0),
+        ConfigDef("group.min.session.timeout.ms", ConfigType.INT, 6000,
+                  "smallest session timeout a member may ask for", minimum=0),
+        ConfigDef("group.max.session.timeout.ms", ConfigType.INT, 1800000,
+                  "largest session timeout a member may ask for", minimum=0),
+        ConfigDef("offsets.retention.minutes", ConfigType.INT, 10080,
+                  "how long committed offsets of an empty group are kept", minimum=1),
+        ConfigDef("max.incremental.fetch.session.cache.slots", ConfigType.INT, 1000,
+                  "fetch sessions (KIP-227) kept by the broker", minimum=0),
+    )
+}
+
+# Broker-level settings that only exist as synonyms of topic settings.
+for _topic_def in TOPIC_CONFIGS.values():
+    synonym = _topic_def.broker_synonym
+    if synonym and synonym not in BROKER_CONFIGS:
+        BROKER_CONFIGS[synonym] = ConfigDef(
+            synonym, _topic_def.type, _topic_def.default, _topic_def.doc,
+            minimum=_topic_def.minimum, choices=_topic_def.choices,
+        )
+
+# Kafka accepts these coarser spellings too; they fill in the finer one when it is unset.
+_BROKER_ALIASES = {
+    "log.retention.minutes": ("log.retention.ms", 60 * 1000),
+    "log.retention.hours": ("log.retention.ms", 3600 * 1000),
+    "log.roll.hours": ("log.roll.ms", 3600 * 1000),
+    "log.dir": ("log.dirs", None),
+}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java ``.properties`` text: ``key=value`` or ``key: value``, ``#``/``!`` comments."""
+    result: dict[str, str] = {}
+    pending = ""
+    for raw_line in text.splitlines():
+        line = raw_line.strip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1]
+            continue
+        line = pending + line
+        pending = ""
+        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)", line)
+        if match:
+            result[match.group(1)] = match.group(2).strip()
+        elif line:
+            result[line] = ""
+    return result
+
+
+@dataclass
+class BrokerConfig:
+    """The broker's static configuration, validated at start-up."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    explicit: set[str] = field(default_factory=set)
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any]) -> BrokerConfig:
+        values = {name: d.default for name, d in BROKER_CONFIGS.items()}
+        explicit: set[str] = set()
+        aliased: dict[str, Any] = {}
+        for name, value in raw.items():
+            if name in _BROKER_ALIASES:
+                target, scale = _BROKER_ALIASES[name]
+                parsed = BROKER_CONFIGS[target].parse(value) if scale is None else (
+                    _parse_int(value) * scale if isinstance(value, str) else value * scale)
+                aliased.setdefault(target, parsed)
+                continue
+            definition = BROKER_CONFIGS.get(name)
+            if definition is None:
+                # Kafka logs and ignores unknown properties; so do we (no crash on a
+                # copied server.properties full of settings we don't use).
+                continue
+            try:
+                values[name] = definition.parse(value)
+            except ConfigError as exc:
+                raise ConfigError(f"{name}: {exc}") from None
+            explicit.add(name)
+        for name, value in aliased.items():
+            if name not in explicit:
+                values[name] = value
+                explicit.add(name)
+        return cls(values, explicit)
+
+    @classmethod
+    def load(cls, path: str | Path | None = None,
+             overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
+        raw: dict[str, Any] = {}
+        if path is not None:
+            raw.update(parse_properties(Path(path).read_text()))
+        raw.update(overrides or {})
+        return cls.from_mapping(raw)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.values.get(name, default)
+
+    @property
+    def node_id(self) -> int:
+        return int(self.values["node.id"])
+
+    @property
+    def log_dir(self) -> Path:
+        return Path(self.values["log.dirs"][0])
+
+    def listener_addresses(self) -> list[tuple[str, int]]:
+        return [parse_listener(item) for item in self.values["listeners"]]
+
+    def advertised_address(self) -> tuple[str, int]:
+        listeners = self.values["advertised.listeners"] or self.values["listeners"]
+        host, port = parse_listener(listeners[0])
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return host, port
+
+    def topic_default(self, name: str) -> tuple[Any, ConfigSource]:
+        """Value a topic gets for ``name`` when it does not override it, and its source."""
+        definition = TOPIC_CONFIGS[name]
+        synonym = definition.broker_synonym
+        if synonym and synonym in self.explicit:
+            return self.values[synonym], ConfigSource.STATIC_BROKER_CONFIG
+        return definition.default, ConfigSource.DEFAULT_CONFIG
+
+
+def parse_listener(text: str) -> tuple[str, int]:
+    """``PLAINTEXT://host:port`` (or ``host:port``) to ``(host, port)``."""
+    address = text.split("://", 1)[-1]
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        return host, int(port)
+    except ValueError:
+        raise ConfigError(f"listener {text!r} has no valid port") from None
+
+
+class TopicConfig:
+    """A topic's effective settings: its own overrides on top of the broker's defaults."""
+
+    def __init__(self, broker: BrokerConfig, overrides: Mapping[str, Any] | None = None) -> None:
+        self._broker = broker
+        self.overrides: dict[str, Any] = {}
+        for name, value in (overrides or {}).items():
+            self.overrides[name] = validate_topic_config(name, value)
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self.overrides:
+            return self.overrides[name]
+        return self._broker.topic_default(name)[0]
+
+    def source(self, name: str) -> ConfigSource:
+        if name in self.overrides:
+            return ConfigSource.DYNAMIC_TOPIC_CONFIG
+        return self._broker.topic_default(name)[1]
+
+    def with_changes(self, set_values: Mapping[str, Any], deleted: Iterable[str] = ()) -> TopicConfig:
+        merged = dict(self.overrides)
+        for name in deleted:
+            merged.pop(name, None)
+        merged.update(set_values)
+        return TopicConfig(self._broker, merged)
+
+    def raw_overrides(self) -> dict[str, str]:
+        """Overrides as Kafka-formatted strings, for persisting next to the log."""
+        return {name: format_value(value) for name, value in self.overrides.items()}
+
+    @property
+    def compacted(self) -> bool:
+        return "compact" in self["cleanup.policy"]
+
+    @property
+    def deletes(self) -> bool:
+        return "delete" in self["cleanup.policy"]
+
+    @property
+    def log_append_time(self) -> bool:
+        return self["message.timestamp.type"] == "LogAppendTime"
+
+
+def validate_topic_config(name: str, value: Any) -> Any:
+    definition = TOPIC_CONFIGS.get(name)
+    if definition is None:
+        raise ConfigError(f"unknown topic config {name!r}")
+    try:
+        return definition.parse(value)
+    except ConfigError as exc:
+        raise ConfigError(f"invalid value for {name}: {exc}") from None

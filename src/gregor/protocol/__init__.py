@@ -1,0 +1,1 @@
+"""Kafka wire protocol: frames, message codecs (kio underneath) and record batches. No IO."""

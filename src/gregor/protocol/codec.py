@@ -1,0 +1,145 @@
+"""Request decoding and response encoding through kio's generated message classes.
+
+Everything version-specific (which header a message uses, which fields exist)
+comes from kio, generated from Kafka's own JSON schemas; this module only adds
+the framing rules kio leaves to the caller.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass, fields
+from functools import cache
+from types import ModuleType
+from typing import Any, TypeVar
+
+from kio.index import load_payload_module, load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+T = TypeVar("T")
+
+_FRAME_PREFIX = struct.Struct(">i")
+_API_PREFIX = struct.Struct(">hhi")
+
+
+class MalformedRequest(ValueError):
+    """A frame that cannot be decoded; the connection is closed, as Kafka does."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """``(api_key, api_version, correlation_id)`` of a request frame body.
+
+    These three fields have the same layout in every header version, so they can
+    be read before knowing whether the API or version is supported.
+    """
+    if len(frame) < _API_PREFIX.size:
+        raise MalformedRequest("request shorter than its header")
+    return _API_PREFIX.unpack_from(frame, 0)
+
+
+@cache
+def _request_codec(api_key: int, version: int) -> tuple[Any, Any, Any]:
+    schema = load_request_schema(api_key, version)
+    return schema, entity_reader(schema.__header_schema__), entity_reader(schema)
+
+
+@cache
+def response_schema(api_key: int, version: int) -> Any:
+    """kio's response class for this API version (handlers build instances of it)."""
+    return load_response_schema(api_key, version)
+
+
+@cache
+def _response_codec(api_key: int, version: int) -> tuple[bool, Any]:
+    schema = load_response_schema(api_key, version)
+    # kio knows each response's header version: ApiVersions keeps header v0 even
+    # when flexible, so a client can parse it before knowing what we support.
+    return schema.__header_schema__.__flexible__, entity_writer(schema)
+
+
+def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
+    """Decode a whole request frame (without its size prefix) into header and body."""
+    api_key, version, _ = peek_api(frame)
+    try:
+        _, header_reader, body_reader = _request_codec(api_key, version)
+    except Exception as exc:  # kio raises its own lookup errors for unknown pairs
+        raise MalformedRequest(f"no schema for api {api_key} v{version}") from exc
+    try:
+        # kio readers return (value, bytes consumed). Trailing bytes are ignored, as
+        # Kafka's own parser does: librdkafka's "all topics" Metadata v9+ request
+        # leaves a 4-byte array-count placeholder in which only the first byte counts.
+        header, header_size = header_reader(frame, 0)
+        body, _ = body_reader(frame, header_size)
+    except Exception as exc:
+        raise MalformedRequest(f"cannot decode api {api_key} v{version}: {exc}") from exc
+    return RequestHeader(api_key, version, header.correlation_id, header.client_id), body
+
+
+def response_header(api_key: int, version: int, correlation_id: int) -> bytes:
+    """The response header bytes: correlation id, plus an empty tag section when flexible."""
+    flexible_header, _ = _response_codec(api_key, version)
+    return _FRAME_PREFIX.pack(correlation_id) + (b"\x00" if flexible_header else b"")
+
+
+def encode_body(api_key: int, version: int, body: Any) -> bytes:
+    _, writer = _response_codec(api_key, version)
+    buffer = io.BytesIO()
+    writer(buffer, body)
+    return buffer.getvalue()
+
+
+def encode_response(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:
+    """A complete size-prefixed response frame."""
+    payload = response_header(api_key, version, correlation_id) + encode_body(api_key, version, body)
+    return _FRAME_PREFIX.pack(len(payload)) + payload
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, client_id: str | None,
+                   body: Any) -> bytes:
+    """A complete size-prefixed request frame; used by tests and fuzzers, not the broker."""
+    schema, _, _ = _request_codec(api_key, version)
+    header_schema = schema.__header_schema__
+    buffer = io.BytesIO()
+    entity_writer(header_schema)(buffer, header_schema(
+        request_api_key=api_key, request_api_version=version,
+        correlation_id=correlation_id, client_id=client_id))
+    entity_writer(schema)(buffer, body)
+    payload = buffer.getvalue()
+    return _FRAME_PREFIX.pack(len(payload)) + payload
+
+
+@cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+@cache
+def response_module(api_key: int, version: int) -> ModuleType:
+    """The kio module of one response version, whose nested classes handlers instantiate."""
+    return load_payload_module(api_key, version, EntityType.response)
+
+
+def build(cls: type[T], **values: Any) -> T:
+    """Instantiate a kio message class from a superset of its fields.
+
+    Handlers describe an answer once with every field any version has; each
+    version's class keeps only the fields it defines, as Kafka's generated
+    serializers skip fields outside a version's range.
+    """
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def nested(api_key: int, version: int, name: str) -> type:
+    """A nested response class (e.g. ``MetadataResponseTopic``) of one version."""
+    return getattr(response_module(api_key, version), name)

@@ -1,0 +1,1 @@
+"""On-disk commit log: segments, sparse indexes, producer state, retention, compaction. No IO loop."""

@@ -1,0 +1,82 @@
+"""LeaderEpochFileCache: which leader epoch started at which offset, as Kafka keeps it.
+
+Followers use it (OffsetForLeaderEpoch) to find where their log diverges from a
+new leader's and truncate there; on one node it still records every epoch change
+so replication can build on it unchanged.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from pathlib import Path
+
+CHECKPOINT_FILE = "leader-epoch-checkpoint"
+_VERSION = 0
+
+
+class LeaderEpochFileCache:
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / CHECKPOINT_FILE
+        self.epochs: list[int] = []
+        self.start_offsets: list[int] = []
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            lines = self.path.read_text().split("\n")
+        except FileNotFoundError:
+            return
+        try:
+            count = int(lines[1])
+            for line in lines[2 : 2 + count]:
+                epoch, offset = (int(x) for x in line.split())
+                self.epochs.append(epoch)
+                self.start_offsets.append(offset)
+        except (IndexError, ValueError):
+            self.epochs, self.start_offsets = [], []
+
+    def _write(self) -> None:
+        body = "".join(f"{e} {o}\n" for e, o in zip(self.epochs, self.start_offsets, strict=True))
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(f"{_VERSION}\n{len(self.epochs)}\n{body}")
+        os.replace(tmp, self.path)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.epochs[-1] if self.epochs else -1
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Note that ``epoch`` begins at ``start_offset`` if it is newer than the latest."""
+        if epoch <= self.latest_epoch:
+            return
+        self.epochs.append(epoch)
+        self.start_offsets.append(start_offset)
+        self._write()
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """``(epoch, end offset)`` for OffsetForLeaderEpoch: where ``epoch`` ended."""
+        if not self.epochs or epoch < self.epochs[0]:
+            return -1, -1
+        i = bisect.bisect_right(self.epochs, epoch) - 1
+        if i == len(self.epochs) - 1:
+            return self.epochs[i], log_end_offset
+        return self.epochs[i], self.start_offsets[i + 1]
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop epochs that start at or after ``end_offset`` (the log was truncated there)."""
+        keep = bisect.bisect_left(self.start_offsets, end_offset)
+        if keep < len(self.epochs):
+            del self.epochs[keep:]
+            del self.start_offsets[keep:]
+            self._write()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Forget epochs wholly before the new log start, keeping the one covering it."""
+        i = bisect.bisect_right(self.start_offsets, start_offset) - 1
+        if i > 0:
+            del self.epochs[:i]
+            del self.start_offsets[:i]
+        if self.start_offsets and self.start_offsets[0] < start_offset:
+            self.start_offsets[0] = start_offset
+            self._write()

@@ -1,0 +1,460 @@
+"""Log: one partition's ordered segments, offsets, appends, reads and truncation.
+
+Appends and reads work on whole record batches: a batch's header is validated
+and its CRC32C checked, offsets are assigned by patching the header, and the
+bytes are written as they came. Individual records are only decoded when a
+compacted topic must check for keys.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gregor.config import TopicConfig
+from gregor.protocol import record_batch
+from gregor.protocol.errors import ErrorCode
+from gregor.protocol.record_batch import InvalidRecordBatch
+from gregor.storage.leader_epoch_cache import LeaderEpochFileCache
+from gregor.storage.producer_state import BatchMetadata, ProducerStateError, ProducerStateManager
+from gregor.storage.segment import LOG_SUFFIX, FileRegion, LogSegment
+
+log = logging.getLogger(__name__)
+
+_MAX_RELATIVE_OFFSET = 2**31 - 1
+
+
+class LogAppendError(Exception):
+    """An append rejected with a Kafka error code; nothing of it was written."""
+
+    def __init__(self, error: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+class OffsetOutOfRange(Exception):
+    def __init__(self, offset: int, log_start: int, log_end: int) -> None:
+        super().__init__(f"offset {offset} is outside [{log_start}, {log_end}]")
+        self.offset = offset
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    first_offset: int
+    last_offset: int
+    log_append_time: int
+    record_count: int
+    duplicate: bool = False
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """``<topic>-<partition>`` to ``(topic, partition)``; None for other directories."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        return None
+    return topic, int(partition)
+
+
+class Log:
+    def __init__(self, directory: Path, topic: str, partition: int, config: TopicConfig,
+                 *, recover: bool = False, recovery_point: int = 0,
+                 log_start_offset: int = 0) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        directory.mkdir(parents=True, exist_ok=True)
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.producer_state = ProducerStateManager(directory)
+        self.leader_epoch_cache = LeaderEpochFileCache(directory)
+        self.recovery_point = recovery_point
+        self._last_flush_ms = int(time.time() * 1000)
+        self._load_segments(recover)
+        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        self._rebuild_producer_state()
+
+    # ------------------------------------------------------------------ loading
+    def _new_segment(self, base_offset: int, suffix: str = "") -> LogSegment:
+        return LogSegment(self.directory, base_offset,
+                          index_interval_bytes=self.config["index.interval.bytes"],
+                          max_index_size=self.config["segment.index.bytes"], suffix=suffix)
+
+    def _load_segments(self, recover: bool) -> None:
+        for leftover in self.directory.glob("*.cleaned"):
+            leftover.unlink()
+        for leftover in self.directory.glob("*.tmp"):
+            leftover.unlink()
+        self._complete_swaps()
+        bases = sorted(int(p.name[: -len(LOG_SUFFIX)]) for p in self.directory.glob("*" + LOG_SUFFIX)
+                       if p.name[: -len(LOG_SUFFIX)].isdigit())
+        for base in bases:
+            segment = self._new_segment(base)
+            # Segments below the recovery point were fsynced before a clean point was
+            # recorded; anything after it may hold a torn write.
+            must_recover = recover and segment_may_be_dirty(base, bases, self.recovery_point)
+            truncated = segment.load(recover=must_recover)
+            if truncated:
+                log.warning("%s-%d: removed %d bytes of torn or corrupt data from %s",
+                            self.topic, self.partition, truncated, segment.log_path.name)
+            if self.segments and segment.base_offset < self.segments[-1].next_offset:
+                raise InvalidRecordBatch(f"segment {segment.log_path} overlaps its predecessor")
+            self.segments.append(segment)
+            # After a torn batch, later segments cannot be trusted to follow on.
+            if truncated and base != bases[-1]:
+                for later in bases[bases.index(base) + 1:]:
+                    log.warning("%s-%d: deleting segment %d after a truncated one",
+                                self.topic, self.partition, later)
+                    orphan = self._new_segment(later)
+                    orphan.delete()
+                    orphan.close()
+                break
+        if not self.segments:
+            self.segments.append(self._new_segment(0))
+        self._bases = [s.base_offset for s in self.segments]
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+
+    def _complete_swaps(self) -> None:
+        """Finish a compaction swap interrupted by a crash: ``.swap`` files replace originals."""
+        for swap in sorted(self.directory.glob("*.log.swap")):
+            base = int(swap.name.split(".")[0])
+            for suffix in (".log", ".index", ".timeindex"):
+                target = self.directory / f"{base:020d}{suffix}"
+                staged = target.with_name(target.name + ".swap")
+                if staged.exists():
+                    os.replace(staged, target)
+
+    def _rebuild_producer_state(self) -> None:
+        """Load the newest snapshot and replay batch headers written after it."""
+        start = self.producer_state.load_snapshot(self.log_end_offset)
+        start = max(start, self.log_start_offset)
+        for segment in self.segments[self._segment_index(start):]:
+            for _, header in segment.iter_batches():
+                if header.last_offset < start:
+                    continue
+                if header.producer_id >= 0:
+                    self.producer_state.update(header, header.base_offset, header.last_offset)
+
+    # --------------------------------------------------------------- properties
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active_segment.next_offset
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def _segment_index(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+
+    # ---------------------------------------------------------------- appending
+    def append_as_leader(self, records: bytes | bytearray, leader_epoch: int,
+                         now_ms: int | None = None) -> AppendResult:
+        """Validate, stamp offsets on and append the batches of a produce request."""
+        data = records if isinstance(records, bytearray) else bytearray(records)
+        try:
+            spans = record_batch.split_batches(data)
+        except InvalidRecordBatch as exc:
+            raise LogAppendError(ErrorCode.corrupt_message, str(exc)) from None
+        if not spans:
+            raise LogAppendError(ErrorCode.invalid_record, "empty record set")
+        max_batch = self.config["max.message.bytes"]
+        headers = []
+        for pos, size in spans:
+            if size > max_batch:
+                raise LogAppendError(ErrorCode.message_too_large,
+                                     f"batch of {size} bytes exceeds max.message.bytes {max_batch}")
+            try:
+                header = record_batch.validate_batch(data, pos)
+            except record_batch.CorruptRecordBatch as exc:
+                raise LogAppendError(ErrorCode.corrupt_message, str(exc)) from None
+            except InvalidRecordBatch as exc:
+                raise LogAppendError(ErrorCode.invalid_record, str(exc)) from None
+            if header.is_transactional or header.is_control:
+                raise LogAppendError(ErrorCode.unsupported_for_message_format,
+                                     "transactional batches are not supported yet")
+            headers.append(header)
+        if self.config.compacted:
+            self._check_keys(data, spans)
+        duplicate = self._check_producers(headers)
+        if duplicate is not None:
+            return AppendResult(duplicate.first_offset, duplicate.last_offset, -1,
+                                duplicate.last_offset - duplicate.first_offset + 1, duplicate=True)
+
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        log_append_time = now_ms if self.config.log_append_time else -1
+        first_offset = next_offset = self.log_end_offset
+        placed = []
+        for (pos, size), header in zip(spans, headers, strict=True):
+            record_batch.patch_offsets(data, pos, next_offset, leader_epoch)
+            max_timestamp = header.max_timestamp
+            if log_append_time >= 0:
+                record_batch.patch_log_append_time(data, pos, size, log_append_time)
+                max_timestamp = log_append_time
+            last = next_offset + header.last_offset_delta
+            placed.append((pos, size, next_offset, last, max_timestamp))
+            next_offset = last + 1
+
+        segment = self._maybe_roll(len(data), next_offset - 1, now_ms)
+        segment.append(data, placed)
+        for header, (_, _, base, last, _) in zip(headers, placed, strict=True):
+            if header.producer_id >= 0:
+                self.producer_state.update(header, base, last)
+        self.leader_epoch_cache.assign(leader_epoch, first_offset)
+        if segment.unflushed_messages >= self.config["flush.messages"]:
+            self.flush()
+        return AppendResult(first_offset, next_offset - 1, log_append_time,
+                            next_offset - first_offset)
+
+    def _check_keys(self, data: bytearray, spans: list[tuple[int, int]]) -> None:
+        """Compacted topics keep the latest record per key, so a keyless record is refused."""
+        from gregor.protocol.record_codec import decode_records
+
+        for pos, size in spans:
+            _, records = decode_records(memoryview(data)[pos : pos + size])
+            if any(r.key is None for r in records):
+                raise LogAppendError(ErrorCode.invalid_record,
+                                     f"compacted topic {self.topic} requires a key on every record")
+
+    def _check_producers(self, headers: list[record_batch.BatchHeader]) -> BatchMetadata | None:
+        duplicate = None
+        for header in headers:
+            if header.producer_id < 0:
+                continue
+            try:
+                found = self.producer_state.check(header)
+            except ProducerStateError as exc:
+                raise LogAppendError(exc.error, str(exc)) from None
+            if found is not None:
+                if len(headers) > 1:
+                    raise LogAppendError(ErrorCode.duplicate_sequence_number,
+                                         "duplicate batch inside a multi-batch append")
+                duplicate = found
+        return duplicate
+
+    def _maybe_roll(self, incoming: int, last_offset: int, now_ms: int) -> LogSegment:
+        segment = self.active_segment
+        if segment.size == 0:
+            return segment
+        if (segment.size + incoming > self.config["segment.bytes"]
+                or segment.offset_index.is_full or segment.time_index.is_full
+                or last_offset - segment.base_offset > _MAX_RELATIVE_OFFSET
+                or segment.roll_time_exceeded(now_ms, self.config["segment.ms"])):
+            return self.roll()
+        return segment
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end; fsync the one being closed."""
+        old = self.active_segment
+        if old.size == 0:
+            return old
+        old.flush()
+        new = self._new_segment(self.log_end_offset)
+        self.segments.append(new)
+        self._bases.append(new.base_offset)
+        self.recovery_point = new.base_offset
+        self.producer_state.take_snapshot(new.base_offset)
+        log.info("%s: rolled new segment at offset %d", self.name, new.base_offset)
+        return new
+
+    def flush(self) -> None:
+        self.active_segment.flush()
+        self.recovery_point = self.log_end_offset
+        self._last_flush_ms = int(time.time() * 1000)
+
+    def maybe_flush_on_time(self, now_ms: int) -> None:
+        if (self.active_segment.unflushed_messages
+                and now_ms - self._last_flush_ms >= self.config["flush.ms"]):
+            self.flush()
+
+    # ------------------------------------------------------------------ reading
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_batch: bool = True) -> FileRegion | None:
+        """Bytes of whole batches from the one holding ``offset``, below ``max_offset``.
+
+        ``max_offset`` is the high watermark for consumers; data beyond it is not
+        yet committed and is never returned to them.
+        """
+        end_offset = self.log_end_offset
+        if offset < self.log_start_offset or offset > end_offset:
+            raise OffsetOutOfRange(offset, self.log_start_offset, end_offset)
+        limit = end_offset if max_offset is None else min(max_offset, end_offset)
+        if offset >= limit:
+            return None
+        i = self._segment_index(offset)
+        while i < len(self.segments):
+            segment = self.segments[i]
+            if segment.base_offset >= limit:
+                return None
+            max_position = None
+            if limit < segment.next_offset:
+                max_position = segment.position_of(limit)
+            region = segment.read(offset, max_bytes, max_position, min_one_batch)
+            if region is not None:
+                return region
+            i += 1
+            if i < len(self.segments):
+                offset = self.segments[i].base_offset
+        return None
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record at or after ``timestamp`` (ListOffsets)."""
+        from gregor.protocol.record_codec import decode_records
+
+        for segment in self.segments:
+            if segment.max_timestamp < timestamp:
+                continue
+            batch = segment.find_offset_by_timestamp(timestamp)
+            if batch is None:
+                continue
+            if batch.last_offset < self.log_start_offset:
+                continue
+            raw = os.pread(segment.fd, batch.size, batch.position)
+            _, records = decode_records(raw)
+            for record in records:
+                if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
+                    return record.offset, record.timestamp
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the record with the largest timestamp (ListOffsets -3)."""
+        best = None
+        for segment in self.segments:
+            if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best[1]):
+                best = (segment, segment.max_timestamp)
+        if best is None:
+            return None
+        return self.offset_for_timestamp(best[1])
+
+    # ------------------------------------------------------- truncation/retention
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at or after ``offset`` (a follower diverging from its leader)."""
+        if offset >= self.log_end_offset:
+            return
+        while len(self.segments) > 1 and self.active_segment.base_offset >= offset:
+            segment = self.segments.pop()
+            self._bases.pop()
+            segment.delete()
+            segment.close()
+        self.active_segment.truncate_to(offset)
+        if self.active_segment.base_offset > offset:
+            self.active_segment.truncate_to(self.active_segment.base_offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.producer_state.truncate_snapshots_after(self.log_end_offset)
+        self._rebuild_producer_state()
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+
+    def advance_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset forward (DeleteRecords); segments below it are dropped."""
+        if offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = min(offset, self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self.producer_state.remove_before(self.log_start_offset)
+        self.delete_segments_below_start()
+        return True
+
+    def delete_segments_below_start(self) -> int:
+        count = 0
+        while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
+            self._delete_oldest_segment()
+            count += 1
+        if (len(self.segments) == 1 and self.log_start_offset >= self.log_end_offset
+                and self.active_segment.size > 0):
+            self.roll()
+            self._delete_oldest_segment()
+            count += 1
+        return count
+
+    def _delete_oldest_segment(self) -> None:
+        segment = self.segments.pop(0)
+        self._bases.pop(0)
+        segment.delete()
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+
+    def delete_expired_segments(self, now_ms: int) -> int:
+        """Apply retention.ms and retention.bytes; return how many segments were deleted.
+
+        Only whole segments are deleted, oldest first; the active segment is rolled
+        first if it too has expired, so an idle topic still ages out.
+        """
+        if not self.config.deletes:
+            return 0
+        deleted = 0
+        retention_ms = self.config["retention.ms"]
+        if retention_ms >= 0:
+            while self.segments[0].size > 0 and self.segments[0].max_timestamp >= 0 and (
+                    now_ms - self.segments[0].max_timestamp > retention_ms):
+                if len(self.segments) == 1:
+                    self.roll()
+                self._delete_oldest_segment()
+                deleted += 1
+        retention_bytes = self.config["retention.bytes"]
+        if retention_bytes >= 0:
+            excess = self.size - retention_bytes
+            while len(self.segments) > 1 and excess >= self.segments[0].size:
+                excess -= self.segments[0].size
+                self._delete_oldest_segment()
+                deleted += 1
+        if deleted:
+            self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+            self.producer_state.remove_before(self.log_start_offset)
+            log.info("%s: retention deleted %d segment(s); log start offset now %d",
+                     self.name, deleted, self.log_start_offset)
+        return deleted
+
+    def replace_segments(self, old: list[LogSegment], new: list[LogSegment]) -> None:
+        """Swap cleaned segments in for the ones they were built from (compaction).
+
+        The new segments arrive with the ``.cleaned`` suffix; they are renamed to
+        ``.swap`` (the point after which a crash completes the swap on restart),
+        the originals are deleted, then ``.swap`` is dropped.
+        """
+        for segment in new:
+            segment.rename_suffix(".cleaned", ".swap")
+        first = self.segments.index(old[0])
+        self.segments[first : first + len(old)] = new
+        self._bases = [s.base_offset for s in self.segments]
+        for segment in old:
+            segment.delete()
+        for segment in new:
+            segment.rename_suffix(".swap", "")
+
+    def config_changed(self, config: TopicConfig) -> None:
+        self.config = config
+        for segment in self.segments:
+            segment.index_interval_bytes = config["index.interval.bytes"]
+
+    # ------------------------------------------------------------------ closing
+    def close(self) -> None:
+        """Flush and snapshot so the next start needs no recovery."""
+        self.flush()
+        self.producer_state.take_snapshot(self.log_end_offset)
+        for segment in self.segments:
+            segment.close()
+
+    def delete(self) -> None:
+        """Remove the partition's directory (DeleteTopics)."""
+        for segment in self.segments:
+            segment.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def segment_may_be_dirty(base: int, bases: list[int], recovery_point: int) -> bool:
+    """Whether a segment holds offsets at or beyond the recovery point."""
+    i = bases.index(base)
+    next_base = bases[i + 1] if i + 1 < len(bases) else None
+    return next_base is None or next_base > recovery_point

@@ -1,0 +1,336 @@
+"""LogSegment: one ``.log`` file of record batches with its offset and time indexes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from gregor.protocol import record_batch
+from gregor.protocol.record_batch import HEADER_SIZE, BatchHeader, InvalidRecordBatch, read_header
+from gregor.storage.index_file import CorruptIndexError
+from gregor.storage.offset_index import OffsetIndex
+from gregor.storage.time_index import TimeIndex
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
+
+# Read this much at a time when scanning batch headers, so that a scan over the
+# few batches between two index entries costs one or two syscalls.
+_SCAN_CHUNK = 16 * 1024
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    """Kafka's file naming: the base offset zero-padded to 20 digits."""
+    return f"{base_offset:020d}{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class FileRegion:
+    """A byte range of a segment file, sent to the client with ``sendfile``.
+
+    It holds the open file object itself, so a segment deleted by retention while
+    a fetch is in flight stays readable until the response is written.
+    """
+
+    file: object
+    position: int
+    length: int
+
+    def read(self) -> bytes:
+        return os.pread(self.file.fileno(), self.length, self.position)  # type: ignore[attr-defined]
+
+
+class BatchLocation(NamedTuple):
+    """A batch's header and where it starts in its segment file."""
+
+    position: int
+    header: BatchHeader
+
+    @property
+    def size(self) -> int:
+        return self.header.size
+
+    @property
+    def base_offset(self) -> int:
+        return self.header.base_offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.header.last_offset
+
+    @property
+    def max_timestamp(self) -> int:
+        return self.header.max_timestamp
+
+
+class LogSegment:
+    """Append-only batch file plus sparse indexes; knows nothing of topics or replicas."""
+
+    def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int,
+                 max_index_size: int, suffix: str = "") -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = directory / (segment_file_name(base_offset, LOG_SUFFIX) + suffix)
+        self.offset_index = OffsetIndex(
+            directory / (segment_file_name(base_offset, INDEX_SUFFIX) + suffix),
+            base_offset, max_index_size)
+        self.time_index = TimeIndex(
+            directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + suffix),
+            base_offset, max_index_size)
+        self.file = open(self.log_path, "a+b", buffering=0)  # noqa: SIM115 - lives with the segment
+        self.fd = self.file.fileno()
+        self.size = os.fstat(self.fd).st_size
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.first_batch_timestamp: int | None = None
+        self.created_ms = int(time.time() * 1000)
+        self.unflushed_messages = 0
+        self._bytes_since_index = 0
+
+    # ----------------------------------------------------------------- opening
+    def load(self, recover: bool) -> int:
+        """Load indexes (rebuilding them if missing or damaged); return bytes truncated.
+
+        ``recover`` rescans every batch's CRC and truncates a torn tail, which is
+        what an unclean shutdown calls for; otherwise the indexes are trusted if
+        they pass their sanity check and only the tail after the last index entry
+        is scanned to find the segment's end.
+        """
+        if recover:
+            return self.recover()
+        try:
+            self.offset_index.load(self.size)
+            _, position = self.offset_index.lookup(2**63 - 1)
+            self.time_index.load(2**63 - 1)
+        except CorruptIndexError as exc:
+            log.warning("rebuilding indexes of %s: %s", self.log_path, exc)
+            return self.recover()
+        truncated = 0
+        try:
+            self._scan_tail(position)
+            self._bytes_since_index = self.size - position
+        except InvalidRecordBatch:
+            truncated = self.recover()
+        if self.time_index.offsets and self.time_index.offsets[-1] >= self.next_offset:
+            log.warning("rebuilding indexes of %s: time index beyond log end", self.log_path)
+            truncated += self.recover()
+        return truncated
+
+    def _scan_tail(self, position: int) -> None:
+        """Walk batch headers from ``position`` to the end to learn next offset and timestamps."""
+        self.max_timestamp = max(self.max_timestamp, self.time_index.last_timestamp)
+        first = True
+        for batch in self.iter_batches(position):
+            if batch.position + batch.size > self.size:
+                raise InvalidRecordBatch("torn batch at segment end")
+            if first and position == 0:
+                self.first_batch_timestamp = batch.max_timestamp
+            first = False
+            self.next_offset = batch.last_offset + 1
+            self.max_timestamp = max(self.max_timestamp, batch.max_timestamp)
+        if self.size and self.first_batch_timestamp is None:
+            header = self.read_batch_header(0)
+            self.first_batch_timestamp = header.max_timestamp
+
+    def recover(self) -> int:
+        """Validate every batch's CRC, rebuild both indexes, truncate a torn or corrupt tail."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._bytes_since_index = 0
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.first_batch_timestamp = None
+        position = 0
+        while position < self.size:
+            try:
+                header = self.read_batch_header(position)
+                if position + header.size > self.size or header.base_offset < self.next_offset:
+                    raise InvalidRecordBatch("torn or out-of-order batch")
+                data = os.pread(self.fd, header.size, position)
+                record_batch.validate_batch(data)
+            except InvalidRecordBatch as exc:
+                log.warning("truncating %s at byte %d of %d: %s",
+                            self.log_path, position, self.size, exc)
+                break
+            self._index_batch(position, header.base_offset, header.last_offset,
+                              header.max_timestamp, header.size)
+            position += header.size
+        truncated = self.size - position
+        if truncated:
+            os.ftruncate(self.fd, position)
+            self.size = position
+        return truncated
+
+    # --------------------------------------------------------------- appending
+    def append(self, data: bytes | bytearray | memoryview,
+               batches: list[tuple[int, int, int, int, int]]) -> None:
+        """Write already-validated, offset-stamped batches.
+
+        ``batches`` holds ``(position_in_data, size, base_offset, last_offset, max_timestamp)``
+        for each batch in ``data``, so indexing needs no re-parsing.
+        """
+        start = self.size
+        written = os.write(self.fd, data)
+        if written != len(data):
+            # A short write to a regular file means the disk is full; undo it so the
+            # log never holds a partial batch.
+            os.ftruncate(self.fd, start)
+            raise OSError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
+        self.size += written
+        for pos, size, base_offset, last_offset, max_timestamp in batches:
+            self._index_batch(start + pos, base_offset, last_offset, max_timestamp, size)
+            self.unflushed_messages += last_offset - base_offset + 1
+
+    def _index_batch(self, position: int, base_offset: int, last_offset: int,
+                     max_timestamp: int, size: int) -> None:
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = max_timestamp
+        if self._bytes_since_index >= self.index_interval_bytes and position > 0:
+            self.offset_index.append(base_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.next_offset - 1)
+            self._bytes_since_index = 0
+        self._bytes_since_index += size
+        self.next_offset = last_offset + 1
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+
+    # ----------------------------------------------------------------- reading
+    def read_batch_header(self, position: int) -> record_batch.BatchHeader:
+        data = os.pread(self.fd, HEADER_SIZE, position)
+        return read_header(data)
+
+    def iter_batches(self, position: int = 0, end: int | None = None) -> Iterator[BatchLocation]:
+        """Yield :class:`BatchLocation` for each batch header from ``position``.
+
+        Reads headers in chunks; a batch that claims to run past ``end`` is still
+        yielded so callers can detect a torn tail.
+        """
+        end = self.size if end is None else end
+        while position < end:
+            chunk = os.pread(self.fd, min(_SCAN_CHUNK, end - position), position)
+            offset_in_chunk = 0
+            while len(chunk) - offset_in_chunk >= HEADER_SIZE:
+                header = read_header(chunk, offset_in_chunk)
+                if header.batch_length < HEADER_SIZE - record_batch.LOG_OVERHEAD:
+                    raise InvalidRecordBatch(f"bad batch length at {position + offset_in_chunk}")
+                yield BatchLocation(position + offset_in_chunk, header)
+                offset_in_chunk += header.size
+            if offset_in_chunk == 0:
+                raise InvalidRecordBatch(f"partial batch header at {position}")
+            position += offset_in_chunk
+
+    def find_batch(self, offset: int) -> BatchLocation | None:
+        """The batch holding ``offset``, or the first one after it (compaction leaves gaps)."""
+        _, position = self.offset_index.lookup(offset)
+        for batch in self.iter_batches(position):
+            if batch.last_offset >= offset:
+                return batch
+        return None
+
+    def read(self, offset: int, max_bytes: int, max_position: int | None = None,
+             min_one_batch: bool = True) -> FileRegion | None:
+        """File range starting at the batch that holds ``offset``.
+
+        The whole first batch is returned even if it exceeds ``max_bytes`` (KIP-74)
+        when ``min_one_batch`` is set; later batches may be cut at ``max_bytes``, which
+        clients expect and discard.
+        """
+        end = self.size if max_position is None else max_position
+        batch = self.find_batch(offset)
+        if batch is None or batch.position >= end:
+            return None
+        available = end - batch.position
+        length = min(available, max_bytes)
+        if min_one_batch:
+            length = max(length, min(batch.size, available))
+        if length <= 0:
+            return None
+        return FileRegion(self.file, batch.position, length)
+
+    def position_of(self, offset: int) -> int:
+        """Byte position where the batch holding ``offset`` starts, or the segment end."""
+        batch = self.find_batch(offset)
+        return self.size if batch is None else batch.position
+
+    def find_offset_by_timestamp(self, timestamp: int) -> BatchLocation | None:
+        """First batch whose max timestamp is at or after ``timestamp``."""
+        start_offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(start_offset)
+        for batch in self.iter_batches(position):
+            if batch.max_timestamp >= timestamp:
+                return batch
+        return None
+
+    # -------------------------------------------------------------- lifecycle
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch at or beyond ``offset``; return bytes removed."""
+        if offset >= self.next_offset:
+            return 0
+        position = self.position_of(offset)
+        removed = self.size - position
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.next_offset = max(self.base_offset, offset)
+        # Recompute what truncation may have invalidated.
+        self.max_timestamp = self.time_index.last_timestamp
+        self._bytes_since_index = 0
+        if position == 0:
+            self.first_batch_timestamp = None
+        else:
+            _, indexed_position = self.offset_index.lookup(offset)
+            self._scan_tail(indexed_position)
+        return removed
+
+    def roll_time_exceeded(self, now_ms: int, segment_ms: int) -> bool:
+        if self.size == 0:
+            return False
+        reference = self.first_batch_timestamp
+        if reference is None or reference < 0:
+            reference = self.created_ms
+        return now_ms - reference > segment_ms
+
+    def flush(self) -> None:
+        os.fsync(self.fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+        self.unflushed_messages = 0
+
+    def close(self) -> None:
+        self.offset_index.close()
+        self.time_index.close()
+        self.file.close()
+
+    def delete(self) -> None:
+        """Unlink the files; the open file object lives on for fetches in flight."""
+        self.log_path.unlink(missing_ok=True)
+        self.offset_index.delete()
+        self.time_index.delete()
+
+    def rename_suffix(self, old: str, new: str) -> None:
+        """Move the segment's three files from one suffix to another (compaction swaps)."""
+        def renamed(path: Path) -> Path:
+            name = path.name[: -len(old)] if old and path.name.endswith(old) else path.name
+            return path.with_name(name + new)
+
+        new_log = renamed(self.log_path)
+        os.replace(self.log_path, new_log)
+        self.log_path = new_log
+        self.offset_index.rename(renamed(self.offset_index.path))
+        self.time_index.rename(renamed(self.time_index.path))
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path.name}, size={self.size}, next={self.next_offset})"
