@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set up everything the tests need and run the whole suite.
+# Extra arguments go to pytest (e.g. -k produce -x).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh test,spark
+.venv/bin/ruff check src tests bench
+exec .venv/bin/python -m pytest -q "$@"
