@@ -370,7 +370,8 @@ class TopicConfig:
             return ConfigSource.DYNAMIC_TOPIC_CONFIG
         return self._broker.topic_default(name)[1]
 
-    def with_changes(self, set_values: Mapping[str, Any], deleted: Iterable[str] = ()) -> TopicConfig:
+    def with_changes(self, set_values: Mapping[str, Any],
+                     deleted: Iterable[str] = ()) -> TopicConfig:
         merged = dict(self.overrides)
         for name in deleted:
             merged.pop(name, None)

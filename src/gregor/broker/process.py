@@ -49,7 +49,8 @@ class BrokerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode}; see {self.log_path}")
+                raise RuntimeError(
+                    f"broker exited with {self.proc.returncode}; see {self.log_path}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
                     return self

@@ -49,8 +49,9 @@ class Partition:
 
     def append_as_leader(self, records: bytes, required_acks: int) -> AppendResult:
         if not self.is_leader:
-            raise LogAppendError(ErrorCode.not_leader_or_follower,
-                                 f"broker {self.local_broker_id} does not lead {self.topic}-{self.index}")
+            raise LogAppendError(
+                ErrorCode.not_leader_or_follower,
+                f"broker {self.local_broker_id} does not lead {self.topic}-{self.index}")
         min_isr = self.log.config["min.insync.replicas"]
         if required_acks == -1 and len(self.isr) < min_isr:
             raise LogAppendError(ErrorCode.not_enough_replicas,

@@ -100,7 +100,8 @@ def encode_body(api_key: int, version: int, body: Any) -> bytes:
 
 def encode_response(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:
     """A complete size-prefixed response frame."""
-    payload = response_header(api_key, version, correlation_id) + encode_body(api_key, version, body)
+    payload = (response_header(api_key, version, correlation_id)
+               + encode_body(api_key, version, body))
     return _FRAME_PREFIX.pack(len(payload)) + payload
 
 
