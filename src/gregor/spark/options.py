@@ -1,0 +1,276 @@
+"""Parse the data source options, named and interpreted as Spark's built-in Kafka source does.
+
+Users move jobs between ``format("kafka")`` and ``format("gregor")`` by changing one word,
+so option names, defaults, precedence and the batch/streaming restrictions follow Spark's
+Kafka integration guide.  Parsing happens on the driver, where a bad option fails the
+query before any task starts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gregor.spark.offsets import (
+    EARLIEST,
+    LATEST,
+    Offsets,
+    TopicPartition,
+    parse_offsets_json,
+)
+
+KAFKA_PREFIX = "kafka."
+DEFAULT_POLL_TIMEOUT_MS = 120_000
+"""Spark's default for ``kafkaConsumer.pollTimeoutMs`` (``spark.network.timeout``)."""
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+"""Topics a Java consumer leaves out of pattern subscriptions (``exclude.internal.topics``)."""
+
+
+@dataclass(frozen=True)
+class EarliestOrLatest:
+    """Every partition starts or ends at its log start (``EARLIEST``) or end (``LATEST``)."""
+
+    marker: int
+
+
+@dataclass(frozen=True)
+class SpecificOffsets:
+    """Per-partition offsets; a value may be ``EARLIEST`` (-2) or ``LATEST`` (-1)."""
+
+    offsets: Offsets
+
+
+@dataclass(frozen=True)
+class AtTimestamp:
+    """Every partition at the first record whose timestamp is >= ``timestamp_ms``."""
+
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class SpecificTimestamps:
+    """Per-partition timestamps in milliseconds."""
+
+    timestamps: Offsets
+
+
+OffsetBound = EarliestOrLatest | SpecificOffsets | AtTimestamp | SpecificTimestamps
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which topic-partitions a query reads: exactly one of Spark's three ways to say it."""
+
+    topics: frozenset[str] = frozenset()
+    pattern: str | None = None
+    assigned: tuple[TopicPartition, ...] = ()
+
+    def select(self, partition_counts: Mapping[str, int]) -> list[TopicPartition]:
+        """The subscribed partitions, given the partition count of every topic in metadata.
+
+        ``assign`` is returned as given, as Spark does: reading an assigned partition
+        that does not exist is an error the broker reports, not an empty result.
+        """
+        if self.assigned:
+            return sorted(self.assigned)
+        if self.pattern is not None:
+            regex = re.compile(self.pattern)
+            names = [t for t in partition_counts if t not in INTERNAL_TOPICS and regex.fullmatch(t)]
+        else:
+            names = [t for t in partition_counts if t in self.topics]
+        return sorted((t, p) for t in names for p in range(partition_counts[t]))
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Everything the readers need, parsed once on the driver."""
+
+    client_config: dict[str, str]
+    subscription: Subscription
+    starting: OffsetBound
+    ending: OffsetBound
+    fail_if_no_timestamp_match: bool
+    include_headers: bool
+    fail_on_data_loss: bool
+    max_offsets_per_trigger: int | None
+    min_partitions: int | None
+    poll_timeout_ms: int
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Everything the writers need; ``topic`` overrides a ``topic`` column, as in Spark."""
+
+    client_config: dict[str, str]
+    topic: str | None
+
+
+def client_config(options: Mapping[str, str]) -> dict[str, str]:
+    """librdkafka configuration: every ``kafka.``-prefixed option with the prefix removed.
+
+    ``bootstrap.servers`` is also accepted unprefixed, because that is how every other
+    Kafka client spells it.
+    """
+    config = {
+        key[len(KAFKA_PREFIX) :]: value
+        for key, value in options.items()
+        if key.lower().startswith(KAFKA_PREFIX)
+    }
+    if "bootstrap.servers" not in config and options.get("bootstrap.servers"):
+        config["bootstrap.servers"] = options["bootstrap.servers"]
+    if not config.get("bootstrap.servers"):
+        raise ValueError("option 'kafka.bootstrap.servers' is required")
+    return config
+
+
+def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    """Validate and interpret the read options for a batch or streaming query."""
+    if streaming:
+        for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+            if options.get(name) is not None:
+                raise ValueError(f"option {name!r} is not valid for streaming queries")
+    starting = _offset_bound(
+        options,
+        "starting",
+        default=EarliestOrLatest(LATEST if streaming else EARLIEST),
+        forbidden=None if streaming else LATEST,
+    )
+    ending = (
+        EarliestOrLatest(LATEST)
+        if streaming
+        else _offset_bound(options, "ending", default=EarliestOrLatest(LATEST), forbidden=EARLIEST)
+    )
+    strategy = options.get("startingOffsetsByTimestampStrategy", "error").lower()
+    if strategy not in ("error", "latest"):
+        raise ValueError(
+            "option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', "
+            f"got {strategy!r}"
+        )
+    return SourceOptions(
+        client_config=client_config(options),
+        subscription=_subscription(options),
+        starting=starting,
+        ending=ending,
+        fail_if_no_timestamp_match=strategy == "error",
+        include_headers=_bool(options, "includeHeaders", default=False),
+        fail_on_data_loss=_bool(options, "failOnDataLoss", default=True),
+        max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
+        min_partitions=_positive_int(options, "minPartitions"),
+        poll_timeout_ms=_positive_int(options, "kafkaConsumer.pollTimeoutMs")
+        or DEFAULT_POLL_TIMEOUT_MS,
+    )
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    """Validate and interpret the write options."""
+    return SinkOptions(client_config=client_config(options), topic=options.get("topic") or None)
+
+
+def _subscription(options: Mapping[str, str]) -> Subscription:
+    given = {
+        name: options.get(name)
+        for name in ("subscribe", "subscribePattern", "assign")
+        if options.get(name) is not None
+    }
+    if len(given) != 1:
+        raise ValueError(
+            "exactly one of the options 'subscribe', 'subscribePattern' or 'assign' "
+            f"must be given, got {sorted(given) or 'none'}"
+        )
+    ((name, value),) = given.items()
+    if name == "subscribe":
+        topics = frozenset(t.strip() for t in value.split(",") if t.strip())
+        if not topics:
+            raise ValueError("option 'subscribe' names no topic")
+        return Subscription(topics=topics)
+    if name == "subscribePattern":
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"option 'subscribePattern': invalid regex {value!r}: {exc}") from exc
+        return Subscription(pattern=value)
+    return Subscription(assigned=_assignment(value))
+
+
+def _assignment(text: str) -> tuple[TopicPartition, ...]:
+    try:
+        parsed = json.loads(text)
+        assigned = tuple(
+            (topic, int(partition))
+            for topic, partitions in parsed.items()
+            for partition in partitions
+        )
+    except (json.JSONDecodeError, AttributeError, TypeError, ValueError) as exc:
+        raise ValueError(
+            f"option 'assign' must look like {{\"topic\": [0, 1]}}, got {text!r}"
+        ) from exc
+    if not assigned:
+        raise ValueError("option 'assign' names no partition")
+    return assigned
+
+
+def _offset_bound(
+    options: Mapping[str, str], side: str, *, default: OffsetBound, forbidden: int | None
+) -> OffsetBound:
+    """``startingX``/``endingX`` options with Spark's precedence: the global timestamp
+    first, then per-partition timestamps, then offsets."""
+    timestamp = options.get(f"{side}Timestamp")
+    if timestamp is not None:
+        return AtTimestamp(_non_negative(f"{side}Timestamp", timestamp))
+    by_timestamp = options.get(f"{side}OffsetsByTimestamp")
+    if by_timestamp is not None:
+        name = f"{side}OffsetsByTimestamp"
+        timestamps = parse_offsets_json(by_timestamp, name)
+        for value in timestamps.values():
+            _non_negative(name, str(value))
+        return SpecificTimestamps(timestamps)
+    name = f"{side}Offsets"
+    text = options.get(name)
+    if text is None:
+        return default
+    word = text.strip().lower()
+    if word in ("earliest", "latest"):
+        bound: OffsetBound = EarliestOrLatest(EARLIEST if word == "earliest" else LATEST)
+        if bound.marker == forbidden:
+            raise ValueError(f"option {name!r}: {word!r} is not valid for batch queries")
+        return bound
+    offsets = parse_offsets_json(text, name)
+    for tp, offset in offsets.items():
+        if offset < EARLIEST or offset == forbidden:
+            raise ValueError(f"option {name!r}: offset {offset} for {tp} is not valid here")
+    return SpecificOffsets(offsets)
+
+
+def _bool(options: Mapping[str, str], name: str, *, default: bool) -> bool:
+    value = options.get(name)
+    if value is None:
+        return default
+    lowered = value.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(f"option {name!r} must be 'true' or 'false', got {value!r}")
+    return lowered == "true"
+
+
+def _positive_int(options: Mapping[str, str], name: str) -> int | None:
+    value = options.get(name)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number <= 0:
+        raise ValueError(f"option {name!r} must be a positive integer, got {value!r}")
+    return number
+
+
+def _non_negative(name: str, value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise ValueError(f"option {name!r} must be a timestamp in ms >= 0, got {value!r}")
+    return number

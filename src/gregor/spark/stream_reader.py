@@ -1,0 +1,134 @@
+"""``spark.readStream.format("gregor")``: micro-batches of new records.
+
+An offset is ``{topic: {"partition": next offset to read}}`` (Spark's Kafka source uses
+the same shape), so the end of one micro-batch is the start of the next.  Spark keeps
+these in its checkpoint; a restarted query resumes from them, so the broker is never
+told what was consumed.
+
+``initialOffset``, ``latestOffset``, ``partitions``, ``commit`` and ``stop`` run in one
+long-lived planner process per query; ``read`` runs in executor workers on a separately
+unpickled reader, so it uses nothing but its :class:`PartitionRange`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from gregor.spark.offset_lookup import OffsetLookup
+from gregor.spark.offsets import Offsets, describe, offsets_from_json, offsets_to_json
+from gregor.spark.options import SourceOptions
+from gregor.spark.partition_range import (
+    plan_ranges,
+    read_settings,
+    report_data_loss,
+)
+from gregor.spark.partition_reader import read_range
+from gregor.spark.read_limit import cap_offsets
+
+
+class GregorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Streaming reader with ``maxOffsetsPerTrigger`` and ``trigger(availableNow=True)``.
+
+    Partitions that appear while the query runs (new topics matching ``subscribePattern``,
+    partitions added to a topic) are read from their earliest offset, as in Spark.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self._options = options
+        self._client: OffsetLookup | None = None
+        self._available_now_end: Offsets | None = None
+        self._latest_seen: Offsets | None = None
+
+    @property
+    def _lookup(self) -> OffsetLookup:
+        # Created on first use in the planner process: an instance that Spark pickles for
+        # read() must not hold a client.
+        if self._client is None:
+            self._client = OffsetLookup(self._options.client_config)
+        return self._client
+
+    def initialOffset(self) -> dict:
+        options = self._options
+        tps = self._lookup.partitions(options.subscription)
+        start = self._lookup.resolve(
+            options.starting,
+            tps,
+            starting=True,
+            fail_if_no_timestamp_match=options.fail_if_no_timestamp_match,
+        )
+        return offsets_to_json(start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self._options.max_offsets_per_trigger
+        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Freeze the end of the query at today's log ends; later records wait for the next run."""
+        tps = self._lookup.partitions(self._options.subscription)
+        self._available_now_end = self._lookup.latest(tps)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = offsets_from_json(start)
+        latest = self._latest_offsets(begin)
+        self._latest_seen = latest
+        new = [tp for tp in latest if tp not in begin]
+        begin.update(self._lookup.earliest(new))
+        if isinstance(limit, ReadMaxRows):
+            capped = cap_offsets(begin, latest, limit.max_rows)
+        else:
+            capped = latest
+        # Never move backwards, even if a log was truncated: partitions() reports that.
+        return offsets_to_json({tp: max(begin[tp], capped[tp]) for tp in latest})
+
+    def reportLatestOffset(self) -> dict | None:
+        """The log ends seen by the last ``latestOffset`` call, for query progress."""
+        return None if self._latest_seen is None else offsets_to_json(self._latest_seen)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin = offsets_from_json(start)
+        stop = offsets_from_json(end)
+        if begin == stop:
+            return []
+        earliest = self._lookup.earliest(stop)
+        for tp in stop:
+            # A partition first seen in this batch starts at its log start (capped at the
+            # planned end so that deletions since latestOffset show up as data loss).
+            begin.setdefault(tp, min(earliest[tp], stop[tp]))
+        options = self._options
+        return plan_ranges(begin, stop, earliest, read_settings(options), options.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_range(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: the checkpoint, not a consumer group, holds the progress (as with
+        Spark's Kafka source), so the broker's retention alone decides when data goes."""
+
+    def stop(self) -> None:
+        self._client = None
+
+    def _latest_offsets(self, begin: Offsets) -> Offsets:
+        """Log ends of the subscribed partitions, or the frozen ends under availableNow.
+
+        Partitions of ``begin`` that no longer exist are data loss; under availableNow
+        they are simply kept where they are, as are partitions newer than the frozen end.
+        """
+        if self._available_now_end is not None:
+            return {**begin, **self._available_now_end}
+        latest = self._lookup.latest(self._lookup.partitions(self._options.subscription))
+        gone = sorted(set(begin) - set(latest))
+        if gone:
+            report_data_loss(
+                "partitions " + ", ".join(describe(tp) for tp in gone) + " no longer exist",
+                self._options.fail_on_data_loss,
+            )
+        return latest
