@@ -26,6 +26,7 @@ from gregor.protocol.record_batch import (
     _HEADER,
     CONTROL_MASK,
     CRC_START,
+    DELETE_HORIZON_MASK,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_V2,
@@ -157,6 +158,8 @@ def encode_batch(
     is_transactional: bool = False,
     is_control: bool = False,
     last_offset: int | None = None,
+    delete_horizon_ms: int | None = None,
+    empty_max_timestamp: int = NO_TIMESTAMP,
 ) -> bytes:
     """Build one v2 batch holding ``records`` at their own offsets.
 
@@ -168,8 +171,13 @@ def encode_batch(
     Kafka's cleaner does for idempotent batches whose trailing records were
     removed: the producer's last sequence number is derived from it.
 
-    A batch with no records is written uncompressed with NO_TIMESTAMP timestamps,
-    like Kafka's empty batch headers.
+    ``delete_horizon_ms`` (KIP-534) is stored in baseTimestamp of a non-empty
+    batch, flagged in the attributes, and record timestamps are written relative
+    to it, so every reader still computes the same timestamps.
+
+    A batch with no records is written uncompressed with ``empty_max_timestamp`` as
+    both timestamps: Kafka's cleaner keeps the original batch's maxTimestamp there
+    so that time-based retention still sees how old the data was.
     """
     compression = CompressionType(compression)
     attributes = 0
@@ -183,12 +191,15 @@ def encode_batch(
     if records:
         base_timestamp = min(record.timestamp for record in records)
         max_timestamp = max(record.timestamp for record in records)
+        if delete_horizon_ms is not None:
+            attributes |= DELETE_HORIZON_MASK
+            base_timestamp = delete_horizon_ms
         body = _encode_records(records, base_offset, base_timestamp)
         last_offset_delta = records[-1].offset - base_offset
         payload = compress(compression, body)
         attributes |= compression
     else:
-        base_timestamp = max_timestamp = NO_TIMESTAMP
+        base_timestamp = max_timestamp = empty_max_timestamp
         last_offset_delta = 0
         payload = b""
     if last_offset is not None:
