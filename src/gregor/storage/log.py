@@ -22,7 +22,14 @@ from gregor.protocol.errors import ErrorCode
 from gregor.protocol.record_batch import InvalidRecordBatch
 from gregor.storage.leader_epoch_cache import LeaderEpochFileCache
 from gregor.storage.producer_state import BatchMetadata, ProducerStateError, ProducerStateManager
-from gregor.storage.segment import LOG_SUFFIX, FileRegion, LogSegment
+from gregor.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    FileRegion,
+    LogSegment,
+)
 
 log = logging.getLogger(__name__)
 
@@ -120,14 +127,28 @@ class Log:
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
 
     def _complete_swaps(self) -> None:
-        """Finish a compaction swap interrupted by a crash: ``.swap`` files replace originals."""
-        for swap in sorted(self.directory.glob("*.log.swap")):
-            base = int(swap.name.split(".")[0])
-            for suffix in (".log", ".index", ".timeindex"):
-                target = self.directory / f"{base:020d}{suffix}"
-                staged = target.with_name(target.name + ".swap")
-                if staged.exists():
-                    os.replace(staged, target)
+        """Finish a compaction swap interrupted by a crash.
+
+        A ``.log.swap`` file is the swap's commit point (the cleaned data was fsynced
+        before it got that name). The segments it replaces are those whose base offset
+        falls in its offset range -- the cleaner keeps the last offset of every group
+        it rewrites -- so whatever is left of them is deleted. Its indexes are rebuilt
+        from the log, as the crash may have come before they were renamed.
+        """
+        for swap in sorted(self.directory.glob("*" + LOG_SUFFIX + SWAP_SUFFIX)):
+            segment = self._new_segment(int(swap.name.split(".")[0]), SWAP_SUFFIX)
+            segment.recover()
+            segment.flush()
+            for path in self.directory.iterdir():
+                stem, dot, suffix = path.name.partition(".")
+                if (stem.isdigit() and "." + suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+                        and segment.base_offset <= int(stem) < segment.next_offset):
+                    path.unlink()
+            segment.rename_suffix(SWAP_SUFFIX, "")
+            segment.close()
+        # Index files whose log already lost its .swap suffix: rebuilt on load instead.
+        for leftover in self.directory.glob("*" + SWAP_SUFFIX):
+            leftover.unlink()
 
     def _rebuild_producer_state(self) -> None:
         """Load the newest snapshot and replay batch headers written after it."""
@@ -317,16 +338,19 @@ class Log:
         for segment in self.segments:
             if segment.max_timestamp < timestamp:
                 continue
-            batch = segment.find_offset_by_timestamp(timestamp)
-            if batch is None:
+            first = segment.find_offset_by_timestamp(timestamp)
+            if first is None:
                 continue
-            if batch.last_offset < self.log_start_offset:
-                continue
-            raw = os.pread(segment.fd, batch.size, batch.position)
-            _, records = decode_records(raw)
-            for record in records:
-                if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
-                    return record.offset, record.timestamp
+            # Later batches too: one may hold no qualifying record (an empty batch kept
+            # by compaction, or records below the log start offset).
+            for batch in segment.iter_batches(first.position):
+                if batch.max_timestamp < timestamp or batch.last_offset < self.log_start_offset:
+                    continue
+                raw = os.pread(segment.fd, batch.size, batch.position)
+                _, records = decode_records(raw)
+                for record in records:
+                    if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
+                        return record.offset, record.timestamp
         return None
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
