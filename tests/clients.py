@@ -1,0 +1,208 @@
+"""Shared helpers for the client tests: a sample of awkward records, consume loops for
+each client, and the raw requests for what a real client hides.
+
+Real clients retry, resequence and swallow errors, so the tests that must see one
+exact broker answer -- a duplicate produce, a sequence gap, a long poll's timing --
+build the request with kio (the schemas the broker itself uses) and send it over a
+:class:`WireConnection`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import socket
+import struct
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message
+from kio.index import load_payload_module, load_response_schema
+from kio.serial import entity_reader
+from kio.static.constants import EntityType
+
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.codec import encode_request
+from gregor.protocol.record_codec import Record, encode_batch
+
+TIMEOUT = 20.0
+# Recent timestamps: Kafka rolls a segment per batch when the first batch of a segment
+# is older than segment.ms, and deletes it at the next retention check once older than
+# retention.ms -- both a week by default.
+BASE_TIMESTAMP = (int(time.time()) - 3600) * 1000
+_SIZE = struct.Struct(">i")
+
+
+class WireConnection:
+    """One blocking socket to the broker that sends kio requests and decodes the answers."""
+
+    def __init__(self, bootstrap: str, timeout: float = 15.0) -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.correlation_id = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> WireConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send(self, api_key: int, version: int, body: Any) -> int:
+        """Send a request without waiting for its answer; return its correlation id."""
+        self.correlation_id += 1
+        self.sock.sendall(encode_request(api_key, version, self.correlation_id, "gregor-tests",
+                                         body))
+        return self.correlation_id
+
+    def receive(self, api_key: int, version: int) -> Any:
+        """Read the next response frame and decode it as ``api_key`` v``version``."""
+        (size,) = _SIZE.unpack(self._read_exactly(4))
+        frame = self._read_exactly(size)
+        schema = load_response_schema(api_key, version)
+        header, header_size = entity_reader(schema.__header_schema__)(frame, 0)
+        assert header.correlation_id == self.correlation_id
+        body, _ = entity_reader(schema)(frame, header_size)
+        return body
+
+    def request(self, api_key: int, version: int, body: Any) -> Any:
+        self.send(api_key, version, body)
+        return self.receive(api_key, version)
+
+    def _read_exactly(self, size: int) -> bytes:
+        buffer = io.BytesIO()
+        while buffer.tell() < size:
+            chunk = self.sock.recv(size - buffer.tell())
+            if not chunk:
+                raise ConnectionError("broker closed the connection")
+            buffer.write(chunk)
+        return buffer.getvalue()
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One record as a test produced it, to compare with what comes back."""
+
+    partition: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: int
+
+
+def sample_records(count: int, partitions: int = 1, *, null_header_values: bool = True,
+                   keyless_and_valueless: bool = True) -> list[Sample]:
+    """Records mixing null/empty keys and values, binary bytes, repeated and null headers,
+    and out-of-order explicit timestamps, spread round-robin over ``partitions``.
+
+    kafka-python refuses a record with neither key nor value, and has no null header
+    values, hence the switches.
+    """
+    samples = []
+    for i in range(count):
+        key: bytes | None = b"key-%d" % i
+        value: bytes | None = bytes(range(i % 256)) + b"value-%d" % i
+        if i % 7 == 0:
+            key = None
+        elif i % 17 == 0:
+            key = b""
+        if i % 11 == 0:
+            value = None if key is not None or keyless_and_valueless else b""
+        elif i % 13 == 0:
+            value = b""
+        headers: tuple[tuple[str, bytes | None], ...] = ()
+        if i % 5 == 0:
+            headers = (("trace", b"%d" % i), ("trace", b"again"), ("empty", b""))
+            if null_header_values:
+                headers += (("null", None),)
+        timestamp = BASE_TIMESTAMP + i * 10 - (i % 3) * 25
+        samples.append(Sample(i % partitions, key, value, headers, timestamp))
+    return samples
+
+
+# ------------------------------------------------------------------ confluent
+def confluent_consumer(bootstrap: str, **config: object) -> Consumer:
+    """A consumer for assign/seek use: no group membership, no offset commits."""
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": "gregor-tests",
+                     "enable.auto.commit": False, "enable.auto.offset.store": False,
+                     "auto.offset.reset": "earliest", **config})
+
+
+def confluent_consume(consumer: Consumer, count: int, timeout: float = TIMEOUT) -> list[Message]:
+    """Exactly ``count`` messages, failing on an error or when they do not come in time."""
+    messages: list[Message] = []
+    deadline = time.monotonic() + timeout
+    while len(messages) < count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"consumed {len(messages)} of {count} messages in {timeout}s")
+        for message in consumer.consume(min(count - len(messages), 10_000), 0.5):
+            error = message.error()
+            if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                raise AssertionError(f"consumer error: {error}")
+            if error is None:
+                messages.append(message)
+    return messages
+
+
+def confluent_sample(message: Message) -> Sample:
+    return Sample(message.partition(), message.key(), message.value(),
+                  tuple(message.headers() or ()), message.timestamp()[1])
+
+
+# ------------------------------------------------------------ raw requests
+def _request(api_key: ApiKey, version: int):
+    return load_payload_module(api_key, version, EntityType.request)
+
+
+PRODUCE_VERSION = 9
+FETCH_VERSION = 12
+METADATA_VERSION = 12
+INIT_PRODUCER_ID_VERSION = 4
+
+
+def produce_request(topic: str, partition: int, records: bytes, acks: int = -1):
+    schema = _request(ApiKey.PRODUCE, PRODUCE_VERSION)
+    return schema.ProduceRequest(
+        transactional_id=None, acks=acks, timeout=datetime.timedelta(seconds=10),
+        topic_data=(schema.TopicProduceData(name=topic, partition_data=(
+            schema.PartitionProduceData(index=partition, records=records),)),))
+
+
+def fetch_request(topic: str, partition: int, offset: int, *, max_wait_ms: int = 500,
+                  min_bytes: int = 1, max_bytes: int = 1 << 20):
+    schema = _request(ApiKey.FETCH, FETCH_VERSION)
+    return schema.FetchRequest(
+        cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=0, session_id=0,
+        session_epoch=-1, forgotten_topics_data=(), rack_id="",
+        topics=(schema.FetchTopic(topic=topic, partitions=(schema.FetchPartition(
+            partition=partition, current_leader_epoch=-1, fetch_offset=offset,
+            last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=max_bytes),)),))
+
+
+def metadata_request(topics: Sequence[str], allow_auto_topic_creation: bool):
+    schema = _request(ApiKey.METADATA, METADATA_VERSION)
+    return schema.MetadataRequest(
+        topics=tuple(schema.MetadataRequestTopic(topic_id=None, name=name) for name in topics),
+        allow_auto_topic_creation=allow_auto_topic_creation,
+        include_topic_authorized_operations=False)
+
+
+def init_producer_id_request():
+    schema = _request(ApiKey.INIT_PRODUCER_ID, INIT_PRODUCER_ID_VERSION)
+    return schema.InitProducerIdRequest(
+        transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60),
+        producer_id=-1, producer_epoch=-1)
+
+
+def make_batch(values: Sequence[bytes], *, producer_id: int = -1, producer_epoch: int = -1,
+               base_sequence: int = -1) -> bytes:
+    """One uncompressed batch of keyless records; with a producer id it is what an
+    idempotent producer sends, ``len(values)`` sequence numbers from ``base_sequence``."""
+    return encode_batch([Record(i, BASE_TIMESTAMP + i, None, v) for i, v in enumerate(values)],
+                        producer_id=producer_id, producer_epoch=producer_epoch,
+                        base_sequence=base_sequence)

@@ -1,0 +1,322 @@
+"""Topic administration through unchanged admin clients: confluent-kafka's AdminClient,
+kafka-python's KafkaAdminClient and kcat's metadata listing.
+
+Each client negotiates its own API versions (librdkafka prefers the newest flexible
+ones, kafka-python 3 its own maximum), so both are exercised for every operation.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+import kafka.errors
+import pytest
+from clients import BASE_TIMESTAMP, TIMEOUT
+from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    OffsetSpec,
+)
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType, KafkaAdminClient
+from kafka.admin import NewPartitions as KpNewPartitions
+from kafka.admin import NewTopic as KpNewTopic
+
+from gregor.broker.process import BrokerProcess
+
+
+# ----------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def admin(broker: BrokerProcess) -> AdminClient:
+    return AdminClient({"bootstrap.servers": broker.bootstrap})
+
+
+@pytest.fixture(scope="module")
+def kp_admin(broker: BrokerProcess) -> Iterator[KafkaAdminClient]:
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=TIMEOUT * 1000)
+    yield client
+    client.close()
+
+
+def _error_of(future) -> KafkaError:
+    with pytest.raises(KafkaException) as info:
+        future.result(TIMEOUT)
+    return info.value.args[0]
+
+
+def _create(admin: AdminClient, name: str, partitions: int = 1, **configs: str) -> None:
+    admin.create_topics([NewTopic(name, partitions, 1, config=configs)])[name].result(TIMEOUT)
+
+
+def _topic_configs(admin: AdminClient, name: str) -> dict[str, ConfigEntry]:
+    resource = ConfigResource("topic", name)
+    return admin.describe_configs([resource])[resource].result(TIMEOUT)
+
+
+# ------------------------------------------------------ confluent AdminClient
+def test_confluent_create_list_describe_delete(admin: AdminClient, topic_name: str) -> None:
+    admin.create_topics([NewTopic(topic_name, 3, 1)])[topic_name].result(TIMEOUT)
+
+    metadata = admin.list_topics(timeout=TIMEOUT)
+    assert sorted(metadata.topics[topic_name].partitions) == [0, 1, 2]
+    assert metadata.topics[topic_name].error is None
+    assert metadata.controller_id == next(iter(metadata.brokers))
+
+    description = admin.describe_topics(TopicCollection([topic_name]))[topic_name].result(TIMEOUT)
+    assert description.name == topic_name
+    assert not description.is_internal
+    assert [p.id for p in description.partitions] == [0, 1, 2]
+    assert all(p.leader.id == metadata.controller_id and [r.id for r in p.replicas]
+               == [metadata.controller_id] for p in description.partitions)
+
+    admin.delete_topics([topic_name])[topic_name].result(TIMEOUT)
+    assert topic_name not in admin.list_topics(timeout=TIMEOUT).topics
+
+
+def test_confluent_create_errors(admin: AdminClient, topic_name: str) -> None:
+    _create(admin, topic_name)
+    futures = admin.create_topics([
+        NewTopic(topic_name, 1, 1),
+        NewTopic("bad name!", 1, 1),
+        NewTopic(topic_name + "-huge", 100_000, 1),
+        NewTopic(topic_name + "-zero", 0, 1),
+        NewTopic(topic_name + "-rf", 1, 3),
+        NewTopic(topic_name + "-cfg", 1, 1, config={"cleanup.policy": "shred"}),
+    ])
+    codes = {name: _error_of(future).code() for name, future in futures.items()}
+    assert codes == {
+        topic_name: KafkaError.TOPIC_ALREADY_EXISTS,
+        "bad name!": KafkaError.TOPIC_EXCEPTION,
+        topic_name + "-huge": KafkaError.INVALID_PARTITIONS,
+        topic_name + "-zero": KafkaError.INVALID_PARTITIONS,
+        topic_name + "-rf": KafkaError.INVALID_REPLICATION_FACTOR,
+        topic_name + "-cfg": KafkaError.INVALID_CONFIG,
+    }
+    assert set(admin.list_topics(timeout=TIMEOUT).topics) & set(codes) == {topic_name}
+
+
+def test_confluent_validate_only_changes_nothing(admin: AdminClient, topic_name: str) -> None:
+    admin.create_topics([NewTopic(topic_name, 2, 1)], validate_only=True)[topic_name].result(
+        TIMEOUT)
+    assert topic_name not in admin.list_topics(timeout=TIMEOUT).topics
+
+    _create(admin, topic_name, 2)
+    admin.create_partitions([NewPartitions(topic_name, 5)],
+                            validate_only=True)[topic_name].result(TIMEOUT)
+    resource = ConfigResource("topic", topic_name, incremental_configs=[
+        ConfigEntry("retention.ms", "1234", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource], validate_only=True)[resource].result(TIMEOUT)
+
+    assert len(admin.list_topics(timeout=TIMEOUT).topics[topic_name].partitions) == 2
+    assert _topic_configs(admin, topic_name)["retention.ms"].value == "604800000"
+
+
+def test_confluent_delete_unknown_topic(admin: AdminClient, topic_name: str) -> None:
+    error = _error_of(admin.delete_topics([topic_name])[topic_name])
+    assert error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_confluent_create_partitions(admin: AdminClient, topic_name: str) -> None:
+    _create(admin, topic_name, 2)
+    admin.create_partitions([NewPartitions(topic_name, 4)])[topic_name].result(TIMEOUT)
+    assert sorted(admin.list_topics(timeout=TIMEOUT).topics[topic_name].partitions) == [0, 1, 2, 3]
+
+    error = _error_of(admin.create_partitions([NewPartitions(topic_name, 3)])[topic_name])
+    assert error.code() == KafkaError.INVALID_PARTITIONS
+
+
+def test_confluent_describe_configs(admin: AdminClient, topic_name: str) -> None:
+    _create(admin, topic_name, 1, **{"retention.ms": "60000", "cleanup.policy": "compact"})
+    configs = _topic_configs(admin, topic_name)
+    assert configs["retention.ms"].value == "60000"
+    assert configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert not configs["retention.ms"].is_default
+    assert configs["cleanup.policy"].value == "compact"
+    assert configs["segment.bytes"].value == "1073741824"
+    assert configs["segment.bytes"].is_default
+    assert configs["max.message.bytes"].value == "1048588"
+
+    broker_resource = ConfigResource("broker", "1")
+    broker_configs = admin.describe_configs([broker_resource])[broker_resource].result(TIMEOUT)
+    assert broker_configs["num.partitions"].value == "1"
+    assert broker_configs["num.partitions"].is_read_only
+
+    unknown = ConfigResource("topic", topic_name + "-missing")
+    error = _error_of(admin.describe_configs([unknown])[unknown])
+    assert error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_confluent_incremental_alter_configs(admin: AdminClient, topic_name: str) -> None:
+    _create(admin, topic_name, 1, **{"segment.ms": "100000"})
+
+    def alter(*entries: ConfigEntry) -> None:
+        resource = ConfigResource("topic", topic_name, incremental_configs=list(entries))
+        admin.incremental_alter_configs([resource])[resource].result(TIMEOUT)
+
+    alter(ConfigEntry("retention.ms", "12345", incremental_operation=AlterConfigOpType.SET),
+          ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND))
+    configs = _topic_configs(admin, topic_name)
+    assert configs["retention.ms"].value == "12345"
+    assert configs["cleanup.policy"].value == "delete,compact"
+    assert configs["segment.ms"].value == "100000"
+
+    alter(ConfigEntry("segment.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+          ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SUBTRACT))
+    configs = _topic_configs(admin, topic_name)
+    assert configs["segment.ms"].value == "604800000"
+    assert configs["segment.ms"].is_default
+    assert configs["cleanup.policy"].value == "compact"
+    assert configs["retention.ms"].value == "12345"
+
+    bad = ConfigResource("topic", topic_name, incremental_configs=[
+        ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET)])
+    assert _error_of(admin.incremental_alter_configs([bad])[bad]).code() == \
+        KafkaError.INVALID_CONFIG
+
+
+def test_confluent_alter_configs_replaces_all(admin: AdminClient, topic_name: str) -> None:
+    _create(admin, topic_name, 1, **{"segment.ms": "100000"})
+    resource = ConfigResource("topic", topic_name, set_config={"retention.ms": "999"})
+    with pytest.warns(DeprecationWarning):
+        future = admin.alter_configs([resource])[resource]
+    future.result(TIMEOUT)
+    configs = _topic_configs(admin, topic_name)
+    assert configs["retention.ms"].value == "999"
+    # AlterConfigs is a full replacement: what it does not name returns to the default.
+    assert configs["segment.ms"].is_default
+
+
+def test_confluent_describe_cluster(admin: AdminClient, broker: BrokerProcess) -> None:
+    cluster = admin.describe_cluster().result(TIMEOUT)
+    assert cluster.cluster_id
+    assert [(n.host, n.port) for n in cluster.nodes] == [("127.0.0.1", broker.port)]
+    assert cluster.controller.id == cluster.nodes[0].id
+
+
+def test_confluent_list_offsets_and_delete_records(admin: AdminClient, broker: BrokerProcess,
+                                                   topic_name: str) -> None:
+    from confluent_kafka import Producer
+
+    _create(admin, topic_name)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i, ts in enumerate([5000, 9000, 7000]):
+        producer.produce(topic_name, value=b"v%d" % i, partition=0, timestamp=BASE_TIMESTAMP + ts)
+    assert producer.flush(TIMEOUT) == 0
+
+    tp = TopicPartition(topic_name, 0)
+
+    def offsets(spec: OffsetSpec) -> tuple[int, int]:
+        info = admin.list_offsets({tp: spec})[tp].result(TIMEOUT)
+        return info.offset, info.timestamp
+
+    assert offsets(OffsetSpec.earliest())[0] == 0
+    assert offsets(OffsetSpec.latest())[0] == 3
+    assert offsets(OffsetSpec.max_timestamp()) == (1, BASE_TIMESTAMP + 9000)
+    assert offsets(OffsetSpec.for_timestamp(BASE_TIMESTAMP + 6000)) == (1, BASE_TIMESTAMP + 9000)
+    assert offsets(OffsetSpec.for_timestamp(BASE_TIMESTAMP + 9001))[0] == -1
+
+    deleted = admin.delete_records([TopicPartition(topic_name, 0, 2)])
+    assert deleted[tp].result(TIMEOUT).low_watermark == 2
+    assert offsets(OffsetSpec.earliest())[0] == 2
+
+
+# ------------------------------------------------------ kafka-python KafkaAdminClient
+def test_kafka_python_create_list_describe_delete(kp_admin: KafkaAdminClient,
+                                                  topic_name: str) -> None:
+    kp_admin.create_topics([KpNewTopic(topic_name, 2, 1, topic_configs={"retention.ms": "5000"})])
+    assert topic_name in kp_admin.list_topics()
+    (description,) = kp_admin.describe_topics([topic_name])
+    assert description["error_code"] == 0
+    assert [p["partition_index"] for p in description["partitions"]] == [0, 1]
+    assert all(p["isr_nodes"] == p["replica_nodes"] == [p["leader_id"]]
+               for p in description["partitions"])
+
+    kp_admin.create_partitions({topic_name: KpNewPartitions(3)})
+    (description,) = kp_admin.describe_topics([topic_name])
+    assert len(description["partitions"]) == 3
+
+    result = kp_admin.delete_topics([topic_name])
+    assert [t["error_code"] for t in result["topics"]] == [0]
+    assert topic_name not in kp_admin.list_topics()
+
+
+@pytest.mark.parametrize(("partitions", "replication", "error"), [
+    (1_000_000, 1, kafka.errors.InvalidPartitionsError),
+    (1, 2, kafka.errors.InvalidReplicationFactorError),
+])
+def test_kafka_python_create_errors(kp_admin: KafkaAdminClient, topic_name: str, partitions: int,
+                                    replication: int, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        kp_admin.create_topics([KpNewTopic(topic_name, partitions, replication)])
+    assert topic_name not in kp_admin.list_topics()
+
+
+def test_kafka_python_create_existing_and_invalid(kp_admin: KafkaAdminClient,
+                                                  topic_name: str) -> None:
+    kp_admin.create_topics([KpNewTopic(topic_name, 1, 1)])
+    with pytest.raises(kafka.errors.TopicAlreadyExistsError):
+        kp_admin.create_topics([KpNewTopic(topic_name, 1, 1)])
+    with pytest.raises(kafka.errors.InvalidTopicError):
+        kp_admin.create_topics([KpNewTopic("x" * 250, 1, 1)])
+    kp_admin.create_topics([KpNewTopic(topic_name + "-v", 1, 1)], validate_only=True)
+    assert topic_name + "-v" not in kp_admin.list_topics()
+
+
+def test_kafka_python_configs(kp_admin: KafkaAdminClient, topic_name: str) -> None:
+    kp_admin.create_topics([KpNewTopic(topic_name, 1, 1)])
+    resource = KpConfigResource(ConfigResourceType.TOPIC, topic_name)
+
+    def describe() -> dict[str, str]:
+        result = kp_admin.describe_configs([resource], config_filter="all")
+        return {name: entry["value"] for name, entry in result["topic"][topic_name].items()}
+
+    assert describe()["retention.ms"] == "604800000"
+    kp_admin.alter_configs([KpConfigResource(ConfigResourceType.TOPIC, topic_name, configs={
+        "retention.ms": ("SET", "4321"),
+        "cleanup.policy": ("APPEND", "compact"),
+    })])
+    configs = describe()
+    assert (configs["retention.ms"], configs["cleanup.policy"]) == ("4321", "delete,compact")
+
+    kp_admin.alter_configs([KpConfigResource(ConfigResourceType.TOPIC, topic_name, configs={
+        "retention.ms": ("DELETE", None)})])
+    assert describe()["retention.ms"] == "604800000"
+
+    kp_admin.alter_configs([KpConfigResource(ConfigResourceType.TOPIC, topic_name,
+                                             configs={"segment.ms": "77777"})],
+                           incremental=False)
+    # A full AlterConfigs replacement: kafka-python carries the other modified keys over.
+    configs = describe()
+    assert (configs["segment.ms"], configs["cleanup.policy"]) == ("77777", "delete,compact")
+    modified = kp_admin.describe_configs([resource])["topic"][topic_name]
+    assert set(modified) == {"segment.ms", "cleanup.policy"}
+
+
+def test_kafka_python_describe_cluster(kp_admin: KafkaAdminClient, broker: BrokerProcess) -> None:
+    cluster = kp_admin.describe_cluster()
+    assert cluster["cluster_id"]
+    assert [(b["host"], b["port"]) for b in cluster["brokers"]] == [("127.0.0.1", broker.port)]
+    assert cluster["controller_id"] == cluster["brokers"][0]["broker_id"]
+
+
+# ------------------------------------------------------------------- kcat -L
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_kcat_metadata(admin: AdminClient, broker: BrokerProcess, topic_name: str) -> None:
+    _create(admin, topic_name, 3)
+    out = subprocess.run(["kcat", "-b", broker.bootstrap, "-L", "-J", "-t", topic_name],
+                         capture_output=True, text=True, timeout=TIMEOUT, check=True).stdout
+    metadata = json.loads(out)
+    assert [(b["id"], b["name"]) for b in metadata["brokers"]] == [(1, broker.bootstrap)]
+    (topic,) = metadata["topics"]
+    assert topic["topic"] == topic_name
+    assert [(p["partition"], p["leader"], [r["id"] for r in p["replicas"]])
+            for p in topic["partitions"]] == [(0, 1, [1]), (1, 1, [1]), (2, 1, [1])]

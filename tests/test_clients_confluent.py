@@ -1,0 +1,442 @@
+"""confluent-kafka (librdkafka) producing to and consuming from a real broker process.
+
+librdkafka negotiates the newest flexible versions the broker advertises (Produce 9,
+Fetch 12, Metadata 12, ListOffsets 7), so these tests pin the flexible encodings.
+Where a client would hide the broker's exact answer (a retried duplicate, a sequence
+gap, the timing of a long poll) the request is sent raw, as librdkafka would send it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+from clients import (
+    BASE_TIMESTAMP,
+    FETCH_VERSION,
+    INIT_PRODUCER_ID_VERSION,
+    METADATA_VERSION,
+    PRODUCE_VERSION,
+    TIMEOUT,
+    WireConnection,
+    confluent_consume,
+    confluent_consumer,
+    confluent_sample,
+    fetch_request,
+    init_producer_id_request,
+    make_batch,
+    metadata_request,
+    produce_request,
+    sample_records,
+)
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    TIMESTAMP_CREATE_TIME,
+    KafkaError,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from gregor.broker.process import BrokerProcess
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
+from gregor.protocol.record_codec import decode_records, iter_batches
+
+COMPRESSIONS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+def _create_topic(bootstrap: str, name: str, partitions: int = 1, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1, config=configs)])[name].result(TIMEOUT)
+
+
+def _producer(bootstrap: str, **config: object) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **config})
+
+
+class Deliveries:
+    """Delivery reports, so a test can check every record was acknowledged without error."""
+
+    def __init__(self) -> None:
+        self.offsets: list[tuple[int, int]] = []
+        self.errors: list[KafkaError] = []
+
+    def __call__(self, error: KafkaError | None, message) -> None:
+        if error is not None:
+            self.errors.append(error)
+        else:
+            self.offsets.append((message.partition(), message.offset()))
+
+
+def _produce_and_flush(producer: Producer, topic: str, records, deliveries: Deliveries) -> None:
+    for r in records:
+        producer.produce(topic, key=r.key, value=r.value, headers=list(r.headers) or None,
+                         partition=r.partition, timestamp=r.timestamp, on_delivery=deliveries)
+    assert producer.flush(TIMEOUT) == 0
+    assert deliveries.errors == []
+
+
+def _consume_partitions(bootstrap: str, topic: str, partitions: int, count: int) -> list:
+    consumer = confluent_consumer(bootstrap)
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        return confluent_consume(consumer, count)
+    finally:
+        consumer.close()
+
+
+# ----------------------------------------------------------------- round trips
+@pytest.mark.parametrize("acks", ["0", "1", "all"])
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_round_trip(broker: BrokerProcess, topic_name: str, compression: str, acks: str) -> None:
+    """Keys, values (null and empty), headers and timestamps come back byte for byte, in
+    order per partition, at every acks level and with every compression codec."""
+    _create_topic(broker.bootstrap, topic_name, 3)
+    records = sample_records(600, partitions=3)
+    deliveries = Deliveries()
+    producer = _producer(broker.bootstrap, **{"compression.type": compression, "acks": acks,
+                                              "enable.idempotence": False})
+    _produce_and_flush(producer, topic_name, records, deliveries)
+    if acks != "0":
+        assert sorted(deliveries.offsets) == sorted((p, o) for p in range(3) for o in range(200))
+
+    messages = _consume_partitions(broker.bootstrap, topic_name, 3, len(records))
+    for partition in range(3):
+        got = [m for m in messages if m.partition() == partition]
+        assert [m.offset() for m in got] == list(range(200))
+        assert {m.timestamp()[0] for m in got} == {TIMESTAMP_CREATE_TIME}
+        assert [confluent_sample(m) for m in got] == [r for r in records
+                                                       if r.partition == partition]
+
+
+def test_idempotent_producer_delivers_each_record_once(broker: BrokerProcess,
+                                                       topic_name: str) -> None:
+    """Many small in-flight batches per partition, all sequenced; none duplicated or lost."""
+    _create_topic(broker.bootstrap, topic_name, 2)
+    records = sample_records(4000, partitions=2)
+    deliveries = Deliveries()
+    producer = _producer(broker.bootstrap, **{
+        "enable.idempotence": True, "linger.ms": 0, "batch.num.messages": 7,
+        "max.in.flight.requests.per.connection": 5, "compression.type": "lz4"})
+    _produce_and_flush(producer, topic_name, records, deliveries)
+    assert sorted(deliveries.offsets) == sorted((p, o) for p in range(2) for o in range(2000))
+    messages = _consume_partitions(broker.bootstrap, topic_name, 2, len(records))
+    for partition in range(2):
+        got = [confluent_sample(m) for m in messages if m.partition() == partition]
+        assert got == [r for r in records if r.partition == partition]
+
+
+def test_large_round_trip(broker: BrokerProcess, topic_name: str) -> None:
+    """200k records through four partitions (the million-record check is manual)."""
+    count, partitions = 200_000, 4
+    _create_topic(broker.bootstrap, topic_name, partitions)
+    producer = _producer(broker.bootstrap, **{"linger.ms": 20, "batch.size": 256 * 1024,
+                                              "queue.buffering.max.messages": 500_000})
+    deliveries = Deliveries()
+    padding = b"x" * 80
+    for i in range(count):
+        producer.produce(topic_name, value=b"%010d" % i + padding, key=b"%d" % i,
+                         partition=i % partitions, on_delivery=deliveries)
+        if i % 50_000 == 0:
+            producer.poll(0)
+    assert producer.flush(TIMEOUT * 3) == 0
+    assert deliveries.errors == []
+    assert len(deliveries.offsets) == count
+
+    consumer = confluent_consumer(broker.bootstrap, **{"fetch.queue.backoff.ms": 10})
+    consumer.assign([TopicPartition(topic_name, p, OFFSET_BEGINNING) for p in range(partitions)])
+    next_index = list(range(partitions))
+    next_offset = [0] * partitions
+    seen = 0
+    deadline = time.monotonic() + 60
+    while seen < count and time.monotonic() < deadline:
+        for message in consumer.consume(10_000, 0.5):
+            assert message.error() is None
+            p = message.partition()
+            assert message.offset() == next_offset[p]
+            assert message.value() == b"%010d" % next_index[p] + padding
+            assert message.key() == b"%d" % next_index[p]
+            next_offset[p] += 1
+            next_index[p] += partitions
+            seen += 1
+    consumer.close()
+    assert seen == count
+    assert next_offset == [count // partitions] * partitions
+
+
+# ------------------------------------------------------------- idempotence, raw
+def _idempotent_batches(client: WireConnection) -> Callable[[int, list[bytes]], bytes]:
+    """Get a producer id, and build batches under it from a base sequence and values."""
+    answer = client.request(ApiKey.INIT_PRODUCER_ID, INIT_PRODUCER_ID_VERSION,
+                            init_producer_id_request())
+    assert answer.error_code == ErrorCode.none
+
+    def batch(base_sequence: int, values: list[bytes]) -> bytes:
+        return make_batch(values, producer_id=answer.producer_id,
+                          producer_epoch=answer.producer_epoch, base_sequence=base_sequence)
+
+    return batch
+
+
+def _produce_raw(client: WireConnection, topic: str, records: bytes):
+    answer = client.request(ApiKey.PRODUCE, PRODUCE_VERSION, produce_request(topic, 0, records))
+    (partition,) = answer.responses[0].partition_responses
+    return partition
+
+
+def _log_end_offset(bootstrap: str, topic: str) -> int:
+    consumer = confluent_consumer(bootstrap)
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT)[1]
+    finally:
+        consumer.close()
+
+
+def test_retried_batch_is_acknowledged_but_not_written_again(broker: BrokerProcess,
+                                                            topic_name: str) -> None:
+    """A producer retry (same producer id, epoch and sequence) gets the original base
+    offset back and appends nothing, as Kafka answers a duplicate within the last five."""
+    _create_topic(broker.bootstrap, topic_name)
+    with WireConnection(broker.bootstrap) as client:
+        batch = _idempotent_batches(client)
+        first, second = batch(0, [b"a", b"b", b"c"]), batch(3, [b"d", b"e"])
+        assert _produce_raw(client, topic_name, first).base_offset == 0
+        assert _produce_raw(client, topic_name, second).base_offset == 3
+        for retry, original_offset in ((second, 3), (first, 0)):
+            answer = _produce_raw(client, topic_name, retry)
+            assert (answer.error_code, answer.base_offset) == (ErrorCode.none, original_offset)
+    assert _log_end_offset(broker.bootstrap, topic_name) == 5
+    values = [m.value() for m in _consume_partitions(broker.bootstrap, topic_name, 1, 5)]
+    assert values == [b"a", b"b", b"c", b"d", b"e"]
+
+
+def test_sequence_gap_is_rejected_out_of_order(broker: BrokerProcess, topic_name: str) -> None:
+    _create_topic(broker.bootstrap, topic_name)
+    with WireConnection(broker.bootstrap) as client:
+        batch = _idempotent_batches(client)
+        assert _produce_raw(client, topic_name, batch(0, [b"a", b"b"])).error_code == 0
+        gap = _produce_raw(client, topic_name, batch(5, [b"x"]))
+        assert gap.error_code == ErrorCode.out_of_order_sequence_number
+        # The connection and the producer's state survive; the next in-order batch lands.
+        resumed = _produce_raw(client, topic_name, batch(2, [b"c"]))
+        assert (resumed.error_code, resumed.base_offset) == (ErrorCode.none, 2)
+    assert _log_end_offset(broker.bootstrap, topic_name) == 3
+
+
+# -------------------------------------------------------------- assign and seek
+def _produce_batches(bootstrap: str, topic: str, batches: int, per_batch: int) -> None:
+    """``batches`` separate record batches, timestamps 1000 ms apart.
+
+    A long linger keeps each batch's records together; flush() sends them at once.
+    """
+    producer = _producer(bootstrap, **{"linger.ms": 5000})
+    for b in range(batches):
+        for i in range(per_batch):
+            offset = b * per_batch + i
+            producer.produce(topic, value=b"v%d" % offset, partition=0,
+                             timestamp=BASE_TIMESTAMP + b * 1000 + i)
+        assert producer.flush(TIMEOUT) == 0
+
+
+def test_seek_earliest_latest_and_offset(broker: BrokerProcess, topic_name: str) -> None:
+    _create_topic(broker.bootstrap, topic_name)
+    _produce_batches(broker.bootstrap, topic_name, batches=5, per_batch=10)
+    consumer = confluent_consumer(broker.bootstrap)
+    try:
+        consumer.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+        assert [m.offset() for m in confluent_consume(consumer, 50)] == list(range(50))
+
+        # Mid-batch: the broker returns the whole batch 30-39; the client skips to 35.
+        consumer.seek(TopicPartition(topic_name, 0, 35))
+        got = confluent_consume(consumer, 15)
+        assert [(m.offset(), m.value()) for m in got] == [(o, b"v%d" % o) for o in range(35, 50)]
+
+        consumer.assign([TopicPartition(topic_name, 0, OFFSET_END)])
+        assert consumer.consume(10, 1.0) == []
+        _produce_batches(broker.bootstrap, topic_name, batches=1, per_batch=1)
+        (latest,) = confluent_consume(consumer, 1)
+        assert (latest.offset(), latest.value()) == (50, b"v0")
+    finally:
+        consumer.close()
+
+
+def test_fetch_from_mid_batch_returns_the_whole_batch(broker: BrokerProcess,
+                                                      topic_name: str) -> None:
+    _create_topic(broker.bootstrap, topic_name)
+    _produce_batches(broker.bootstrap, topic_name, batches=3, per_batch=10)
+    with WireConnection(broker.bootstrap) as client:
+        answer = client.request(ApiKey.FETCH, FETCH_VERSION,
+                                fetch_request(topic_name, 0, 15, max_wait_ms=0))
+    (partition,) = answer.responses[0].partitions
+    assert (partition.error_code, partition.high_watermark) == (ErrorCode.none, 30)
+    assert partition.preferred_read_replica == -1
+    batches = [decode_records(b) for b in iter_batches(partition.records)]
+    assert [(h.base_offset, h.last_offset) for h, _ in batches] == [(10, 19), (20, 29)]
+
+
+def test_offsets_for_times(broker: BrokerProcess, topic_name: str) -> None:
+    _create_topic(broker.bootstrap, topic_name)
+    _produce_batches(broker.bootstrap, topic_name, batches=4, per_batch=5)
+    consumer = confluent_consumer(broker.bootstrap)
+    try:
+        def offset_for(timestamp: int) -> int:
+            (found,) = consumer.offsets_for_times([TopicPartition(topic_name, 0, timestamp)],
+                                                  timeout=TIMEOUT)
+            assert found.error is None
+            return found.offset
+
+        assert offset_for(0) == 0
+        assert offset_for(BASE_TIMESTAMP + 2000) == 10  # first record of the third batch
+        assert offset_for(BASE_TIMESTAMP + 2002) == 12  # inside a batch: the record, not the batch
+        assert offset_for(BASE_TIMESTAMP + 2003) == 13
+        assert offset_for(BASE_TIMESTAMP + 3004) == 19
+        assert offset_for(BASE_TIMESTAMP + 3005) == -1  # after every record: no offset
+
+        consumer.assign([TopicPartition(topic_name, 0, offset_for(BASE_TIMESTAMP + 1003))])
+        assert [m.offset() for m in confluent_consume(consumer, 12)] == list(range(8, 20))
+    finally:
+        consumer.close()
+
+
+# ---------------------------------------------------------------- long polling
+def test_produce_wakes_a_waiting_consumer(broker: BrokerProcess, topic_name: str) -> None:
+    """With fetch.wait.max.ms at 10 s, a record must arrive far sooner: the broker answers a
+    parked fetch as soon as data lands rather than at the end of the wait."""
+    _create_topic(broker.bootstrap, topic_name)
+    consumer = confluent_consumer(broker.bootstrap, **{"fetch.wait.max.ms": 10_000})
+    producer = _producer(broker.bootstrap, **{"linger.ms": 0})
+    try:
+        consumer.assign([TopicPartition(topic_name, 0, OFFSET_END)])
+        assert consumer.consume(1, 1.5) == []  # the consumer's fetch is parked by now
+        started = time.monotonic()
+        producer.produce(topic_name, value=b"wake up", partition=0)
+        producer.flush(TIMEOUT)
+        (message,) = confluent_consume(consumer, 1, timeout=8)
+        assert message.value() == b"wake up"
+        assert time.monotonic() - started < 3
+    finally:
+        consumer.close()
+
+
+def test_fetch_on_an_empty_partition_answers_by_max_wait(broker: BrokerProcess,
+                                                         topic_name: str) -> None:
+    _create_topic(broker.bootstrap, topic_name)
+    with WireConnection(broker.bootstrap) as client:
+        started = time.monotonic()
+        answer = client.request(ApiKey.FETCH, FETCH_VERSION,
+                                fetch_request(topic_name, 0, 0, max_wait_ms=300))
+        elapsed = time.monotonic() - started
+    (partition,) = answer.responses[0].partitions
+    assert partition.error_code == ErrorCode.none
+    assert not partition.records
+    assert 0.25 <= elapsed < 2.5
+
+
+def test_fetch_waits_for_min_bytes(broker: BrokerProcess, topic_name: str) -> None:
+    """Less than fetch.min.bytes available: the broker holds the answer until max wait,
+    then returns what it has; enough data arriving meanwhile answers at once."""
+    _create_topic(broker.bootstrap, topic_name)
+    _produce_batches(broker.bootstrap, topic_name, batches=1, per_batch=1)
+    with WireConnection(broker.bootstrap) as client:
+        started = time.monotonic()
+        answer = client.request(ApiKey.FETCH, FETCH_VERSION,
+                                fetch_request(topic_name, 0, 0, max_wait_ms=1000,
+                                              min_bytes=100_000))
+        elapsed = time.monotonic() - started
+        (partition,) = answer.responses[0].partitions
+        assert partition.records
+        assert 0.9 <= elapsed < 3
+
+        client.send(ApiKey.FETCH, FETCH_VERSION, fetch_request(
+            topic_name, 0, 1, max_wait_ms=10_000, min_bytes=50_000))
+        time.sleep(0.3)
+        started = time.monotonic()
+        producer = _producer(broker.bootstrap, **{"linger.ms": 0})
+        for _ in range(2):
+            producer.produce(topic_name, value=b"x" * 30_000, partition=0)
+            producer.flush(TIMEOUT)
+        answer = client.receive(ApiKey.FETCH, FETCH_VERSION)
+        assert time.monotonic() - started < 3
+        (partition,) = answer.responses[0].partitions
+        assert len(partition.records) >= 60_000
+
+
+# ---------------------------------------------------------------- auto-creation
+def test_auto_create_uses_num_partitions(fresh_broker: BrokerProcess, topic_name: str) -> None:
+    fresh_broker.overrides["num.partitions"] = "3"
+    fresh_broker.start()
+    producer = _producer(fresh_broker.bootstrap)
+    producer.produce(topic_name, value=b"first", partition=2)
+    assert producer.flush(TIMEOUT) == 0
+    metadata = producer.list_topics(topic_name, timeout=TIMEOUT)
+    assert sorted(metadata.topics[topic_name].partitions) == [0, 1, 2]
+
+
+def test_consumers_do_not_auto_create(broker: BrokerProcess, topic_name: str) -> None:
+    """librdkafka consumers send allow_auto_topic_creation=false; producers true."""
+    consumer = confluent_consumer(broker.bootstrap)
+    try:
+        consumer.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+        assert consumer.consume(1, 1.5) == []
+    finally:
+        consumer.close()
+    with WireConnection(broker.bootstrap) as client:
+        answer = client.request(ApiKey.METADATA, METADATA_VERSION,
+                                metadata_request([topic_name], allow_auto_topic_creation=False))
+        assert [t.error_code for t in answer.topics] == [ErrorCode.unknown_topic_or_partition]
+
+    producer = _producer(broker.bootstrap)
+    producer.produce(topic_name, value=b"created")
+    assert producer.flush(TIMEOUT) == 0
+    assert [m.value() for m in _consume_partitions(broker.bootstrap, topic_name, 1, 1)] == [
+        b"created"]
+
+
+def test_auto_create_disabled(fresh_broker: BrokerProcess, topic_name: str) -> None:
+    fresh_broker.overrides["auto.create.topics.enable"] = "false"
+    fresh_broker.start()
+    with WireConnection(fresh_broker.bootstrap) as client:
+        answer = client.request(ApiKey.METADATA, METADATA_VERSION,
+                                metadata_request([topic_name], allow_auto_topic_creation=True))
+        assert [t.error_code for t in answer.topics] == [ErrorCode.unknown_topic_or_partition]
+        answer = client.request(ApiKey.PRODUCE, PRODUCE_VERSION, produce_request(
+            topic_name, 0, make_batch([b"v"])))
+        (partition,) = answer.responses[0].partition_responses
+        assert partition.error_code == ErrorCode.unknown_topic_or_partition
+
+    producer = _producer(fresh_broker.bootstrap, **{"message.timeout.ms": 3000})
+    deliveries = Deliveries()
+    producer.produce(topic_name, value=b"nowhere", on_delivery=deliveries)
+    producer.flush(TIMEOUT)
+    assert len(deliveries.errors) == 1
+    assert topic_name not in producer.list_topics(timeout=TIMEOUT).topics
+
+
+# ---------------------------------------------------------------- message size
+def test_oversized_batch_is_rejected(broker: BrokerProcess, topic_name: str) -> None:
+    _create_topic(broker.bootstrap, topic_name, **{"max.message.bytes": "2000"})
+    producer = _producer(broker.bootstrap)
+    deliveries = Deliveries()
+    producer.produce(topic_name, value=b"x" * 5000, partition=0, on_delivery=deliveries)
+    producer.flush(TIMEOUT)
+    assert [e.code() for e in deliveries.errors] == [KafkaError.MSG_SIZE_TOO_LARGE]
+
+    deliveries = Deliveries()
+    producer.produce(topic_name, value=b"small", partition=0, on_delivery=deliveries)
+    assert producer.flush(TIMEOUT) == 0
+    assert (deliveries.errors, deliveries.offsets) == ([], [(0, 0)])
+
+
+def test_message_max_bytes_is_the_topic_default(fresh_broker: BrokerProcess,
+                                                topic_name: str) -> None:
+    fresh_broker.overrides["message.max.bytes"] = "4096"
+    fresh_broker.start()
+    _create_topic(fresh_broker.bootstrap, topic_name)
+    with WireConnection(fresh_broker.bootstrap) as client:
+        big = _produce_raw(client, topic_name, make_batch([b"x" * 5000]))
+        assert big.error_code == ErrorCode.message_too_large
+        small = _produce_raw(client, topic_name, make_batch([b"y" * 3000]))
+        assert (small.error_code, small.base_offset) == (ErrorCode.none, 0)
