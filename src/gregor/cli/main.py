@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from gregor.cli import broker_cmd
+from confluent_kafka import KafkaException
+
+from gregor.cli import broker_cmd, consume_cmd, perf_cmd, produce_cmd, topics_cmd
+from gregor.cli.errors import CliError, kafka_error_text
 from gregor.config import ConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gregor", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="gregor", description="A Kafka-compatible broker, and Kafka client tools.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     broker_cmd.add_parser(subparsers)
+    topics_cmd.add_parser(subparsers)
+    produce_cmd.add_parser(subparsers)
+    consume_cmd.add_parser(subparsers)
+    perf_cmd.add_parser(subparsers)
     return parser
 
 
@@ -22,9 +31,20 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args)
     except KeyboardInterrupt:
         return 130
-    except (ConfigError, OSError) as exc:
-        print(f"gregor: error: {exc}", file=sys.stderr)
-        return 1
+    except BrokenPipeError:
+        # The reader went away (``gregor consume ... | head``): not an error. Point stdout
+        # at /dev/null so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KafkaException as exc:
+        return _fail(kafka_error_text(exc))
+    except (CliError, ConfigError, OSError) as exc:
+        return _fail(str(exc))
+
+
+def _fail(message: str) -> int:
+    print(f"gregor: error: {message}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":
