@@ -15,6 +15,7 @@ from gregor.cluster.controller import Controller
 from gregor.cluster.metadata_image import MetadataImage
 from gregor.cluster.replica_manager import ReplicaManager
 from gregor.config import BrokerConfig, TopicConfig
+from gregor.storage.cleaner import LogCleaner
 from gregor.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,12 @@ class Broker:
                         lambda: self.log_manager.flush_due(_now_ms())),
             self._every(_CHECKPOINT_INTERVAL_S, self._checkpoint),
         ]
+        if self.config["log.cleaner.enable"]:
+            # Compaction never goes past what consumers may read: the high watermark.
+            cleaner = LogCleaner(self.log_manager, lambda tp: (
+                p.high_watermark if (p := self.replica_manager.get(*tp)) else None))
+            self._tasks.append(asyncio.create_task(cleaner.run(
+                self.config["log.cleaner.backoff.ms"])))
         host, port = self.advertised_address
         log.info("broker %d started; advertising %s:%d; data in %s", self.broker_id, host, port,
                  self.config.log_dir)
