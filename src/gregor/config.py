@@ -219,6 +219,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
                   "largest session timeout a member may ask for", minimum=0),
         ConfigDef("offsets.retention.minutes", ConfigType.INT, 10080,
                   "how long committed offsets of an empty group are kept", minimum=1),
+        ConfigDef("offsets.retention.check.interval.ms", ConfigType.LONG, 600000,
+                  "how often expired committed offsets are removed", minimum=1),
+        ConfigDef("offset.metadata.max.bytes", ConfigType.INT, 4096,
+                  "largest metadata string an offset commit may carry", minimum=0),
         ConfigDef("max.incremental.fetch.session.cache.slots", ConfigType.INT, 1000,
                   "fetch sessions (KIP-227) kept by the broker", minimum=0),
     )

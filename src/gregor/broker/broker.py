@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from gregor.broker import group_routes
 from gregor.broker.connection import Connection
 from gregor.broker.request import Request
 from gregor.broker.router import Router
@@ -15,6 +16,7 @@ from gregor.cluster.controller import Controller
 from gregor.cluster.metadata_image import MetadataImage
 from gregor.cluster.replica_manager import ReplicaManager
 from gregor.config import BrokerConfig, TopicConfig
+from gregor.groups.coordinator import GroupCoordinator
 from gregor.storage.cleaner import LogCleaner
 from gregor.storage.log_manager import LogManager
 
@@ -34,6 +36,8 @@ class Broker:
         self.replica_manager = ReplicaManager(config, self.log_manager)
         self.controller = Controller(config, self.image, self.replica_manager)
         self.router = Router()
+        self.group_coordinator = GroupCoordinator(config, self.controller, self.replica_manager)
+        group_routes.register(self.router)
         self.advertised_address = config.advertised_address()
         self._servers: list[asyncio.AbstractServer] = []
         self._tasks: list[asyncio.Task] = []
@@ -53,6 +57,7 @@ class Broker:
 
     async def start(self) -> None:
         self.load()
+        self.group_coordinator.start()
         for host, port in self.config.listener_addresses():
             server = await asyncio.start_server(self._on_connect, host or None, port,
                                                 reuse_address=True, backlog=1024)
@@ -68,6 +73,8 @@ class Broker:
             self._every(self.config["log.flush.scheduler.interval.ms"] / 1000,
                         lambda: self.log_manager.flush_due(_now_ms())),
             self._every(_CHECKPOINT_INTERVAL_S, self._checkpoint),
+            self._every(self.config["offsets.retention.check.interval.ms"] / 1000,
+                        self.group_coordinator.expire_offsets),
         ]
         if self.config["log.cleaner.enable"]:
             # Compaction never goes past what consumers may read: the high watermark.
@@ -87,6 +94,7 @@ class Broker:
         await asyncio.gather(*self._tasks, *self._connections, return_exceptions=True)
         for server in self._servers:
             await server.wait_closed()
+        await self.group_coordinator.shutdown()
         self.log_manager.shutdown(self.replica_manager.high_watermarks())
         log.info("broker %d stopped cleanly", self.broker_id)
 

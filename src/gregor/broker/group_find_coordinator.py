@@ -1,0 +1,56 @@
+"""FindCoordinator: every group's coordinator is the leader of its __consumer_offsets partition.
+
+The first lookup creates ``__consumer_offsets``, as in Kafka, so a broker whose
+clients never use groups carries none of its partitions.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING
+
+from gregor.broker.request import Request
+from gregor.groups.offsets_store import StoreError
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.codec import build, nested, response_schema
+from gregor.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from gregor.broker.broker import Broker
+
+_KEY = ApiKey.FIND_COORDINATOR
+_GROUP_KEY_TYPE = 0
+_TRANSACTION_KEY_TYPE = 1
+
+
+def _lookup(broker: Broker, key_type: int) -> dict:
+    """Fields of one answer: the coordinator's address, or an error with no node."""
+    error, message = ErrorCode.none, None
+    if key_type == _TRANSACTION_KEY_TYPE:
+        error, message = ErrorCode.coordinator_not_available, "transactions are not supported"
+    elif key_type != _GROUP_KEY_TYPE:
+        error, message = ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
+    else:
+        try:
+            broker.group_coordinator.store.ensure_topic()
+        except StoreError as exc:
+            error, message = exc.error, str(exc)
+    if error != ErrorCode.none:
+        return {"error_code": error, "error_message": message, "node_id": -1, "host": "",
+                "port": -1}
+    host, port = broker.advertised_address
+    return {"error_code": error, "error_message": None, "node_id": broker.broker_id,
+            "host": host, "port": port}
+
+
+async def handle(broker: Broker, request: Request):
+    body = request.body
+    version = request.version
+    key_type = getattr(body, "key_type", _GROUP_KEY_TYPE)
+    schema = response_schema(_KEY, version)
+    if version >= 4:
+        coordinator_cls = nested(_KEY, version, "Coordinator")
+        return build(schema, throttle_time=datetime.timedelta(0), coordinators=tuple(
+            build(coordinator_cls, key=key, **_lookup(broker, key_type))
+            for key in body.coordinator_keys))
+    return build(schema, throttle_time=datetime.timedelta(0), **_lookup(broker, key_type))

@@ -1,0 +1,1 @@
+"""Consumer groups: the group coordinator and committed offsets on ``__consumer_offsets``."""

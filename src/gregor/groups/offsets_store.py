@@ -1,0 +1,142 @@
+"""The internal topic ``__consumer_offsets``: where committed offsets and group state live.
+
+It is an ordinary compacted topic on the same log storage as user topics, so it
+gets the same durability (a ``kill -9`` loses nothing acknowledged) and the same
+recovery. Each group maps to one partition (Kafka's formula, so a group lands on
+the same partition number as in Kafka); that partition's leader is the group's
+coordinator, and reading the partition from the start rebuilds its groups.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+from gregor.cluster.controller import Controller, ControllerError
+from gregor.cluster.replica_manager import ReplicaManager
+from gregor.config import BrokerConfig
+from gregor.protocol.errors import ErrorCode
+from gregor.protocol.record_batch import InvalidRecordBatch, read_header
+from gregor.protocol.record_codec import Record, decode_records, encode_batch, iter_batches
+from gregor.storage.log import LogAppendError
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+# Kafka's offsets.topic.segment.bytes default: smaller segments than user topics, so
+# compaction can reclaim superseded commits sooner.
+_SEGMENT_BYTES = 100 * 1024 * 1024
+_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(_SEGMENT_BYTES)}
+_LOAD_CHUNK_BYTES = 1024 * 1024
+
+
+class StoreError(Exception):
+    """A write to ``__consumer_offsets`` failed; ``error`` is what the client should see."""
+
+    def __init__(self, error: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode``: 31-based over UTF-16 code units, as a signed int32."""
+    h = 0
+    encoded = text.encode("utf-16-be")
+    for i in range(0, len(encoded), 2):
+        h = (31 * h + ((encoded[i] << 8) | encoded[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(group_id: str, num_partitions: int) -> int:
+    """Kafka's ``Utils.abs(groupId.hashCode) % partitions`` (abs maps MIN_VALUE to 0)."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+
+
+class OffsetsStore:
+    def __init__(self, config: BrokerConfig, controller: Controller,
+                 replica_manager: ReplicaManager) -> None:
+        self.controller = controller
+        self.replica_manager = replica_manager
+        self._configured_partitions = config["offsets.topic.num.partitions"]
+
+    @property
+    def num_partitions(self) -> int:
+        """The topic's real partition count once it exists: the mapping must never change."""
+        topic = self.controller.image.topics.get(OFFSETS_TOPIC)
+        return len(topic.partitions) if topic else self._configured_partitions
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def exists(self) -> bool:
+        return OFFSETS_TOPIC in self.controller.image.topics
+
+    def ensure_topic(self) -> None:
+        """Create the topic on first use, as Kafka does when a group first looks up its
+        coordinator, so brokers that never see a group carry no empty partitions."""
+        if self.exists():
+            return
+        try:
+            self.controller.create_topic(OFFSETS_TOPIC, self._configured_partitions, -1,
+                                         _TOPIC_CONFIGS, internal=True)
+        except ControllerError as exc:
+            raise StoreError(ErrorCode.coordinator_not_available,
+                             f"cannot create {OFFSETS_TOPIC}: {exc}") from exc
+
+    def append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Write ``(key, value)`` records (value None: tombstone) to the group's partition."""
+        if not records:
+            return
+        self.ensure_topic()
+        index = self.partition_for(group_id)
+        partition = self.replica_manager.get(OFFSETS_TOPIC, index)
+        if partition is None:
+            raise StoreError(ErrorCode.coordinator_not_available,
+                             f"{OFFSETS_TOPIC}-{index} is not hosted here")
+        now_ms = int(time.time() * 1000)
+        batch = encode_batch([Record(offset=i, timestamp=now_ms, key=key, value=value)
+                              for i, (key, value) in enumerate(records)])
+        try:
+            partition.append_as_leader(batch, required_acks=-1)
+        except LogAppendError as exc:
+            raise StoreError(_STORE_ERRORS.get(exc.error, ErrorCode.unknown_server_error),
+                             str(exc)) from exc
+        self.replica_manager.notify((OFFSETS_TOPIC, index))
+
+    def read(self, index: int) -> Iterator[Record]:
+        """Every record of one partition, oldest first, up to its high watermark.
+
+        A corrupt batch (which recovery should already have truncated away) is skipped
+        with an error in the log rather than stopping the load of every other group.
+        """
+        partition = self.replica_manager.get(OFFSETS_TOPIC, index)
+        if partition is None:
+            return
+        position = partition.log_start_offset
+        while True:
+            region = partition.log.read(position, _LOAD_CHUNK_BYTES, partition.high_watermark)
+            if region is None:
+                return
+            for batch in iter_batches(region.read()):
+                try:
+                    header, records = decode_records(batch)
+                except InvalidRecordBatch as exc:
+                    header = read_header(batch)
+                    log.error("%s-%d: skipping unreadable batch at offset %d: %s",
+                              OFFSETS_TOPIC, index, header.base_offset, exc)
+                    records = []
+                yield from records
+                position = header.last_offset + 1
+
+
+# Kafka's GroupMetadataManager maps storage errors to errors group clients understand.
+_STORE_ERRORS = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+}
