@@ -25,7 +25,8 @@ from kio.static.constants import EntityType
 
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import encode_request
-from gregor.protocol.record_codec import Record, encode_batch
+from gregor.protocol.record_batch import BatchHeader, read_header
+from gregor.protocol.record_codec import Record, encode_batch, iter_batches
 
 TIMEOUT = 20.0
 # Recent timestamps: Kafka rolls a segment per batch when the first batch of a segment
@@ -206,3 +207,18 @@ def make_batch(values: Sequence[bytes], *, producer_id: int = -1, producer_epoch
     return encode_batch([Record(i, BASE_TIMESTAMP + i, None, v) for i, v in enumerate(values)],
                         producer_id=producer_id, producer_epoch=producer_epoch,
                         base_sequence=base_sequence)
+
+
+def stored_batches(bootstrap: str, topic: str, partition: int = 0) -> list[BatchHeader]:
+    """The headers of the batches the broker holds, to see what a client really sent
+    (its codec, its producer id and sequence numbers)."""
+    headers: list[BatchHeader] = []
+    with WireConnection(bootstrap) as connection:
+        while True:
+            offset = headers[-1].next_offset if headers else 0
+            answer = connection.request(ApiKey.FETCH, FETCH_VERSION, fetch_request(
+                topic, partition, offset, max_wait_ms=0))
+            records = answer.responses[0].partitions[0].records
+            if not records:
+                return headers
+            headers += [read_header(batch) for batch in iter_batches(records)]
