@@ -143,12 +143,14 @@ def _print_records(consumer: Consumer, args: argparse.Namespace, render: Formatt
     out = sys.stdout.buffer
     errors = ConsumerErrors(args.topic)
     progress = Progress(_PROGRESS_INTERVAL_S, enabled=not args.quiet and not out.isatty())
-    poll_s = _POLL_S if args.timeout is None else min(_POLL_S, max(args.timeout, 0.01))
     count = 0
     last_record = time.monotonic()
     while args.max_messages is None or count < args.max_messages:
         wanted = _BATCH if args.max_messages is None else min(_BATCH, args.max_messages - count)
-        messages: Iterable[Message] = consumer.consume(wanted, poll_s)
+        wait_s = _POLL_S
+        if args.timeout is not None:
+            wait_s = min(wait_s, max(last_record + args.timeout - time.monotonic(), 0.0))
+        messages: Iterable[Message] = consumer.consume(wanted, wait_s)
         printed = 0
         for message in messages:
             error = message.error()

@@ -121,6 +121,9 @@ def run(args: argparse.Namespace) -> int:
     throttle = Throttle(args.throughput)
     cpu_start, start = time.process_time(), time.monotonic()
     produce, topic = producer.produce, args.topic
+    # Unthrottled, poll() only every so many records (it costs more than produce());
+    # throttled, the loop has time to spare and progress must not wait for 1024 records.
+    poll_every = 1 if args.throughput > 0 else _POLL_EVERY
     for sent in range(args.num_records):
         while True:
             try:
@@ -128,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
                 break
             except BufferError:
                 producer.poll(0.001)
-        if sent % _POLL_EVERY == 0:
+        if sent % poll_every == 0:
             producer.poll(0)
             watch.check()
             if progress.due():
