@@ -9,14 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Iterable
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
     Consumer,
     KafkaError,
-    Message,
     TopicPartition,
 )
 
@@ -140,31 +138,37 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_records(consumer: Consumer, args: argparse.Namespace, render: Formatter) -> int:
+    """Print records until --max-messages, --timeout of silence, or Ctrl-C; return the count.
+
+    Ctrl-C is how a consumer that follows a topic normally ends, so it is not an error.
+    """
     out = sys.stdout.buffer
     errors = ConsumerErrors(args.topic)
     progress = Progress(_PROGRESS_INTERVAL_S, enabled=not args.quiet and not out.isatty())
     count = 0
     last_record = time.monotonic()
-    while args.max_messages is None or count < args.max_messages:
-        wanted = _BATCH if args.max_messages is None else min(_BATCH, args.max_messages - count)
-        wait_s = _POLL_S
-        if args.timeout is not None:
-            wait_s = min(wait_s, max(last_record + args.timeout - time.monotonic(), 0.0))
-        messages: Iterable[Message] = consumer.consume(wanted, wait_s)
-        printed = 0
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                errors.handle(error)
-                continue
-            out.write(render(message))
-            printed += 1
-        if printed:
-            out.flush()
-            count += printed
-            last_record = time.monotonic()
-        elif args.timeout is not None and time.monotonic() - last_record >= args.timeout:
-            break
-        if progress.due():
-            progress.report(f"{count} records consumed ...")
+    try:
+        while args.max_messages is None or count < args.max_messages:
+            wanted = _BATCH if args.max_messages is None else min(_BATCH,
+                                                                  args.max_messages - count)
+            wait_s = _POLL_S
+            if args.timeout is not None:
+                wait_s = min(wait_s, max(last_record + args.timeout - time.monotonic(), 0.0))
+            batch_start = count
+            for message in consumer.consume(wanted, wait_s):
+                error = message.error()
+                if error is not None:
+                    errors.handle(error)
+                    continue
+                out.write(render(message))
+                count += 1
+            if count > batch_start:
+                out.flush()
+                last_record = time.monotonic()
+            elif args.timeout is not None and time.monotonic() - last_record >= args.timeout:
+                break
+            if progress.due():
+                progress.report(f"{count} records consumed ...")
+    except KeyboardInterrupt:
+        out.flush()
     return count
