@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +20,15 @@ from pathlib import Path
 import pytest
 from clients import confluent_consumer
 from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KpTopicPartition
 from storage_helpers import topic_config
 
 from gregor.broker.process import BrokerProcess
@@ -442,8 +452,10 @@ def test_a_broker_compacts_a_topic_while_clients_use_it(fresh_broker: BrokerProc
         "cleanup.policy": "compact", "segment.bytes": "4096",
         "min.cleanable.dirty.ratio": "0.1", "delete.retention.ms": "0"})])[topic_name].result(15)
 
+    # Small batches, so that segments roll often and the cleaner has plenty to do.
     producer = Producer({"bootstrap.servers": fresh_broker.bootstrap, "linger.ms": 5,
-                         "enable.idempotence": True, "compression.type": "lz4"})
+                         "batch.size": 1000, "enable.idempotence": True,
+                         "compression.type": "lz4"})
     expected: dict[bytes, bytes | None] = {}
     for i in range(3000):
         key, value = b"key-%d" % (i % 20), b"value-%d" % i
@@ -454,12 +466,12 @@ def test_a_broker_compacts_a_topic_while_clients_use_it(fresh_broker: BrokerProc
     for k in range(5):  # tombstones, pushed out of the active segment by later updates
         producer.produce(topic_name, None, b"key-%d" % k)
         expected.pop(b"key-%d" % k)
-    for i in range(200):
+    for i in range(1000):
         key, value = b"key-%d" % (5 + i % 15), b"late-%d" % i
         producer.produce(topic_name, value, key)
         expected[key] = value
     assert producer.flush(15) == 0
-    end_offset = 3000 + 5 + 200
+    end_offset = 3000 + 5 + 1000
 
     def compacted_view() -> tuple[list[tuple[int, bytes, bytes | None]], int]:
         consumer = confluent_consumer(fresh_broker.bootstrap)
@@ -499,3 +511,62 @@ def test_a_broker_compacts_a_topic_while_clients_use_it(fresh_broker: BrokerProc
         final[key] = value
     assert {k: v for k, v in final.items() if v is not None} == expected
 
+
+
+def test_consumers_step_over_a_segment_that_compaction_emptied(fresh_broker: BrokerProcess,
+                                                               topic_name: str) -> None:
+    """After its tombstone goes, a segment holds only an empty batch (kept so the segment
+    still ends where it did); a fetch from offset 0 gets nothing but that batch, and each
+    client must move on past it."""
+    fresh_broker.overrides.update({"log.cleaner.backoff.ms": "100"})
+    fresh_broker.start()
+    admin = AdminClient({"bootstrap.servers": fresh_broker.bootstrap})
+    # Written while the policy is still delete, so the cleaner sees it all at once.
+    admin.create_topics([NewTopic(topic_name, 1, 1, config={
+        "segment.bytes": "300", "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": "0"})])[topic_name].result(15)
+    producer = Producer({"bootstrap.servers": fresh_broker.bootstrap, "linger.ms": 0})
+    # One batch per segment: a's values, a's tombstone, then b's values, each too large
+    # to share a segment with the empty batch that is all that remains of a.
+    for i in range(3):
+        producer.produce(topic_name, b"a-%d" % i, b"a")
+        producer.flush(15)
+    producer.produce(topic_name, None, b"a")
+    producer.flush(15)
+    for i in range(2):
+        producer.produce(topic_name, b"b-%d" % i + b"." * 280, b"b")
+        producer.flush(15)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic_name, incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact",
+                    incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(15)
+
+    partition_dir = fresh_broker.data_dir / f"{topic_name}-0"
+    first_segment = partition_dir / "00000000000000000000.log"
+    deadline = time.monotonic() + 30
+    while first_segment.stat().st_size != 61 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert first_segment.stat().st_size == 61, "the cleaner did not empty the first segment"
+    expected = [(4, b"b-0" + b"." * 280), (5, b"b-1" + b"." * 280)]
+
+    consumer = confluent_consumer(fresh_broker.bootstrap)
+    consumer.assign([TopicPartition(topic_name, 0, 0)])
+    got: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + 15
+    while len(got) < 2 and time.monotonic() < deadline:
+        got += [(m.offset(), m.value()) for m in consumer.consume(10, 0.5) if m.error() is None]
+    consumer.close()
+    assert got == expected
+
+    kp = KafkaConsumer(bootstrap_servers=fresh_broker.bootstrap, enable_auto_commit=False,
+                       consumer_timeout_ms=2000)
+    kp.assign([KpTopicPartition(topic_name, 0)])
+    kp.seek_to_beginning()
+    assert [(r.offset, r.value) for r in kp] == expected
+    kp.close()
+
+    if shutil.which("kcat"):
+        out = subprocess.run(["kcat", "-b", fresh_broker.bootstrap, "-q", "-C", "-t", topic_name,
+                              "-o", "beginning", "-e", "-f", "%o %s\\n"], capture_output=True,
+                             timeout=30, check=True).stdout
+        assert out.splitlines() == [b"%d %s" % pair for pair in expected]

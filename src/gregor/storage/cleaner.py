@@ -8,15 +8,15 @@ dirty share is highest:
 1. maps every key of the cleanable dirty segments to its latest offset (OffsetMap);
 2. rewrites every non-active segment up to the end of the mapped range, keeping a
    record only if no later record has its key. Offsets are kept, so gaps appear.
-   Neighbouring segments whose sizes add up to at most segment.bytes are written
-   into one, so compaction also reduces the segment count;
+   Neighbouring segments are written into one new segment while it stays within
+   segment.bytes, so compaction also reduces the segment count;
 3. swaps each rewritten group of segments in for its originals (Log.replace_segments:
    ``.cleaned`` -> ``.swap`` -> final name, completed on restart after a crash).
 
 Steps 1 and 2 only read files through descriptors duplicated beforehand and write
 new files, on a worker thread, so produce and fetch go on meanwhile. Step 3 runs on
-the event loop and skips a group whose segments changed in between (retention,
-truncation, topic deletion).
+the event loop and gives the pass up if the segments changed in between (truncation,
+topic deletion); segments that retention deleted meanwhile are just left out.
 
 Batches keep their base and last offsets, producer id, epoch, base sequence, leader
 epoch, timestamp type and codec (records are recompressed with it). A batch whose
@@ -509,33 +509,39 @@ class LogCleaner:
             producer_last_offsets=producers)
 
     def swap(self, candidate: LogToClean, result: CleaningResult) -> bool:
-        """Swap in each cleaned group whose originals are untouched; True if nothing was
-        skipped except groups that retention deleted meanwhile."""
+        """Swap every cleaned group in for its originals, or none if any original changed.
+
+        All or nothing: a tombstone dropped in one group may be all that hid an older
+        value of its key in another, so a pass is never half applied. The exception is
+        a group that retention deleted meanwhile: its data is gone either way.
+        """
         tp, lg = candidate.tp, candidate.log
+        present = {id(segment): segment for segment in lg.segments}
+        swappable = set()
+        for group in result.groups:
+            if all(present.get(id(s.segment)) is s.segment and s.segment.size == s.size
+                   for s in group.sources):
+                swappable.add(id(group))
+            elif group.sources[-1].end_offset > lg.log_start_offset:
+                result.discard()
+                return False
         if self.log_manager.logs.get(tp) is not lg:
             result.discard()
             return False
-        present = {id(segment): segment for segment in lg.segments}
-        complete = True
         for group in result.groups:
-            untouched = all(present.get(id(s.segment)) is s.segment and s.segment.size == s.size
-                            for s in group.sources)
-            if group.cleaned is not None and untouched:
-                lg.replace_segments([s.segment for s in group.sources], [group.cleaned])
+            if group.cleaned is None:
                 continue
-            if group.cleaned is not None:
-                _discard(group.cleaned)
-            deleted_by_retention = group.sources[-1].end_offset <= lg.log_start_offset
-            if not untouched and not deleted_by_retention:
-                complete = False
-        if complete:
-            self.first_dirty_offsets[tp] = result.mapped_end_offset
-            if result.latest_delete_horizon is None:
-                self._delete_horizons.pop(tp, None)
+            if id(group) in swappable:
+                lg.replace_segments([s.segment for s in group.sources], [group.cleaned])
             else:
-                self._delete_horizons[tp] = result.latest_delete_horizon
-            self._write_checkpoint()
-        return complete
+                _discard(group.cleaned)
+        self.first_dirty_offsets[tp] = result.mapped_end_offset
+        if result.latest_delete_horizon is None:
+            self._delete_horizons.pop(tp, None)
+        else:
+            self._delete_horizons[tp] = result.latest_delete_horizon
+        self._write_checkpoint()
+        return True
 
     def _forget_if_recreated(self, tp: TopicPartition, lg: Log) -> None:
         seen = self._seen.get(tp)
