@@ -34,6 +34,7 @@ Records without a key (written before the topic became compacted) are dropped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -467,6 +468,9 @@ class LogCleaner:
             try:
                 return await self.clean(candidate, now_ms)
             except Exception:
+                if self._abandon_if_deleted(candidate, None):
+                    log.info("%s: deleted while being cleaned", candidate.log.name)
+                    return False
                 # Kafka marks such a partition uncleanable rather than retrying forever.
                 log.exception("%s: compaction failed; not cleaning this log again",
                               candidate.log.name)
@@ -516,6 +520,8 @@ class LogCleaner:
         a group that retention deleted meanwhile: its data is gone either way.
         """
         tp, lg = candidate.tp, candidate.log
+        if self._abandon_if_deleted(candidate, result):
+            return False
         present = {id(segment): segment for segment in lg.segments}
         swappable = set()
         for group in result.groups:
@@ -525,9 +531,6 @@ class LogCleaner:
             elif group.sources[-1].end_offset > lg.log_start_offset:
                 result.discard()
                 return False
-        if self.log_manager.logs.get(tp) is not lg:
-            result.discard()
-            return False
         for group in result.groups:
             if group.cleaned is None:
                 continue
@@ -541,6 +544,20 @@ class LogCleaner:
         else:
             self._delete_horizons[tp] = result.latest_delete_horizon
         self._write_checkpoint()
+        return True
+
+    def _abandon_if_deleted(self, candidate: LogToClean, result: CleaningResult | None) -> bool:
+        """If the topic was deleted during the pass, remove what the pass wrote and True.
+
+        Files the worker created just as the directory was being removed can keep it
+        from going; it goes now (rmdir: only if empty, so never a recreated topic's).
+        """
+        if self.log_manager.logs.get(candidate.tp) is candidate.log:
+            return False
+        if result is not None:
+            result.discard()
+        with contextlib.suppress(OSError):
+            candidate.log.directory.rmdir()
         return True
 
     def _forget_if_recreated(self, tp: TopicPartition, lg: Log) -> None:
