@@ -23,9 +23,12 @@ from gregor.cli.progress import Progress
 
 MB = 1024 * 1024
 PERCENTILES = (0.5, 0.95, 0.99, 0.999)
-# Room for about a second of records at full speed: the default (100k) makes
-# produce() hit BufferError and poll far more often than it needs to.
-PERF_PRODUCER_DEFAULTS = {"queue.buffering.max.messages": 500_000}
+# The local queue bounded by bytes, like the Java producer's buffer.memory (32 MiB), and
+# not by librdkafka's 100k-message cap, which would throttle small records. The latency
+# measured includes the time a record waits in this queue, so its size sets the latency
+# figures of an unthrottled run just as buffer.memory does for kafka-producer-perf-test.
+PERF_PRODUCER_DEFAULTS = {"queue.buffering.max.messages": 10_000_000,
+                          "queue.buffering.max.kbytes": 32 * 1024}
 _POLL_EVERY = 1024  # records between poll() calls that serve delivery callbacks
 
 
