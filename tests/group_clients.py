@@ -1,0 +1,181 @@
+"""Consumers for the consumer-group tests, used the way applications use them.
+
+A group member must keep polling to take part in rebalances, so each
+:class:`PollingConsumer` polls in its own thread and records what it is assigned
+and what it receives; :class:`ConsumerProcess` runs one in a child process so a
+test can ``kill -9`` it. Run as a script, this module is that child.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+TIMEOUT = 30.0
+# Fast group settings so tests need seconds, not Kafka's default minutes.
+FAST_GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+              "topic.metadata.refresh.interval.ms": 1000}
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = TIMEOUT,
+               what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(TIMEOUT)
+
+
+def produce(bootstrap: str, topic: str, count: int, partitions: int, start: int = 0) -> None:
+    """``count`` records valued ``b"<n>"`` from ``start``, spread round-robin over partitions."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for n in range(start, start + count):
+        producer.produce(topic, value=b"%d" % n, partition=n % partitions)
+    assert producer.flush(TIMEOUT) == 0
+
+
+def group_consumer(bootstrap: str, group: str, **config: object) -> Consumer:
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                     "auto.offset.reset": "earliest", **FAST_GROUP, **config})
+
+
+class PollingConsumer:
+    """A confluent-kafka group member polled by a thread of its own.
+
+    With ``commit_each`` it commits every record synchronously after "processing"
+    it (and never automatically), so a record whose commit succeeded is one the group
+    must never deliver again.
+    """
+
+    def __init__(self, bootstrap: str, group: str, topics: list[str], *,
+                 commit_each: bool = False, **config: object) -> None:
+        if commit_each:
+            config["enable.auto.commit"] = False
+        self.consumer = group_consumer(bootstrap, group, **config)
+        self.commit_each = commit_each
+        self.values: list[bytes] = []
+        self.committed_values: set[bytes] = set()
+        self.assignment: frozenset[tuple[str, int]] = frozenset()
+        self.assign_calls = 0
+        self.revoke_calls = 0
+        self.errors: list[KafkaError] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.assign_calls += 1
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.revoke_calls += 1
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            message = self.consumer.poll(0.05)
+            self.assignment = frozenset((tp.topic, tp.partition)
+                                        for tp in self.consumer.assignment())
+            if message is None:
+                continue
+            if message.error() is not None:
+                if message.error().code() != KafkaError._PARTITION_EOF:
+                    self.errors.append(message.error())
+                continue
+            with self._lock:
+                self.values.append(message.value())
+            if self.commit_each:
+                try:
+                    self.consumer.commit(message=message, asynchronous=False)
+                except KafkaException as exc:
+                    # Expected while the group rebalances (REBALANCE_IN_PROGRESS,
+                    # ILLEGAL_GENERATION): the record is simply not committed.
+                    self.errors.append(exc.args[0])
+                else:
+                    with self._lock:
+                        self.committed_values.add(message.value())
+
+    def partitions(self) -> set[int]:
+        return {partition for _, partition in self.assignment}
+
+    def received(self) -> list[bytes]:
+        with self._lock:
+            return list(self.values)
+
+    def close(self) -> None:
+        """Stop polling and leave the group (LeaveGroup, unless the member is static)."""
+        self._stop.set()
+        self._thread.join(TIMEOUT)
+        self.consumer.close()
+
+
+def wait_for_assignments(consumers: list[PollingConsumer], partitions: int,
+                         sizes: list[int] | None = None, timeout: float = TIMEOUT) -> None:
+    """Wait until the members hold every partition exactly once (in these sizes, if given)."""
+    def settled() -> bool:
+        held = [c.partitions() for c in consumers]
+        everything = sorted(p for h in held for p in h)
+        return everything == list(range(partitions)) and (
+            sizes is None or sorted(len(h) for h in held) == sorted(sizes))
+    wait_until(settled, timeout, f"{partitions} partitions shared as {sizes} by "
+               f"{len(consumers)} consumers")
+
+
+class ConsumerProcess:
+    """A group member in a child process, reporting its assignment on stdout."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        # It never commits: whatever it consumed must reach another member after a kill.
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__)), bootstrap, group, topic],
+            stdout=subprocess.PIPE, text=True)
+        self.assignment: set[int] = set()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.assignment = set(json.loads(line))
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(TIMEOUT)
+
+    def terminate(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(TIMEOUT)
+
+
+def _child(bootstrap: str, group: str, topic: str) -> None:
+    consumer = group_consumer(bootstrap, group, **{"enable.auto.commit": False})
+    consumer.subscribe([topic])
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    reported = None
+    while not stop.is_set():
+        consumer.poll(0.05)
+        current = sorted(tp.partition for tp in consumer.assignment())
+        if current != reported:
+            print(json.dumps(current), flush=True)
+            reported = current
+    consumer.close()
+
+
+if __name__ == "__main__":
+    _child(*sys.argv[1:4])

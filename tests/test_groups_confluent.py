@@ -1,0 +1,286 @@
+"""Consumer groups with confluent-kafka (librdkafka): sharing, rebalancing, commits.
+
+Each test runs real group members against the session broker (initial rebalance
+delay 0) with a 6 s session timeout and fast heartbeats, so every scenario that
+waits for the coordinator takes seconds.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from group_clients import (
+    TIMEOUT,
+    ConsumerProcess,
+    PollingConsumer,
+    create_topic,
+    group_consumer,
+    produce,
+    wait_for_assignments,
+    wait_until,
+)
+
+from gregor.broker.process import BrokerProcess
+
+
+@pytest.fixture
+def group() -> str:
+    return f"g-{uuid.uuid4().hex[:10]}"
+
+
+def _close_all(consumers: list[PollingConsumer]) -> None:
+    for consumer in consumers:
+        consumer.close()
+
+
+def test_three_consumers_share_six_partitions_and_a_fourth_redistributes(
+        broker: BrokerProcess, topic_name: str, group: str) -> None:
+    create_topic(broker.bootstrap, topic_name, 6)
+    consumers = [PollingConsumer(broker.bootstrap, group, [topic_name]) for _ in range(3)]
+    try:
+        wait_for_assignments(consumers, 6, [2, 2, 2])
+        consumers.append(PollingConsumer(broker.bootstrap, group, [topic_name]))
+        wait_for_assignments(consumers, 6, [2, 2, 1, 1])
+    finally:
+        _close_all(consumers)
+
+
+def test_subscribe_by_regex(broker: BrokerProcess, topic_name: str, group: str) -> None:
+    create_topic(broker.bootstrap, f"{topic_name}-a", 2)
+    create_topic(broker.bootstrap, f"{topic_name}-b", 1)
+    create_topic(broker.bootstrap, f"other-{topic_name}", 1)
+    consumer = PollingConsumer(broker.bootstrap, group, [f"^{topic_name}-.*"])
+    try:
+        wait_until(lambda: consumer.assignment == {
+            (f"{topic_name}-a", 0), (f"{topic_name}-a", 1), (f"{topic_name}-b", 0)},
+            what="the regex's three partitions")
+    finally:
+        consumer.close()
+
+
+def test_clean_leave_rebalances_at_once(broker: BrokerProcess, topic_name: str,
+                                        group: str) -> None:
+    # A session far longer than the wait below: only LeaveGroup can explain the move.
+    slow_session = {"session.timeout.ms": 60000}
+    create_topic(broker.bootstrap, topic_name, 4)
+    stays = PollingConsumer(broker.bootstrap, group, [topic_name], **slow_session)
+    leaves = PollingConsumer(broker.bootstrap, group, [topic_name], **slow_session)
+    try:
+        wait_for_assignments([stays, leaves], 4, [2, 2])
+        leaves.close()
+        wait_until(lambda: stays.partitions() == {0, 1, 2, 3}, timeout=15,
+                   what="the remaining member to take every partition")
+    finally:
+        stays.close()
+
+
+def test_killed_member_loses_its_partitions_after_session_timeout(
+        broker: BrokerProcess, topic_name: str, group: str) -> None:
+    create_topic(broker.bootstrap, topic_name, 4)
+    survivor = PollingConsumer(broker.bootstrap, group, [topic_name])
+    victim = ConsumerProcess(broker.bootstrap, group, topic_name)
+    try:
+        wait_until(lambda: len(victim.assignment) == 2 and len(survivor.partitions()) == 2,
+                   what="two members with two partitions each")
+        victim.kill()
+        killed_at = time.monotonic()
+        wait_until(lambda: survivor.partitions() == {0, 1, 2, 3}, timeout=25,
+                   what="the survivor to take the killed member's partitions")
+        # No LeaveGroup was sent: the move must come from the 6 s session expiring.
+        assert time.monotonic() - killed_at > 3
+    finally:
+        victim.terminate()
+        survivor.close()
+
+
+def test_static_member_restarting_within_session_keeps_partitions_without_rebalance(
+        broker: BrokerProcess, topic_name: str, group: str) -> None:
+    create_topic(broker.bootstrap, topic_name, 4)
+    static = {"session.timeout.ms": 30000}
+    other = PollingConsumer(broker.bootstrap, group, [topic_name],
+                            **{"group.instance.id": "other", **static})
+    first = PollingConsumer(broker.bootstrap, group, [topic_name],
+                            **{"group.instance.id": "restarts", **static})
+    restarted = None
+    try:
+        wait_for_assignments([other, first], 4, [2, 2])
+        kept, others = first.partitions(), other.partitions()
+        rebalances = (other.assign_calls, other.revoke_calls)
+        first.close()  # a static member does not send LeaveGroup
+        restarted = PollingConsumer(broker.bootstrap, group, [topic_name],
+                                    **{"group.instance.id": "restarts", **static})
+        wait_until(lambda: restarted.partitions() == kept, what="the same partitions back")
+        time.sleep(2)  # several heartbeats: a rebalance would show up by now
+        assert other.partitions() == others
+        assert (other.assign_calls, other.revoke_calls) == rebalances
+    finally:
+        _close_all([c for c in (other, restarted) if c is not None])
+
+
+@pytest.mark.parametrize("strategy", ["roundrobin", "cooperative-sticky"])
+def test_assignors_are_passed_through(broker: BrokerProcess, topic_name: str, group: str,
+                                      strategy: str) -> None:
+    create_topic(broker.bootstrap, topic_name, 6)
+    config = {"partition.assignment.strategy": strategy}
+    consumers = [PollingConsumer(broker.bootstrap, group, [topic_name], **config)]
+    try:
+        wait_for_assignments(consumers, 6, [6])
+        consumers.append(PollingConsumer(broker.bootstrap, group, [topic_name], **config))
+        wait_for_assignments(consumers, 6, [3, 3])
+        consumers.append(PollingConsumer(broker.bootstrap, group, [topic_name], **config))
+        wait_for_assignments(consumers, 6, [2, 2, 2])
+    finally:
+        _close_all(consumers)
+
+
+def test_two_groups_each_receive_every_record(broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(broker.bootstrap, topic_name, 3)
+    produce(broker.bootstrap, topic_name, 300, 3)
+    groups = [[PollingConsumer(broker.bootstrap, name, [topic_name]) for _ in range(2)]
+              for name in (f"a-{topic_name}", f"b-{topic_name}")]
+    try:
+        for members in groups:
+            wait_until(lambda members=members: sum(len(m.received()) for m in members) >= 300,
+                       what="a group to receive all 300 records")
+        time.sleep(0.5)
+        for members in groups:
+            values = [v for m in members for v in m.received()]
+            # Within a group each record went to exactly one member.
+            assert sorted(values) == sorted(b"%d" % n for n in range(300))
+    finally:
+        _close_all([m for members in groups for m in members])
+
+
+def test_no_record_skipped_through_rebalances_and_a_kill(broker: BrokerProcess,
+                                                         topic_name: str, group: str) -> None:
+    """Members commit after processing each record while members join, leave and one
+    is killed mid-stream. Every record is seen, and none whose commit succeeded twice."""
+    create_topic(broker.bootstrap, topic_name, 4)
+    total = 4000
+    produce(broker.bootstrap, topic_name, total // 2, 4)
+    members = [PollingConsumer(broker.bootstrap, group, [topic_name], commit_each=True)]
+    victim = ConsumerProcess(broker.bootstrap, group, topic_name)
+    try:
+        wait_until(lambda: bool(victim.assignment), what="the victim to get partitions")
+        members.append(PollingConsumer(broker.bootstrap, group, [topic_name], commit_each=True))
+        produce(broker.bootstrap, topic_name, total // 2, 4, start=total // 2)
+        victim.kill()
+        members[0].close()
+        members.append(PollingConsumer(broker.bootstrap, group, [topic_name], commit_each=True))
+        produce(broker.bootstrap, topic_name, 1000, 4, start=total)
+        total += 1000
+
+        def seen() -> list[bytes]:
+            return [v for m in members for v in m.received()]
+        wait_until(lambda: len(set(seen())) >= total, timeout=60, what="every record")
+        assert set(seen()) == {b"%d" % n for n in range(total)}
+        deliveries = Counter(seen())
+        committed = set().union(*(m.committed_values for m in members))
+        assert not {v for v in committed if deliveries[v] > 1}
+    finally:
+        victim.terminate()
+        _close_all(members[1:])
+
+
+def test_commit_metadata_round_trips_and_survives_a_new_member(
+        broker: BrokerProcess, topic_name: str, group: str) -> None:
+    create_topic(broker.bootstrap, topic_name, 2)
+    produce(broker.bootstrap, topic_name, 20, 2)
+    consumer = group_consumer(broker.bootstrap, group, **{"enable.auto.commit": False})
+    consumer.subscribe([topic_name])
+    try:
+        wait_until(lambda: _collect(consumer, set()) >= 0 and bool(consumer.assignment()),
+                   what="an assignment")
+        committed = [TopicPartition(topic_name, 0, 7, metadata="checkpoint-7"),
+                     TopicPartition(topic_name, 1, 3, metadata="")]
+        consumer.commit(offsets=committed, asynchronous=False)
+        back = consumer.committed([TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)],
+                                  timeout=TIMEOUT)
+        assert [(tp.partition, tp.offset, tp.metadata) for tp in back] == [
+            (0, 7, "checkpoint-7"), (1, 3, "")]
+    finally:
+        consumer.close()
+    # A new member of the group starts where the group left off.
+    follower = group_consumer(broker.bootstrap, group)
+    follower.subscribe([topic_name])
+    try:
+        values: set[bytes] = set()
+        wait_until(lambda: _collect(follower, values) >= (10 - 7) + (10 - 3), what="the rest")
+        # Partition 0 holds even numbers, partition 1 odd ones (round robin).
+        assert values == ({b"%d" % n for n in range(14, 20, 2)}
+                          | {b"%d" % n for n in range(7, 20, 2)})
+    finally:
+        follower.close()
+
+
+def _collect(consumer: Consumer, into: set[bytes]) -> int:
+    message = consumer.poll(0.1)
+    if message is not None and message.error() is None:
+        into.add(message.value())
+    return len(into)
+
+
+@pytest.mark.parametrize(("reset", "expected"), [("earliest", 10), ("latest", 0)])
+def test_auto_offset_reset_applies_without_a_committed_offset(
+        broker: BrokerProcess, topic_name: str, group: str, reset: str, expected: int) -> None:
+    create_topic(broker.bootstrap, topic_name, 1)
+    produce(broker.bootstrap, topic_name, 10, 1)
+    consumer = group_consumer(broker.bootstrap, group, **{"auto.offset.reset": reset})
+    consumer.subscribe([topic_name])
+    try:
+        values: set[bytes] = set()
+        wait_until(lambda: _collect(consumer, values) >= 0 and bool(consumer.assignment()),
+                   what="an assignment")
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            _collect(consumer, values)
+        assert len(values) == expected
+    finally:
+        consumer.close()
+
+
+def test_auto_commit_stores_the_position(broker: BrokerProcess, topic_name: str,
+                                         group: str) -> None:
+    create_topic(broker.bootstrap, topic_name, 1)
+    produce(broker.bootstrap, topic_name, 10, 1)
+    consumer = group_consumer(broker.bootstrap, group, **{"auto.commit.interval.ms": 200})
+    consumer.subscribe([topic_name])
+    try:
+        values: set[bytes] = set()
+        wait_until(lambda: _collect(consumer, values) >= 10, what="ten records")
+
+        def committed() -> int:
+            return consumer.committed([TopicPartition(topic_name, 0)], timeout=TIMEOUT)[0].offset
+        wait_until(lambda: committed() == 10, what="the auto-commit of offset 10")
+    finally:
+        consumer.close()
+
+
+def test_unknown_group_member_commit_is_refused(broker: BrokerProcess, topic_name: str,
+                                                group: str) -> None:
+    """A consumer using assign() may commit to an empty group, not to one with members."""
+    create_topic(broker.bootstrap, topic_name, 1)
+    member = PollingConsumer(broker.bootstrap, group, [topic_name])
+    standalone = group_consumer(broker.bootstrap, group)
+    try:
+        wait_for_assignments([member], 1)
+        standalone.assign([TopicPartition(topic_name, 0)])
+        with pytest.raises(Exception) as failure:
+            standalone.commit(offsets=[TopicPartition(topic_name, 0, 5)], asynchronous=False)
+        assert failure.value.args[0].code() == KafkaError.UNKNOWN_MEMBER_ID
+    finally:
+        member.close()
+        standalone.close()
+    # Once the group is empty, the same commit is accepted.
+    standalone = group_consumer(broker.bootstrap, group)
+    try:
+        standalone.assign([TopicPartition(topic_name, 0)])
+        standalone.commit(offsets=[TopicPartition(topic_name, 0, 5)], asynchronous=False)
+        assert standalone.committed([TopicPartition(topic_name, 0)],
+                                    timeout=TIMEOUT)[0].offset == 5
+    finally:
+        standalone.close()
