@@ -72,10 +72,13 @@ class DeliveryTally:
     def summary(self, topic: str) -> str:
         records = "record" if self.delivered == 1 else "records"
         line = f"Produced {self.delivered} {records} to topic {topic}"
-        if not self.failures:
-            return line + "."
-        causes = "; ".join(f"{cause} ({count})" for cause, count in self.failures.most_common())
-        return f"{line}; {sum(self.failures.values())} failed: {causes}"
+        return f"{line}; {failure_summary(self.failures)}" if self.failures else line + "."
+
+
+def failure_summary(failures: Counter[str]) -> str:
+    """``N failed: cause (count); ...``, most frequent cause first."""
+    causes = "; ".join(f"{cause} ({count})" for cause, count in failures.most_common())
+    return f"{sum(failures.values())} failed: {causes}"
 
 
 def _lines(stream: BinaryIO) -> Iterator[bytes]:

@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from gregor.cli.client_config import client_config
 from gregor.cli.cluster_metadata import topic_metadata
 from gregor.cli.errors import CliError
-from gregor.cli.produce_cmd import producer_settings
+from gregor.cli.produce_cmd import failure_summary, producer_settings
 from gregor.cli.progress import Progress
 
 MB = 1024 * 1024
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
             watch.check()
             if progress.due():
                 progress.report(recorder.window_line())
-        throttle.wait(sent, producer)
+        throttle.wait(sent + 1, producer)
     while producer.flush(0.5):  # the records still in flight, 0 once all are acknowledged
         if progress.due():
             progress.report(recorder.window_line())
@@ -149,6 +149,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"client CPU {cpu:.2f} s ({cpu / elapsed:.0%} of one core)")
     watch.check()
     if recorder.failures:
-        causes = "; ".join(f"{c} ({n})" for c, n in recorder.failures.most_common())
-        raise CliError(f"{sum(recorder.failures.values())} records failed: {causes}")
+        raise CliError(f"of {args.num_records} records, {failure_summary(recorder.failures)}")
     return 0
