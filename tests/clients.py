@@ -14,6 +14,7 @@ import io
 import socket
 import struct
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -174,21 +175,24 @@ def produce_request(topic: str, partition: int, records: bytes, acks: int = -1):
 
 
 def fetch_request(topic: str, partition: int, offset: int, *, max_wait_ms: int = 500,
-                  min_bytes: int = 1, max_bytes: int = 1 << 20):
+                  min_bytes: int = 1, max_bytes: int = 1 << 20, session_id: int = 0,
+                  session_epoch: int = -1):
     schema = _request(ApiKey.FETCH, FETCH_VERSION)
     return schema.FetchRequest(
         cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(milliseconds=max_wait_ms),
-        min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=0, session_id=0,
-        session_epoch=-1, forgotten_topics_data=(), rack_id="",
+        min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=0, session_id=session_id,
+        session_epoch=session_epoch, forgotten_topics_data=(), rack_id="",
         topics=(schema.FetchTopic(topic=topic, partitions=(schema.FetchPartition(
             partition=partition, current_leader_epoch=-1, fetch_offset=offset,
             last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=max_bytes),)),))
 
 
-def metadata_request(topics: Sequence[str], allow_auto_topic_creation: bool):
+def metadata_request(topics: Sequence[str | uuid.UUID], allow_auto_topic_creation: bool):
+    """Metadata for topics given by name, or by id (a UUID)."""
     schema = _request(ApiKey.METADATA, METADATA_VERSION)
     return schema.MetadataRequest(
-        topics=tuple(schema.MetadataRequestTopic(topic_id=None, name=name) for name in topics),
+        topics=tuple(schema.MetadataRequestTopic(topic_id=t, name=None) if isinstance(t, uuid.UUID)
+                     else schema.MetadataRequestTopic(topic_id=None, name=t) for t in topics),
         allow_auto_topic_creation=allow_auto_topic_creation,
         include_topic_authorized_operations=False)
 

@@ -42,7 +42,8 @@ def admin(broker: BrokerProcess) -> AdminClient:
 
 @pytest.fixture(scope="module")
 def kp_admin(broker: BrokerProcess) -> Iterator[KafkaAdminClient]:
-    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=TIMEOUT * 1000)
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap,
+                              request_timeout_ms=int(TIMEOUT * 1000))
     yield client
     client.close()
 

@@ -9,6 +9,7 @@ gap, the timing of a long poll) the request is sent raw, as librdkafka would sen
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 
 import pytest
@@ -34,6 +35,7 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
     TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
     KafkaError,
     Producer,
     TopicPartition,
@@ -127,6 +129,27 @@ def test_idempotent_producer_delivers_each_record_once(broker: BrokerProcess,
     for partition in range(2):
         got = [confluent_sample(m) for m in messages if m.partition() == partition]
         assert got == [r for r in records if r.partition == partition]
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_log_append_time(broker: BrokerProcess, topic_name: str, compression: str) -> None:
+    """message.timestamp.type=LogAppendTime: the broker stamps its own time on the batch;
+    producers learn it from the produce response, consumers from the batch header."""
+    _create_topic(broker.bootstrap, topic_name, **{"message.timestamp.type": "LogAppendTime"})
+    stamped: list[tuple[int, int]] = []
+    producer = _producer(broker.bootstrap, **{"compression.type": compression})
+    before = int(time.time() * 1000)
+    for i in range(5):
+        producer.produce(topic_name, value=b"v%d" % i, partition=0, timestamp=BASE_TIMESTAMP,
+                         on_delivery=lambda _, m: stamped.append(m.timestamp()))
+    assert producer.flush(TIMEOUT) == 0
+    after = int(time.time() * 1000)
+    assert {kind for kind, _ in stamped} == {TIMESTAMP_LOG_APPEND_TIME}
+    assert all(before <= ts <= after for _, ts in stamped)
+
+    messages = _consume_partitions(broker.bootstrap, topic_name, 1, 5)
+    assert [m.timestamp() for m in messages] == stamped
+    assert [m.value() for m in messages] == [b"v%d" % i for i in range(5)]
 
 
 def test_large_round_trip(broker: BrokerProcess, topic_name: str) -> None:
@@ -226,6 +249,20 @@ def test_sequence_gap_is_rejected_out_of_order(broker: BrokerProcess, topic_name
     assert _log_end_offset(broker.bootstrap, topic_name) == 3
 
 
+def test_acks_0_error_closes_the_connection(broker: BrokerProcess, topic_name: str) -> None:
+    """An acks=0 producer reads no answer, so Kafka reports an error by closing the
+    connection; the client reconnects and refreshes its metadata."""
+    _create_topic(broker.bootstrap, topic_name)
+    with WireConnection(broker.bootstrap) as client:
+        client.send(ApiKey.PRODUCE, PRODUCE_VERSION,
+                    produce_request(topic_name, 0, make_batch([b"fine"]), acks=0))
+        client.send(ApiKey.PRODUCE, PRODUCE_VERSION,
+                    produce_request(topic_name, 7, make_batch([b"no such partition"]), acks=0))
+        with pytest.raises(ConnectionError):
+            client.receive(ApiKey.PRODUCE, PRODUCE_VERSION)
+    assert _log_end_offset(broker.bootstrap, topic_name) == 1
+
+
 # -------------------------------------------------------------- assign and seek
 def _produce_batches(bootstrap: str, topic: str, batches: int, per_batch: int) -> None:
     """``batches`` separate record batches, timestamps 1000 ms apart.
@@ -299,6 +336,22 @@ def test_offsets_for_times(broker: BrokerProcess, topic_name: str) -> None:
         assert [m.offset() for m in confluent_consume(consumer, 12)] == list(range(8, 20))
     finally:
         consumer.close()
+
+
+def test_fetch_sessions_are_declined(broker: BrokerProcess, topic_name: str) -> None:
+    """Any full fetch (epoch 0 or -1, whatever session id it names) is answered without a
+    session (id 0); an incremental fetch names a session the broker never created."""
+    _create_topic(broker.bootstrap, topic_name)
+    _produce_batches(broker.bootstrap, topic_name, batches=1, per_batch=3)
+    with WireConnection(broker.bootstrap) as client:
+        for session_id, epoch in ((0, 0), (0, -1), (1234, -1), (1234, 0)):
+            answer = client.request(ApiKey.FETCH, FETCH_VERSION, fetch_request(
+                topic_name, 0, 0, max_wait_ms=0, session_id=session_id, session_epoch=epoch))
+            assert (answer.error_code, answer.session_id) == (ErrorCode.none, 0)
+            assert answer.responses[0].partitions[0].high_watermark == 3
+        answer = client.request(ApiKey.FETCH, FETCH_VERSION, fetch_request(
+            topic_name, 0, 0, session_id=1234, session_epoch=5))
+        assert (answer.error_code, answer.responses) == (ErrorCode.fetch_session_id_not_found, ())
 
 
 # ---------------------------------------------------------------- long polling
@@ -384,9 +437,12 @@ def test_consumers_do_not_auto_create(broker: BrokerProcess, topic_name: str) ->
     finally:
         consumer.close()
     with WireConnection(broker.bootstrap) as client:
-        answer = client.request(ApiKey.METADATA, METADATA_VERSION,
-                                metadata_request([topic_name], allow_auto_topic_creation=False))
-        assert [t.error_code for t in answer.topics] == [ErrorCode.unknown_topic_or_partition]
+        missing_id = uuid.uuid4()
+        answer = client.request(ApiKey.METADATA, METADATA_VERSION, metadata_request(
+            [topic_name, missing_id], allow_auto_topic_creation=False))
+        assert [(t.error_code, t.name, t.topic_id) for t in answer.topics] == [
+            (ErrorCode.unknown_topic_or_partition, topic_name, None),
+            (ErrorCode.unknown_topic_id, None, missing_id)]
 
     producer = _producer(broker.bootstrap)
     producer.produce(topic_name, value=b"created")

@@ -98,7 +98,8 @@ async def handle_describe(broker: Broker, request: Request):
             error, message = ErrorCode.invalid_request, "unsupported resource type"
         configs = tuple(build(
             entry_cls, name=e.name, value=e.value, read_only=e.read_only,
-            config_source=e.config_source, is_default=e.config_source == ConfigSource.DEFAULT_CONFIG,
+            config_source=e.config_source,
+            is_default=e.config_source == ConfigSource.DEFAULT_CONFIG,
             is_sensitive=False,
             synonyms=tuple(build(synonym_cls, name=n, value=v, source=s) for n, v, s in e.synonyms)
             if include_synonyms else (),

@@ -20,7 +20,10 @@ if TYPE_CHECKING:
     from gregor.broker.broker import Broker
 
 # KIP-227 fetch sessions are optional for a broker: answering session id 0 tells
-# the client none was created, and it keeps sending full fetch requests.
+# the client none was created, and it keeps sending full fetch requests. A request
+# is a full fetch when its epoch is INITIAL (0, "open a session") or FINAL (-1,
+# "close it, or use none"), whatever session id it names; any other epoch is an
+# incremental fetch in a session this broker cannot know.
 _NO_SESSION = 0
 _FULL_FETCH_EPOCHS = (-1, 0)
 
@@ -71,9 +74,7 @@ def _read_partition(broker: Broker, topic: str, wanted, budget: int,
 async def handle(broker: Broker, request: Request):
     body = request.body
     version = request.version
-    session_id = getattr(body, "session_id", 0)
-    session_epoch = getattr(body, "session_epoch", -1)
-    if session_id != _NO_SESSION or session_epoch not in _FULL_FETCH_EPOCHS:
+    if getattr(body, "session_epoch", -1) not in _FULL_FETCH_EPOCHS:
         chunks = encode_fetch_response(version, request.header.correlation_id, 0,
                                        ErrorCode.fetch_session_id_not_found, _NO_SESSION, [])
         return RawResponse(chunks)

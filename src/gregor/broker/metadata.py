@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import uuid
 from typing import TYPE_CHECKING
 
 from gregor.broker.request import Request
@@ -46,43 +47,50 @@ def _topic_entry(broker: Broker, version: int, topic: TopicMetadata):
                  partitions=tuple(partitions), topic_authorized_operations=_UNKNOWN_OPERATIONS)
 
 
-def _error_entry(version: int, name: str | None, error: ErrorCode):
+def _error_entry(version: int, name: str | None, error: ErrorCode,
+                 topic_id: uuid.UUID | None = None):
     return build(nested(_KEY, version, "MetadataResponseTopic"), error_code=error, name=name,
-                 topic_id=None, is_internal=False, partitions=(),
+                 topic_id=topic_id, is_internal=False, partitions=(),
                  topic_authorized_operations=_UNKNOWN_OPERATIONS)
 
 
-def _requested_names(broker: Broker, request: Request) -> list[str | None] | None:
-    """Requested topic names, or None for "all topics" (null in v1+, empty in v0)."""
+def _requested_topics(broker: Broker, request: Request
+                      ) -> list[tuple[str | None, uuid.UUID | None]] | None:
+    """Requested ``(name, topic id)`` pairs, names resolved from ids (v10+), or None for
+    "all topics" (null in v1+, empty in v0)."""
     topics = request.body.topics
     if topics is None or (request.version == 0 and not topics):
         return None
     by_id = {t.uuid: t.name for t in broker.image.topics.values()}
-    names: list[str | None] = []
+    wanted: list[tuple[str | None, uuid.UUID | None]] = []
     for topic in topics:
-        name = topic.name
-        if name is None and getattr(topic, "topic_id", None) is not None:
-            name = by_id.get(topic.topic_id)
-        names.append(name)
-    return names
+        name, topic_id = topic.name, getattr(topic, "topic_id", None)
+        if name is None and topic_id is not None:
+            name = by_id.get(topic_id)
+        wanted.append((name, topic_id))
+    return wanted
 
 
 async def handle(broker: Broker, request: Request):
     version = request.version
-    names = _requested_names(broker, request)
+    wanted = _requested_topics(broker, request)
     allow_auto_create = getattr(request.body, "allow_auto_topic_creation", True) and (
         broker.config["auto.create.topics.enable"])
     entries = []
-    if names is None:
+    if wanted is None:
         entries = [_topic_entry(broker, version, t) for t in broker.image.topics.values()]
     else:
-        for name in names:
-            topic = broker.image.topics.get(name) if name is not None else None
-            if topic is None and name is not None and allow_auto_create:
+        for name, topic_id in wanted:
+            if name is None:
+                # Asked by id (v10+) for a topic that does not exist (any more).
+                entries.append(_error_entry(version, None, ErrorCode.unknown_topic_id, topic_id))
+                continue
+            topic = broker.image.topics.get(name)
+            if topic is None and allow_auto_create:
                 topic = _auto_create(broker, name)
             if topic is not None:
                 entries.append(_topic_entry(broker, version, topic))
-            elif name is not None and invalid_topic_reason(name):
+            elif invalid_topic_reason(name):
                 entries.append(_error_entry(version, name, ErrorCode.invalid_topic_exception))
             else:
                 entries.append(_error_entry(version, name, ErrorCode.unknown_topic_or_partition))

@@ -6,6 +6,7 @@ import datetime
 import logging
 from typing import TYPE_CHECKING
 
+from gregor.broker.connection import ConnectionClosed
 from gregor.broker.request import Request
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
@@ -73,6 +74,10 @@ async def handle(broker: Broker, request: Request):
                                partition_responses=tuple(partition_responses)))
     if body.acks == 0:
         # acks=0 producers read no response; sending one would desync their stream.
+        # An error is signalled as Kafka does, by closing the connection: the client
+        # notices, refreshes its metadata (a moved leader, a deleted topic) and goes on.
+        if any(p.error_code for t in responses for p in t.partition_responses):
+            raise ConnectionClosed
         return None
     return build(response_schema(_KEY, version), responses=tuple(responses),
                  throttle_time=datetime.timedelta(0))

@@ -30,7 +30,8 @@ async def handle(broker: Broker, request: Request):
             if partition is None:
                 error = ErrorCode.unknown_topic_or_partition
             else:
-                target = partition.high_watermark if item.offset == _TO_HIGH_WATERMARK else item.offset
+                target = (partition.high_watermark if item.offset == _TO_HIGH_WATERMARK
+                          else item.offset)
                 if target < 0 or target > partition.high_watermark:
                     error = ErrorCode.offset_out_of_range
                 else:
