@@ -1,0 +1,188 @@
+"""Kafka-protocol load generator (confluent-kafka / librdkafka) for gregor and Tansu.
+
+The same settings go to every Kafka-protocol system. librdkafka pauses fetching
+for ``fetch.queue.backoff.ms`` (1 s by default) once ~100k records are queued in
+the client, which would make consumers of small records stall and measure the
+client rather than the broker; hence the two consumer settings below.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.cpu import Stopwatch, Window
+from bench.pacing import paced
+from bench.records import RecordSet, Tally, VerificationError, stamp_of, stamped
+
+PRODUCER_CONFIG: dict[str, Any] = {
+    "linger.ms": 5,
+    "batch.size": 1_000_000,
+    "queue.buffering.max.messages": 1_000_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+    "enable.idempotence": False,
+    "compression.type": "none",
+    # Only failures produce delivery reports: one Python callback per record
+    # would cost the load generator more than the broker spends on it.
+    "delivery.report.only.error": True,
+}
+CONSUMER_CONFIG: dict[str, Any] = {
+    "group.id": "bench",  # required by the client; offsets are assigned, never committed
+    "enable.auto.commit": False,
+    "enable.partition.eof": False,
+    "fetch.queue.backoff.ms": 10,
+    "queued.min.messages": 1_000_000,
+}
+# Latency runs send a trickle, so batching delay would dominate: linger 1 ms.
+LATENCY_PRODUCER_CONFIG: dict[str, Any] = {**PRODUCER_CONFIG, "linger.ms": 1, "acks": "1"}
+_CONSUME_BATCH = 10_000
+_STALL_TIMEOUT_S = 30.0
+
+_librdkafka_log = logging.getLogger("bench.librdkafka")
+
+
+def _common(bootstrap: str) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, "logger": _librdkafka_log}
+
+
+class KafkaClient:
+    distinguishes_acks = True
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = self.address = bootstrap
+        self.admin = AdminClient(_common(bootstrap))
+
+    def create(self, name: str, partitions: int) -> None:
+        for future in self.admin.create_topics(
+                [NewTopic(name, partitions, 1)], operation_timeout=30).values():
+            future.result(timeout=30)
+        self._await_leaders(name, partitions)
+
+    def _await_leaders(self, name: str, partitions: int) -> None:
+        """Metadata must show every partition led before producing to a fixed partition."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            topic = self.admin.list_topics(name, timeout=10).topics.get(name)
+            if (topic is not None and topic.error is None and len(topic.partitions) == partitions
+                    and all(p.leader >= 0 for p in topic.partitions.values())):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"topic {name} has no leaders after 30 s")
+
+    def delete(self, name: str, partitions: int) -> None:
+        for future in self.admin.delete_topics([name], operation_timeout=30).values():
+            try:
+                future.result(timeout=30)
+            except KafkaException as exc:
+                _librdkafka_log.warning("deleting %s: %s", name, exc)
+
+    def produce(self, name: str, partitions: int, records: RecordSet, acks: str,
+                watch: Stopwatch) -> Window:
+        failures: list[KafkaError] = []
+
+        def on_delivery(error: KafkaError | None, _msg: Message) -> None:
+            if error is not None:
+                failures.append(error)
+
+        producer = Producer({**_common(self.bootstrap), **PRODUCER_CONFIG, "acks": acks,
+                             "on_delivery": on_delivery})
+        producer.list_topics(name, timeout=10)  # connect before the clock starts
+        produce, poll = producer.produce, producer.poll
+        watch.start()
+        partition = 0
+        for value in records.values():
+            while True:
+                try:
+                    produce(name, value, partition=partition)
+                    break
+                except BufferError:
+                    poll(0.001)
+            partition = partition + 1 if partition + 1 < partitions else 0
+        remaining = producer.flush(_STALL_TIMEOUT_S)
+        window = watch.stop()
+        if remaining or failures:
+            raise VerificationError(
+                f"{name}: {remaining} records unacknowledged, {len(failures)} failed "
+                f"({failures[0] if failures else ''})")
+        return window
+
+    def consume(self, name: str, partitions: int, records: RecordSet,
+                watch: Stopwatch) -> Window:
+        consumer = Consumer({**_common(self.bootstrap), **CONSUMER_CONFIG})
+        try:
+            watch.start()
+            consumer.assign([TopicPartition(name, p, 0) for p in range(partitions)])
+            tally = _drain(consumer, records.count)
+            window = watch.stop()
+        finally:
+            consumer.close()
+        tally.verify(records.count, records.expected_checksum(), name)
+        return window
+
+    def produce_at_rate(self, name: str, filler: bytes, rate: float, count: int) -> Tally:
+        producer = Producer({**_common(self.bootstrap), **LATENCY_PRODUCER_CONFIG})
+        producer.list_topics(name, timeout=10)
+        sent = Tally()
+        for due in paced(rate, count):
+            values = [stamped(filler, time.monotonic_ns()) for _ in range(due)]
+            for value in values:
+                producer.produce(name, value, partition=0)
+            producer.poll(0)
+            sent.add(values)
+        if producer.flush(_STALL_TIMEOUT_S):
+            raise VerificationError(f"{name}: latency records left unacknowledged")
+        return sent
+
+    @staticmethod
+    def latency_consumer(bootstrap: str, name: str, count: int, ready: Any,
+                         conn: Connection) -> None:
+        consumer = Consumer({**_common(bootstrap), **CONSUMER_CONFIG})
+        consumer.assign([TopicPartition(name, 0, 0)])
+        consumer.consume(1, 0.5)  # connected and fetching before the producer starts
+        ready.set()
+        latencies = bytearray()
+        tally = _drain(consumer, count, latencies)
+        consumer.close()
+        conn.send((bytes(latencies), tally.count, tally.checksum))
+
+
+def _drain(consumer: Consumer, count: int, latencies: bytearray | None = None) -> Tally:
+    """Consume until ``count`` records arrived; fail on an error or a 30 s stall.
+
+    ``consume(n, timeout)`` waits for all ``n`` records or the whole timeout, which
+    would add up to a second at the end of a run and to every latency figure; so
+    block for one record, then take whatever else is queued without waiting.
+    """
+    tally = Tally()
+    last_progress = time.monotonic()
+    while tally.count < count:
+        first = consumer.poll(1.0)
+        if first is None:
+            if time.monotonic() - last_progress > _STALL_TIMEOUT_S:
+                raise VerificationError(f"consumer stalled at {tally.count} of {count} records")
+            continue
+        last_progress = time.monotonic()
+        messages = [first, *consumer.consume(min(_CONSUME_BATCH, count - tally.count), 0)]
+        now_ns = time.monotonic_ns()
+        if any(map(Message.error, messages)):
+            error = next(m.error() for m in messages if m.error())
+            raise VerificationError(f"consumer error: {error}")
+        values = list(map(Message.value, messages))
+        tally.add(values)
+        if latencies is not None:
+            latencies += b"".join((now_ns - stamp_of(v)).to_bytes(8, "little") for v in values)
+    return tally
+
+
+def write_librdkafka_log(path: Path) -> None:
+    """Send librdkafka's own log lines to a file instead of the terminal."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    _librdkafka_log.addHandler(handler)
+    _librdkafka_log.propagate = False

@@ -1,0 +1,66 @@
+"""Wall time and CPU of the load generator and of the server over one measured window.
+
+On two shared cores a figure means little without knowing who burnt the CPU:
+a system can look slow because the Python load generator saturates a core. So
+every window reports both sides, as cores used (CPU seconds per wall second).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import psutil
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """User + system CPU of each process and all of its descendants."""
+    total = 0.0
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            family = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        for proc in family:
+            try:
+                times = proc.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += times.user + times.system
+    return total
+
+
+@dataclass(frozen=True)
+class Window:
+    seconds: float
+    client_cores: float
+    server_cores: float
+
+
+class Stopwatch:
+    """Started right before the first send, stopped right after the last acknowledgement."""
+
+    def __init__(self, server_pids: Callable[[], list[int]],
+                 client_pids: Callable[[], list[int]] = lambda: [os.getpid()]) -> None:
+        self._server_pids = server_pids
+        self._client_pids = client_pids
+        self._start: tuple[float, float, float] | None = None
+
+    def _sample(self) -> tuple[float, float, float]:
+        return (time.perf_counter(), cpu_seconds(self._client_pids()),
+                cpu_seconds(self._server_pids()))
+
+    def start(self) -> None:
+        self._start = self._sample()
+
+    def stop(self) -> Window:
+        if self._start is None:
+            raise RuntimeError("stopwatch stopped before it was started")
+        end = self._sample()
+        wall = max(end[0] - self._start[0], 1e-9)
+        window = Window(wall, (end[1] - self._start[1]) / wall, (end[2] - self._start[2]) / wall)
+        self._start = None
+        return window

@@ -1,0 +1,174 @@
+"""docs/benchmarks.md from a run's results: targets, tables of medians, ratios, plots.
+
+Everything in the document is generated, except the analysis kept by hand in
+``bench/findings.md`` (profiles, what limits gregor, what to change), which is
+appended as it is so that a new run does not lose it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from bench.plots import write_plots
+from bench.results import Results
+from bench.summary import GREGOR, cases, cell, ratio, systems, targets
+
+FINDINGS = Path(__file__).with_name("findings.md")
+_BORROWED = " \\*"  # a system without an acks setting: its acks=1 figure
+
+METHOD = """\
+- **One system at a time.** Each server runs alone on the machine with its load
+  generator (both share the 2 cores), is started fresh, and is stopped and its
+  data deleted before the next one starts.
+- **Produce** sends every record of the run (values drawn in turn from 4,096
+  distinct random payloads), round-robin over the partitions, and the clock runs
+  from the first send to the last acknowledgement. **Consume** then reads the
+  same records from the start and stops the clock when the last one has arrived.
+  Every run is **verified**: the consumer must see exactly as many records as
+  were acknowledged, and the sum of the CRC-32 of their values must match what
+  was sent; a run that fails verification is reported as failed, not measured.
+- **Kafka protocol** (gregor, Tansu): confluent-kafka (librdkafka) with the
+  same settings for both: `linger.ms=5`, `batch.size=1000000`, no compression,
+  no idempotence, `acks` as stated; consumers assign partitions (no group
+  protocol) with `fetch.queue.backoff.ms=10`, `queued.min.messages=1000000`.
+- **Redis Streams**: a topic of N partitions is N stream keys. XADD commands are
+  RESP-encoded before the clock starts and pipelined (1,000 per write, 8 writes
+  in flight), every reply read and checked; XREADGROUP ... COUNT 10000 NOACK
+  with two reads in flight. Redis has no producer acks setting: its acks=all rows
+  repeat its acks=1 figure (marked \\*).
+- **NATS JetStream**: a topic of N partitions is N file-backed streams. Publish
+  is asynchronous with a reply subject, every ack counted and checked, at most
+  20,000 unacknowledged; consume is a pull consumer (`CONSUMER.MSG.NEXT`, batches
+  of 5,000, two outstanding). No acks setting either (\\*).
+- **End-to-end latency**: 100 B records, one partition, at half of the system's
+  own median produce rate for that case (equal relative load); producer and
+  consumer in separate processes, each value stamped with CLOCK_MONOTONIC at
+  send; the first second is warm-up and discarded. librdkafka uses
+  `linger.ms=1` here.
+- **Offset lookup** (gregor only): a small and a large log of 1 KiB records are
+  written through gregor's storage API, then a bare Fetch v4 request for 1 MiB
+  is timed on an open connection, at random offsets among the first 10,000
+  records (start) or among the last 10,000 (tail), interleaved.
+- **CPU** is reported as cores used (CPU seconds per wall second) of the load
+  generator (c) and of the server (s) during the timed window, from /proc.
+- **Limits**: O_DIRECT sequential write (ending with fsync) and read of 1 MiB
+  blocks in the data directory (no page cache, so no cache dropping needed),
+  a cached re-read of the same file, and one iperf3 TCP stream over loopback.
+"""
+
+
+def _size(n: float) -> str:
+    return f"{n / 1e9:g} GB" if n >= 1e9 else f"{n / 1e6:g} MB"
+
+
+def _rate(x: float) -> str:
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    return f"{x / 1e3:.0f}k" if x >= 1e4 else f"{x / 1e3:.1f}k"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def _throughput_section(results: Results, workload: str) -> list[str]:
+    names = systems(results)
+    peers = [n for n in names if n != GREGOR]
+    header = ["workload", *names, *(f"gregor / {p}" for p in peers if GREGOR in names)]
+    rows = []
+    for case in cases(results):
+        row = [case.label]
+        for system in names:
+            x = cell(results, system, workload, case)
+            row.append("—" if x is None else
+                       f"{x.mb_per_s:,.1f} MB/s · {_rate(x.records_per_s)} rec/s"
+                       f"{_BORROWED if x.borrowed else ''}<br>"
+                       f"<sub>cpu c {x.client_cores:.2f} · s {x.server_cores:.2f}</sub>")
+        if GREGOR in names:
+            for peer in peers:
+                r = ratio(results, workload, case, peer)
+                row.append("—" if r is None else (f"**{r:.2f}×**" if r < 1 else f"{r:.2f}×"))
+        rows.append(row)
+    return _table(header, rows)
+
+
+def _latency_section(results: Results) -> list[str]:
+    rows = [[lat.system, f"{lat.rate:,.0f}", f"{lat.p50_ms:.2f}", f"{lat.p99_ms:.2f}",
+             f"{lat.p999_ms:.2f}", f"{lat.max_ms:.1f}", f"{lat.records:,}",
+             f"c {lat.client_cores:.2f} · s {lat.server_cores:.2f}"] for lat in results.latency]
+    return _table(["system", "rate (rec/s)", "p50 ms", "p99 ms", "p99.9 ms", "max ms",
+                   "records", "cpu"], rows)
+
+
+def _lookup_section(results: Results) -> list[str]:
+    rows = []
+    for size in sorted({r.log_bytes for r in results.lookup}):
+        at = {r.position: r for r in results.lookup if r.log_bytes == size}
+        rows.append([_size(size)] + [f"{at[p].p50_ms:.2f} / {at[p].p99_ms:.2f}"
+                                     if p in at else "—" for p in ("start", "tail")])
+    return _table(["log size", "start: p50 / p99 ms", "tail: p50 / p99 ms"], rows)
+
+
+def render(results: Results, plots: dict[str, Path], out: Path) -> str:
+    lines = ["# Benchmarks", ""]
+    lines.append(f"Generated by `scripts/bench.sh` ({results.machine.get('command', '')}) on "
+                 f"{results.started}; the run took {results.seconds / 60:.1f} minutes. "
+                 "Raw results: [benchmarks.json](benchmarks.json).")
+    if results.quick:
+        lines += ["", "**Quick mode**: tiny sizes and one repetition, a smoke run — "
+                  "these figures are not benchmarks."]
+    lines += ["", "## Targets", ""]
+    lines += _table(["target", "measured", "met"],
+                    [[t.goal, t.measured, "yes" if t.met else "**no**"]
+                     for t in targets(results)])
+    lines += ["", "## Machine and limits", ""]
+    rows = [[k, v] for k, v in results.machine.items()]
+    if results.limits is not None:
+        lim = results.limits
+        rows += [["disk sequential write (O_DIRECT + fsync)", f"{lim.disk_write_mb_s:,.0f} MB/s"],
+                 ["disk sequential read (O_DIRECT)", f"{lim.disk_read_mb_s:,.0f} MB/s"],
+                 ["page-cache read", f"{lim.page_cache_read_mb_s:,.0f} MB/s"],
+                 ["loopback TCP, one stream (iperf3)", f"{lim.loopback_mb_s:,.0f} MB/s"]]
+    lines += _table(["", ""], rows)
+    lines += ["", "## Systems", ""]
+    lines += _table(["system", "version", "storage and acknowledgement"],
+                    [[name, info["version"], info["storage"]]
+                     for name, info in results.systems.items()])
+    relative = {title: os.path.relpath(path, out.parent) for title, path in plots.items()}
+    for workload in ("produce", "consume"):
+        lines += ["", f"## {workload.capitalize()} throughput", "",
+                  f"Median of {_repetitions(results)} runs; ratios are records/s, "
+                  "**bold** where gregor is behind.", ""]
+        lines += _throughput_section(results, workload)
+        title = f"{workload.capitalize()} throughput"
+        if title in relative:
+            lines += ["", f"![{title}]({relative[title]})"]
+    if results.latency:
+        lines += ["", "## End-to-end latency", ""] + _latency_section(results)
+        if "End-to-end latency" in relative:
+            lines += ["", f"![End-to-end latency]({relative['End-to-end latency']})"]
+    if results.lookup:
+        lines += ["", "## Offset lookup as the log grows (gregor)", ""]
+        lines += _lookup_section(results)
+        if "Offset lookup" in relative:
+            lines += ["", f"![Offset lookup]({relative['Offset lookup']})"]
+    lines += ["", "## How it is measured", "", METHOD.rstrip()]
+    if results.notes:
+        lines += ["", "## Notes from this run", ""] + [f"- {n}" for n in results.notes]
+    if FINDINGS.exists():
+        lines += ["", FINDINGS.read_text().rstrip()]
+    return "\n".join(lines) + "\n"
+
+
+def _repetitions(results: Results) -> int:
+    return max((t.repetition + 1 for t in results.throughput), default=0)
+
+
+def write_report(results: Results, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plots = write_plots(results, out.parent / "img")
+    results.save(out.with_suffix(".json"))
+    out.write_text(render(results, plots, out))

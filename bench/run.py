@@ -1,0 +1,156 @@
+"""One benchmark run: limits, then each system in turn, every server stopped afterwards.
+
+Systems run one at a time, never side by side, so each has both cores to share
+with its load generator. A failure of one workload (including a failed
+verification) is recorded and the run goes on; the exit status reports it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench import machine
+from bench.clients import StreamClient
+from bench.limits import measure_limits
+from bench.peers import Peer
+from bench.peers.gregor import GregorPeer
+from bench.peers.nats_jetstream import NatsJetStreamPeer
+from bench.peers.redis_streams import RedisStreamsPeer
+from bench.peers.tansu import TansuPeer
+from bench.plan import GB, Plan
+from bench.processes import Supervisor
+from bench.records import RecordSet
+from bench.results import Case, Results
+from bench.workloads.consume import consume
+from bench.workloads.e2e_latency import measure_latency
+from bench.workloads.fetch_lookup import measure_lookup, space_for
+from bench.workloads.produce import cases_for, produce
+
+SYSTEMS = ("gregor", "tansu", "redis", "nats")
+LATENCY_CASE = Case(100, 1, "1")
+# Disk left free besides the lookup logs: the throughput runs' data and the system's own needs.
+_DISK_RESERVE = 2 * GB
+
+
+def make_peer(key: str, workdir: Path, supervisor: Supervisor) -> Peer:
+    if key == "gregor":
+        return GregorPeer(workdir)
+    if key == "tansu":
+        return TansuPeer(workdir, supervisor)
+    if key == "redis":
+        return RedisStreamsPeer(workdir, supervisor)
+    if key == "nats":
+        return NatsJetStreamPeer(workdir, supervisor)
+    raise ValueError(f"unknown system {key!r}; choose from {', '.join(SYSTEMS)}")
+
+
+class Run:
+    def __init__(self, plan: Plan, systems: list[str], workdir: Path) -> None:
+        self.plan = plan
+        self.systems = systems
+        self.workdir = workdir
+        self.started = time.monotonic()
+        self.results = Results(quick=plan.quick,
+                               started=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
+        self.failures: list[str] = []
+
+    def say(self, message: str) -> None:
+        print(f"[{time.monotonic() - self.started:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    def note(self, message: str) -> None:
+        self.say(message)
+        self.results.notes.append(message)
+
+    def attempt(self, what: str, action: Callable[[], None]) -> None:
+        """Run one workload; record a failure instead of abandoning the other systems."""
+        try:
+            action()
+        except Exception as exc:  # noqa: BLE001 - any failure voids only this workload
+            self.failures.append(f"{what}: {exc}")
+            self.note(f"FAILED {what}: {exc}")
+            traceback.print_exc(file=sys.stderr)
+
+    def execute(self) -> Results:
+        supervisor = Supervisor()
+        try:
+            self.results.machine = machine.describe(self.workdir)
+            self.say("measuring disk and loopback limits")
+            self.results.limits = measure_limits(self.workdir, supervisor,
+                                                 self.plan.disk_probe_bytes,
+                                                 self.plan.iperf_seconds)
+            self.say(f"limits: {self.results.limits}")
+            for key in self.systems:
+                peer = make_peer(key, self.workdir, supervisor)
+                try:
+                    self.say(f"starting {peer.name}")
+                    peer.start()
+                    self.results.systems[peer.name] = {"version": peer.version(),
+                                                       "storage": peer.storage}
+                    self.benchmark(peer)
+                finally:
+                    peer.cleanup()
+        finally:
+            supervisor.close()
+        self.results.seconds = time.monotonic() - self.started
+        return self.results
+
+    def benchmark(self, peer: Peer) -> None:
+        client = peer.client()
+        for case in cases_for(client):
+            for repetition in range(self.plan.repetitions):
+                self.attempt(f"{peer.name} {case.label} #{repetition + 1}",
+                             lambda c=case, r=repetition: self.throughput(peer, client, c, r))
+        rate = self.max_rate(peer.name)
+        if rate:
+            self.attempt(f"{peer.name} latency", lambda: self.latency(peer, client, rate / 2))
+        if isinstance(peer, GregorPeer):
+            self.attempt("gregor offset lookup", lambda: self.lookup(peer))
+
+    def throughput(self, peer: Peer, client: StreamClient, case: Case, repetition: int) -> None:
+        topic = f"bench-{uuid.uuid4().hex[:8]}"
+        records = RecordSet(case.size, self.plan.records[case.size], seed=repetition)
+        client.create(topic, case.partitions)
+        try:
+            produced = produce(peer, client, topic, case, records, repetition)
+            consumed = consume(peer, client, topic, case, records, repetition)
+        finally:
+            client.delete(topic, case.partitions)
+        self.results.throughput += [produced, consumed]
+        self.say(f"{peer.name:15} {case.label:32} produce {produced.records_per_s:>9,.0f} rec/s "
+                 f"{produced.mb_per_s:6.1f} MB/s (cpu c{produced.client_cores:.2f} "
+                 f"s{produced.server_cores:.2f}) | consume {consumed.records_per_s:>9,.0f} rec/s "
+                 f"{consumed.mb_per_s:6.1f} MB/s (cpu c{consumed.client_cores:.2f} "
+                 f"s{consumed.server_cores:.2f})")
+
+    def max_rate(self, system: str) -> float:
+        rates = [t.records_per_s for t in self.results.throughput
+                 if t.system == system and t.workload == "produce" and t.case == LATENCY_CASE]
+        return statistics.median(rates) if rates else 0.0
+
+    def latency(self, peer: Peer, client: StreamClient, rate: float) -> None:
+        result = measure_latency(peer, client, rate, self.plan.latency_seconds)
+        self.results.latency.append(result)
+        self.say(f"{peer.name:15} latency at {rate:,.0f} rec/s: p50 {result.p50_ms:.2f} ms, "
+                 f"p99 {result.p99_ms:.2f} ms, p99.9 {result.p999_ms:.2f} ms")
+
+    def lookup(self, peer: GregorPeer) -> None:
+        small = self.plan.lookup_small
+        large = space_for(self.workdir, self.plan.lookup_large, small + _DISK_RESERVE)
+        if large < self.plan.lookup_large:
+            self.note(f"only {large / GB:.1f} GB of disk to spare: the large lookup log is "
+                      f"{large / GB:.1f} GB instead of {self.plan.lookup_large / GB:.0f} GB")
+        if large <= small:
+            raise RuntimeError("not enough disk space for the offset lookup logs")
+        results = measure_lookup(peer, {"lookup-small": small, "lookup-large": large},
+                                 self.plan.lookup_samples, self.note)
+        self.results.lookup = results
+        for r in results:
+            self.say(f"lookup {r.log_bytes / 1e6:,.0f} MB {r.position}: p50 {r.p50_ms:.2f} ms "
+                     f"p99 {r.p99_ms:.2f} ms")

@@ -1,0 +1,117 @@
+"""Medians over repetitions, ratios to gregor, and the issue's targets, from raw results."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from bench.results import Case, Lookup, Results, Throughput
+
+GREGOR = "gregor"
+TARGET_PEERS = ("Tansu", "Redis Streams")
+LOOPBACK_SHARE = 0.5
+LOOKUP_RATIO = 1.5
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Median of one system on one workload; ``borrowed`` if it stands in for another acks."""
+
+    records_per_s: float
+    mb_per_s: float
+    client_cores: float
+    server_cores: float
+    repetitions: int
+    borrowed: bool = False
+
+
+@dataclass(frozen=True)
+class Target:
+    goal: str
+    measured: str
+    met: bool
+
+
+def cell(results: Results, system: str, workload: str, case: Case) -> Cell | None:
+    """The median over repetitions; for a system without an acks setting, its only figure."""
+    runs = _runs(results, system, workload, case)
+    borrowed = False
+    if not runs and case.acks != "1":
+        runs = _runs(results, system, workload, Case(case.size, case.partitions, "1"))
+        borrowed = bool(runs)
+    if not runs:
+        return None
+    return Cell(statistics.median(r.records_per_s for r in runs),
+                statistics.median(r.mb_per_s for r in runs),
+                statistics.median(r.client_cores for r in runs),
+                statistics.median(r.server_cores for r in runs), len(runs), borrowed)
+
+
+def _runs(results: Results, system: str, workload: str, case: Case) -> list[Throughput]:
+    return [t for t in results.throughput
+            if t.system == system and t.workload == workload and t.case == case]
+
+
+def cases(results: Results) -> list[Case]:
+    seen: list[Case] = []
+    for t in results.throughput:
+        if t.case not in seen:
+            seen.append(t.case)
+    return sorted(seen, key=lambda c: (c.size, c.partitions, c.acks != "1"))
+
+
+def systems(results: Results) -> list[str]:
+    return list(results.systems)
+
+
+def ratio(results: Results, workload: str, case: Case, peer: str) -> float | None:
+    ours, theirs = cell(results, GREGOR, workload, case), cell(results, peer, workload, case)
+    if ours is None or theirs is None:
+        return None
+    return ours.records_per_s / theirs.records_per_s
+
+
+def lookup_ratio(results: Results) -> tuple[Lookup, Lookup] | None:
+    """``(small, large)`` start-of-log lookups, if both were measured."""
+    starts = sorted((r for r in results.lookup if r.position == "start"),
+                    key=lambda r: r.log_bytes)
+    return (starts[0], starts[-1]) if len(starts) >= 2 else None
+
+
+def targets(results: Results) -> list[Target]:
+    found = []
+    for peer in TARGET_PEERS:
+        if peer not in results.systems or GREGOR not in results.systems:
+            continue
+        for workload in ("produce", "consume"):
+            ratios = {c: ratio(results, workload, c, peer) for c in cases(results)}
+            known = {c: r for c, r in ratios.items() if r is not None}
+            if not known:
+                continue
+            worst = min(known, key=lambda c: known[c])
+            behind = sum(1 for r in known.values() if r < 1)
+            found.append(Target(
+                f"{workload} throughput ≥ {peer} on every workload",
+                f"gregor/{peer} from {known[worst]:.2f}× ({worst.label}) to "
+                f"{max(known.values()):.2f}×; behind on {behind} of {len(known)}",
+                behind == 0))
+    limits = results.limits
+    kib = [c for c in cases(results) if c.size == 1024]
+    consumed = [x for c in kib if (x := cell(results, GREGOR, "consume", c)) is not None]
+    if limits is not None and consumed:
+        best = max(x.mb_per_s for x in consumed)
+        share = best / limits.loopback_mb_s
+        found.append(Target(
+            f"consume of 1 KiB records ≥ {LOOPBACK_SHARE:.0%} of loopback TCP bandwidth",
+            f"best {best:,.0f} MB/s = {share:.1%} of {limits.loopback_mb_s:,.0f} MB/s",
+            share >= LOOPBACK_SHARE))
+    pair = lookup_ratio(results)
+    if pair is not None:
+        small, large = pair
+        factor = large.p50_ms / small.p50_ms
+        found.append(Target(
+            f"fetch from the start of the large log within {LOOKUP_RATIO}× of the small log",
+            f"p50 {large.p50_ms:.2f} ms at {large.log_bytes / 1e9:g} GB against "
+            f"{small.p50_ms:.2f} ms at {small.log_bytes / 1e6:g} MB: {factor:.2f}×",
+            factor <= LOOKUP_RATIO))
+    return found

@@ -1,0 +1,1 @@
+"""The workloads of the issue, each runnable against any peer's client."""
