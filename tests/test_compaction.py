@@ -42,7 +42,8 @@ from gregor.storage.log import Log, LogAppendError
 from gregor.storage.log_manager import LogManager
 from gregor.storage.segment import CLEANED_SUFFIX, SWAP_SUFFIX
 
-NOW = 1_700_000_000_000
+# Real time: records far in the past would roll a segment per batch (segment.ms).
+NOW = int(time.time() * 1000)
 TOPIC = "t"
 
 
