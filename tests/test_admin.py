@@ -26,10 +26,13 @@ from confluent_kafka.admin import (
     NewTopic,
     OffsetSpec,
 )
+from kafka import KafkaProducer
+from kafka import TopicPartition as KpTopicPartition
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 from kafka.admin import NewPartitions as KpNewPartitions
 from kafka.admin import NewTopic as KpNewTopic
+from kafka.admin import OffsetSpec as KpOffsetSpec
 
 from gregor.broker.process import BrokerProcess
 
@@ -300,6 +303,32 @@ def test_kafka_python_configs(kp_admin: KafkaAdminClient, topic_name: str) -> No
     assert (configs["segment.ms"], configs["cleanup.policy"]) == ("77777", "delete,compact")
     modified = kp_admin.describe_configs([resource])["topic"][topic_name]
     assert set(modified) == {"segment.ms", "cleanup.policy"}
+
+
+def test_kafka_python_list_offsets_and_delete_records(kp_admin: KafkaAdminClient,
+                                                      broker: BrokerProcess,
+                                                      topic_name: str) -> None:
+    kp_admin.create_topics([KpNewTopic(topic_name, 1, 1)])
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    for i, ts in enumerate([3000, 8000, 1000, 5000]):
+        producer.send(topic_name, value=b"v%d" % i, partition=0, timestamp_ms=BASE_TIMESTAMP + ts)
+    producer.flush(TIMEOUT)
+    producer.close()
+    tp = KpTopicPartition(topic_name, 0)
+
+    def lookup(spec: int) -> tuple[int, int]:
+        found = kp_admin.list_partition_offsets({tp: spec})[tp]
+        return found.offset, found.timestamp
+
+    assert lookup(KpOffsetSpec.EARLIEST)[0] == 0
+    assert lookup(KpOffsetSpec.LATEST)[0] == 4
+    assert lookup(KpOffsetSpec.MAX_TIMESTAMP) == (1, BASE_TIMESTAMP + 8000)
+    assert lookup(BASE_TIMESTAMP + 4000) == (1, BASE_TIMESTAMP + 8000)
+
+    assert kp_admin.delete_records({tp: 3})[tp]["low_watermark"] == 3
+    assert lookup(KpOffsetSpec.EARLIEST)[0] == 3
+    with pytest.raises(kafka.errors.OffsetOutOfRangeError):
+        kp_admin.delete_records({tp: 99})
 
 
 def test_kafka_python_describe_cluster(kp_admin: KafkaAdminClient, broker: BrokerProcess) -> None:
