@@ -139,16 +139,22 @@ class Broker:
         self.log_manager.checkpoint(self.replica_manager.high_watermarks())
 
     # ------------------------------------------------------------------ logging
-    def warn_once(self, kind: str, message: str, *args: object) -> None:
+    def warn_once(self, kind: str, message: str, *args: object,
+                  exc_info: BaseException | None = None) -> None:
         """Log a client misbehaviour at most once a minute per kind, so a bad client
-        cannot flood the log."""
+        cannot flood the log. With ``exc_info`` (a failure the client triggered, so a
+        bug of ours) it is logged as an error with its traceback.
+
+        Callers keep the number of kinds bounded (never a raw client value in it):
+        each kind stays in memory."""
         now = time.monotonic()
         if now - self._warned.get(kind, -_WARN_WINDOW_S) >= _WARN_WINDOW_S:
             self._warned[kind] = now
-            log.warning(message, *args)
+            log.log(logging.WARNING if exc_info is None else logging.ERROR, message, *args,
+                    exc_info=exc_info)
 
     def log_rejection(self, request: Request, topic: str, partition: int, exc: Exception) -> None:
-        self.warn_once(f"reject-{topic}-{type(exc).__name__}-{exc}"[:120],
+        self.warn_once(f"reject-{topic}-{getattr(exc, 'error', type(exc).__name__)}",
                        "rejected produce to %s-%d from %s: %s", topic, partition,
                        request.client_host, exc)
 

@@ -1,7 +1,13 @@
 """One client connection: read size-prefixed frames, dispatch in order, write responses.
 
 Requests on a connection are handled one at a time, in order, as Kafka does, so
-responses never need reordering. Anything malformed closes only this connection.
+responses never need reordering, and the next request is not read before the
+previous response is written: a client that sends without reading is held back
+by TCP flow control instead of making the broker buffer its answers.
+
+Whatever a client sends, the worst outcome is that its own connection is
+closed: every other client keeps being served. Refusals are logged through the
+broker's rate limiter, so a misbehaving client cannot flood the log either.
 """
 
 from __future__ import annotations
@@ -9,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NoReturn
 
 from gregor.broker import api_versions
 from gregor.broker.request import RawResponse, Request
@@ -23,6 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
+# api key, api version and correlation id: the least needed to route or refuse a request.
+_MIN_REQUEST_SIZE = 8
 # Below this, copying a region through user space is cheaper than sendfile's
 # pause-drain-resume dance on the transport.
 SENDFILE_THRESHOLD = 64 * 1024
@@ -43,55 +51,69 @@ class Connection:
         self.max_request_size = broker.config["socket.request.max.bytes"]
 
     async def run(self) -> None:
+        """Serve requests until the client leaves, is refused, or the broker stops.
+
+        Never raises, not even when cancelled by the broker's shutdown: on Python
+        3.11 asyncio's ``start_server`` calls ``task.exception()`` on the finished
+        connection task, which raises for a cancelled task and prints a traceback.
+        """
         try:
             while True:
-                prefix = await self.reader.readexactly(4)
-                (size,) = _SIZE.unpack(prefix)
-                if size < 8 or size > self.max_request_size:
-                    self.broker.warn_once("frame-size", "closing %s:%s: request size %d outside "
-                                          "[8, socket.request.max.bytes=%d]", self.client_host,
-                                          self.client_port, size, self.max_request_size)
-                    return
-                frame = await self.reader.readexactly(size)
+                frame = await self._read_frame()
                 response = await self.dispatch(frame)
                 if response is not None:
                     await self.send(response)
-        except (asyncio.IncompleteReadError, ConnectionError, ConnectionClosed):
-            pass
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError, ConnectionClosed):
+            pass  # the client left (possibly mid-frame), or was refused and that was logged
         except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("connection from %s:%s failed", self.client_host, self.client_port)
+            pass  # broker shutdown
+        except Exception as exc:
+            self.broker.warn_once(f"send-{type(exc).__name__}", "closing %s:%s: sending failed",
+                                  self.client_host, self.client_port, exc_info=exc)
         finally:
             self.writer.close()
 
-    async def dispatch(self, frame: bytes) -> Any:
-        try:
-            api_key, version, correlation_id = peek_api(frame)
-        except MalformedRequest:
-            self.broker.warn_once("short-header", "closing %s: header too short", self.client_host)
-            raise ConnectionClosed from None
+    async def _read_frame(self) -> bytes:
+        (size,) = _SIZE.unpack(await self.reader.readexactly(_SIZE.size))
+        # Checked before reading (or allocating) anything of the body, as Kafka does.
+        if not _MIN_REQUEST_SIZE <= size <= self.max_request_size:
+            self._refuse("frame-size", "request size %d outside [%d, socket.request.max.bytes=%d]",
+                         size, _MIN_REQUEST_SIZE, self.max_request_size)
+        return await self.reader.readexactly(size)
+
+    async def dispatch(self, frame: bytes) -> bytes | RawResponse | None:
+        """Handle one request frame; return the response to send, if any."""
+        api_key, version, correlation_id = peek_api(frame)
         router = self.broker.router
         route = router.route(api_key, version)
         if route is None:
-            if api_key == ApiKey.API_VERSIONS and version > 0:
+            if api_key == ApiKey.API_VERSIONS:
                 return api_versions.unsupported_version_response(
                     correlation_id, router.supported_versions())
-            self.broker.warn_once(f"unsupported-{api_key}-{version}",
-                                  "closing %s: unsupported api key %d version %d",
-                                  self.client_host, api_key, version)
-            raise ConnectionClosed
+            # One log kind per served API (plus one for all unknown keys), so that
+            # random keys and versions cannot mint unbounded rate-limiter entries.
+            known = api_key in router.routes
+            self._refuse(f"unsupported-version-{api_key}" if known else "unknown-api-key",
+                         "unsupported api key %d version %d", api_key, version)
         try:
             header, body = decode_request(frame)
         except MalformedRequest as exc:
-            self.broker.warn_once(f"malformed-{api_key}", "closing %s: %s", self.client_host, exc)
             log.debug("malformed frame starts %s", frame[:512].hex())
-            raise ConnectionClosed from None
+            self._refuse(f"malformed-{api_key}", "%s", exc)
         request = Request(header, body, self.client_host, self.client_port)
-        result = await route.handler(self.broker, request)
-        if result is None or isinstance(result, RawResponse):
-            return result
-        return encode_response(api_key, version, correlation_id, result)
+        try:
+            result = await route.handler(self.broker, request)
+            if result is None or isinstance(result, RawResponse):
+                return result
+            return encode_response(api_key, version, correlation_id, result)
+        except Exception as exc:
+            # A broker bug, but one request's: log it (with its traceback) and drop
+            # only this connection, whose client will reconnect and retry.
+            self.broker.warn_once(f"failed-{api_key}-{type(exc).__name__}",
+                                  "closing %s:%s: api key %d version %d failed",
+                                  self.client_host, self.client_port, api_key, version,
+                                  exc_info=exc)
+            raise ConnectionClosed from None
 
     async def send(self, response: bytes | RawResponse) -> None:
         writer = self.writer
@@ -103,8 +125,18 @@ class Connection:
                 if isinstance(chunk, bytes):
                     writer.write(chunk)
                 elif isinstance(chunk, FileRegion) and chunk.length >= SENDFILE_THRESHOLD:
+                    if writer.transport.is_closing():
+                        raise ConnectionClosed  # the client left; sendfile would raise
                     await loop.sendfile(writer.transport, chunk.file, chunk.position,
                                         chunk.length)
                 else:
                     writer.write(chunk.read())
+                    # A fetch may hold many small regions: never buffer more than the
+                    # transport's high-water mark of them for a client that is not reading.
+                    await writer.drain()
         await writer.drain()
+
+    def _refuse(self, kind: str, message: str, *args: object) -> NoReturn:
+        self.broker.warn_once(kind, "closing %s:%s: " + message, self.client_host,
+                              self.client_port, *args)
+        raise ConnectionClosed

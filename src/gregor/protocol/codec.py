@@ -18,6 +18,8 @@ from kio.index import load_payload_module, load_request_schema, load_response_sc
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from gregor.protocol.array_guard import check_arrays
+
 T = TypeVar("T")
 
 _FRAME_PREFIX = struct.Struct(">i")
@@ -71,7 +73,7 @@ def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
     """Decode a whole request frame (without its size prefix) into header and body."""
     api_key, version, _ = peek_api(frame)
     try:
-        _, header_reader, body_reader = _request_codec(api_key, version)
+        schema, header_reader, body_reader = _request_codec(api_key, version)
     except Exception as exc:  # kio raises its own lookup errors for unknown pairs
         raise MalformedRequest(f"no schema for api {api_key} v{version}") from exc
     try:
@@ -79,6 +81,7 @@ def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
         # Kafka's own parser does: librdkafka's "all topics" Metadata v9+ request
         # leaves a 4-byte array-count placeholder in which only the first byte counts.
         header, header_size = header_reader(frame, 0)
+        check_arrays(schema, frame, header_size)
         body, _ = body_reader(frame, header_size)
     except Exception as exc:
         raise MalformedRequest(f"cannot decode api {api_key} v{version}: {exc}") from exc

@@ -1,0 +1,203 @@
+"""Check a request's arrays before kio reads it: no more elements than bytes left,
+and null only where the schema allows it.
+
+kio's compiled decoder reserves memory for an array's claimed length before it
+reads a single element. A flexible request can claim up to 2**35 elements (a
+5-byte varint), a non-flexible one 2**31: reserving that fails, and a failed
+allocation in Rust aborts the process -- one frame from any client would take
+the broker down. kio also reads a null (length -1) for every array, nullable or
+not, and handlers iterate arrays without checking. Kafka's own parser refuses
+both ("Tried to allocate a collection of size N, but there are only M bytes
+remaining", "non-nullable field was serialized as null"); this walk does the
+same before kio sees the frame, following the same schema kio reads: field
+order, compact or legacy lengths, tagged fields.
+
+It stops quietly at the first other malformation: kio then refuses the frame at
+that same spot, with its own message. It runs on every request, so fixed-size
+fields are skipped in runs rather than one by one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Callable
+from functools import cache
+from types import NoneType, UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+Buffer = bytes | bytearray | memoryview
+# Reads one value at a position and returns the position after it.
+Walker = Callable[[Buffer, int], int]
+
+_FIXED_SIZES = {
+    "bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4,
+    "timedelta_i32": 4, "int64": 8, "uint64": 8, "timedelta_i64": 8, "datetime_i64": 8,
+    "float64": 8, "uuid": 16,
+}
+_LEGACY_LENGTHS = {1: struct.Struct(">b"), 2: struct.Struct(">h"), 4: struct.Struct(">i")}
+_MAX_VARINT_BYTES = 5
+
+
+class InvalidArray(ValueError):
+    """An array longer than the rest of the frame, or null where it may not be."""
+
+
+class _Malformed(Exception):
+    """Something kio will refuse at this spot; nothing after it needs checking."""
+
+
+def check_arrays(schema: type, frame: Buffer, offset: int) -> None:
+    """Raise :class:`InvalidArray` for a bad array in the ``schema`` request at ``offset``."""
+    try:
+        _entity_walker(schema)(frame, offset)
+    except (_Malformed, struct.error):
+        return  # kio refuses the frame where the walk stopped
+
+
+def _uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
+    if pos < len(buf) and buf[pos] < 0x80:  # lengths and counts are mostly one byte
+        return buf[pos], pos + 1
+    value = 0
+    for index in range(_MAX_VARINT_BYTES):
+        if pos >= len(buf):
+            raise _Malformed
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << (7 * index)
+        if byte < 0x80:
+            return value, pos
+    raise _Malformed
+
+
+def _length_reader(flexible: bool, legacy_size: int) -> Callable[[Buffer, int], tuple[int, int]]:
+    """A length prefix: compact (varint of length + 1) or legacy int16/int32; -1 is null."""
+    if flexible:
+        def compact(buf: Buffer, pos: int) -> tuple[int, int]:
+            value, pos = _uvarint(buf, pos)
+            return value - 1, pos
+
+        return compact
+    unpack = _LEGACY_LENGTHS[legacy_size].unpack_from
+
+    def legacy(buf: Buffer, pos: int) -> tuple[int, int]:
+        (value,) = unpack(buf, pos)  # struct.error past the end
+        if value < -1:
+            raise _Malformed
+        return value, pos + legacy_size
+
+    return legacy
+
+
+def _sized(flexible: bool, legacy_size: int) -> Walker:
+    """Strings (int16 legacy length), bytes and records (int32)."""
+    read_length = _length_reader(flexible, legacy_size)
+
+    def walk(buf: Buffer, pos: int) -> int:
+        length, pos = read_length(buf, pos)
+        return pos + max(length, 0)
+
+    return walk
+
+
+def _array(name: str, element: Walker | int, flexible: bool, nullable: bool) -> Walker:
+    read_length = _length_reader(flexible, 4)
+
+    def walk(buf: Buffer, pos: int) -> int:
+        count, pos = read_length(buf, pos)
+        if count < 0 and not nullable:
+            raise InvalidArray(f"non-nullable field {name} was serialized as null")
+        # Every element takes at least one byte: the bound Kafka's parser uses too.
+        if count > len(buf) - pos:
+            raise InvalidArray(f"{name} claims {count} elements, {len(buf) - pos} bytes left")
+        if isinstance(element, int):
+            return pos + max(count, 0) * element
+        for _ in range(count):
+            pos = element(buf, pos)
+        return pos
+
+    return walk
+
+
+def _nullable_entity(entity: Walker) -> Walker:
+    """A nullable struct field: an int8 marker, -1 for null."""
+    marker = _LEGACY_LENGTHS[1].unpack_from
+
+    def walk(buf: Buffer, pos: int) -> int:
+        (present,) = marker(buf, pos)
+        return pos + 1 if present < 0 else entity(buf, pos + 1)
+
+    return walk
+
+
+def _primitive(kafka_type: str, flexible: bool) -> Walker | int:
+    """A walker, or the size of a fixed-size type."""
+    if kafka_type in _FIXED_SIZES:
+        return _FIXED_SIZES[kafka_type]
+    if kafka_type == "string":
+        return _sized(flexible, 2)
+    if kafka_type in ("bytes", "records"):
+        return _sized(flexible, 4)
+    raise TypeError(f"no walker for kafka type {kafka_type!r}")
+
+
+def _without_none(hint: Any) -> tuple[Any, bool]:
+    if get_origin(hint) in (Union, UnionType) and NoneType in get_args(hint):
+        (inner,) = [arg for arg in get_args(hint) if arg is not NoneType]
+        return inner, True
+    return hint, False
+
+
+def _field_walker(field: dataclasses.Field, hint: Any, flexible: bool) -> Walker | int:
+    hint, nullable = _without_none(hint)
+    if get_origin(hint) is tuple:
+        element, _ = _without_none(get_args(hint)[0])
+        inner = (_entity_walker(element) if dataclasses.is_dataclass(element)
+                 else _primitive(field.metadata["kafka_type"], flexible))
+        return _array(field.name, inner, flexible, nullable)
+    if dataclasses.is_dataclass(hint):
+        entity = _entity_walker(hint)
+        return _nullable_entity(entity) if nullable else entity
+    return _primitive(field.metadata["kafka_type"], flexible)
+
+
+def _as_walker(step: Walker | int) -> Walker:
+    if isinstance(step, int):
+        return lambda _buf, pos: pos + step
+    return step
+
+
+@cache
+def _entity_walker(cls: type) -> Walker:
+    flexible = cls.__flexible__
+    hints = get_type_hints(cls)
+    steps: list[Walker | int] = []  # an int skips a run of fixed-size fields
+    tagged: dict[int, Walker] = {}
+    for field in dataclasses.fields(cls):
+        step = _field_walker(field, hints[field.name], flexible)
+        if "tag" in field.metadata:
+            tagged[field.metadata["tag"]] = _as_walker(step)
+        elif isinstance(step, int) and steps and isinstance(steps[-1], int):
+            steps[-1] += step
+        else:
+            steps.append(step)
+
+    fixed_steps = tuple(steps)
+
+    def walk(buf: Buffer, pos: int) -> int:
+        for step in fixed_steps:
+            pos = pos + step if step.__class__ is int else step(buf, pos)
+        if flexible:
+            count, pos = _uvarint(buf, pos)
+            for _ in range(count):
+                tag, pos = _uvarint(buf, pos)
+                _, pos = _uvarint(buf, pos)  # the value's size
+                known = tagged.get(tag)
+                if known is None:
+                    raise _Malformed  # kio refuses unknown tags
+                # Like kio (and Kafka's generated code), a known tag's value is read
+                # from here, and reading goes on from where the value ends.
+                pos = known(buf, pos)
+        return pos
+
+    return walk
