@@ -9,13 +9,15 @@ build the request with kio (the schemas the broker itself uses) and send it over
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import io
 import socket
 import struct
+import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +26,7 @@ from kio.index import load_payload_module, load_response_schema
 from kio.serial import entity_reader
 from kio.static.constants import EntityType
 
+from gregor.broker.process import BrokerProcess, free_port
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import encode_request
 from gregor.protocol.record_batch import BatchHeader, read_header
@@ -226,3 +229,111 @@ def stored_batches(bootstrap: str, topic: str, partition: int = 0) -> list[Batch
             if not records:
                 return headers
             headers += [read_header(batch) for batch in iter_batches(records)]
+
+
+class LostResponseProxy:
+    """A TCP proxy in front of the broker that can lose one Produce response.
+
+    It forwards every request, but when armed it swallows the broker's answer to the
+    next Produce request and cuts that connection, as a network failure after the
+    broker appended would. The producer cannot tell the write happened and sends the
+    same batch again: exactly the retry an idempotent producer's sequence numbers
+    exist to make harmless. The broker must advertise the proxy's address
+    (``advertised.listeners``) so clients keep going through it after bootstrap.
+    """
+
+    def __init__(self, broker_port: int, port: int) -> None:
+        self.broker_port = broker_port
+        self.listener = socket.create_server(("127.0.0.1", port))
+        self.port = port
+        self.armed = threading.Event()
+        self.produce_requests = 0
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @classmethod
+    def in_front_of(cls, broker: BrokerProcess) -> LostResponseProxy:
+        """Start ``broker`` (not yet running) advertising a proxy, and that proxy."""
+        port = free_port()
+        broker.overrides["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
+        broker.start()
+        return cls(broker.port, port)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self.listener.close()
+        with self._lock:
+            for sock in self._sockets:
+                _close_quietly(sock)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.broker_port))
+            with self._lock:
+                self._sockets += [client, upstream]
+            produce_ids: set[int] = set()
+            threading.Thread(target=self._requests, args=(client, upstream, produce_ids),
+                             daemon=True).start()
+            threading.Thread(target=self._responses, args=(upstream, client, produce_ids),
+                             daemon=True).start()
+
+    def _requests(self, client: socket.socket, upstream: socket.socket,
+                  produce_ids: set[int]) -> None:
+        for frame in _frames(client):
+            api_key, _, correlation_id = struct.unpack_from(">hhi", frame, 4)
+            if api_key == ApiKey.PRODUCE:
+                with self._lock:
+                    self.produce_requests += 1
+                produce_ids.add(correlation_id)
+            try:
+                upstream.sendall(frame)
+            except OSError:
+                break
+        _close_quietly(upstream)
+
+    def _responses(self, upstream: socket.socket, client: socket.socket,
+                   produce_ids: set[int]) -> None:
+        for frame in _frames(upstream):
+            (correlation_id,) = struct.unpack_from(">i", frame, 4)
+            if correlation_id in produce_ids and self.armed.is_set():
+                self.armed.clear()
+                break
+            try:
+                client.sendall(frame)
+            except OSError:
+                break
+        _close_quietly(client)
+        _close_quietly(upstream)
+
+
+def _frames(sock: socket.socket) -> Iterator[bytes]:
+    """Whole size-prefixed frames (prefix included) until the socket closes."""
+    buffer = b""
+    while True:
+        try:
+            chunk = sock.recv(1 << 16)
+        except OSError:
+            return
+        if not chunk:
+            return
+        buffer += chunk
+        while len(buffer) >= 4:
+            end = 4 + _SIZE.unpack_from(buffer)[0]
+            if len(buffer) < end:
+                break
+            yield buffer[:end]
+            buffer = buffer[end:]
+
+
+def _close_quietly(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()

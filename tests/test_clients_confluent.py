@@ -20,6 +20,8 @@ from clients import (
     METADATA_VERSION,
     PRODUCE_VERSION,
     TIMEOUT,
+    LostResponseProxy,
+    Sample,
     WireConnection,
     confluent_consume,
     confluent_consumer,
@@ -236,6 +238,32 @@ def test_retried_batch_is_acknowledged_but_not_written_again(broker: BrokerProce
     assert values == [b"a", b"b", b"c", b"d", b"e"]
 
 
+def test_retry_after_a_lost_response_is_not_written_twice(fresh_broker: BrokerProcess,
+                                                         topic_name: str) -> None:
+    """The broker appends a batch but its answer is lost: librdkafka resends the batch
+    with the same sequence numbers, and the broker acknowledges it without a copy."""
+    proxy = LostResponseProxy.in_front_of(fresh_broker)
+    try:
+        producer = _producer(proxy.bootstrap, **{"enable.idempotence": True, "linger.ms": 0,
+                                                 "retry.backoff.ms": 50})
+        deliveries = Deliveries()
+        first = [Sample(0, None, b"first-%d" % i, (), BASE_TIMESTAMP) for i in range(5)]
+        _produce_and_flush(producer, topic_name, first, deliveries)
+        proxy.armed.set()
+        requests_before = proxy.produce_requests
+        second = [Sample(0, None, b"second-%d" % i, (), BASE_TIMESTAMP) for i in range(5)]
+        _produce_and_flush(producer, topic_name, second, deliveries)
+        assert not proxy.armed.is_set(), "no produce response was lost"
+        assert proxy.produce_requests > requests_before + 1, "the batch was not retried"
+        assert sorted(deliveries.offsets) == [(0, o) for o in range(10)]
+
+        messages = _consume_partitions(proxy.bootstrap, topic_name, 1, 10)
+        assert [m.value() for m in messages] == [r.value for r in first + second]
+        assert _log_end_offset(proxy.bootstrap, topic_name) == 10
+    finally:
+        proxy.close()
+
+
 def test_sequence_gap_is_rejected_out_of_order(broker: BrokerProcess, topic_name: str) -> None:
     _create_topic(broker.bootstrap, topic_name)
     with WireConnection(broker.bootstrap) as client:
@@ -356,10 +384,10 @@ def test_fetch_sessions_are_declined(broker: BrokerProcess, topic_name: str) -> 
 
 # ---------------------------------------------------------------- long polling
 def test_produce_wakes_a_waiting_consumer(broker: BrokerProcess, topic_name: str) -> None:
-    """With fetch.wait.max.ms at 10 s, a record must arrive far sooner: the broker answers a
+    """With fetch.wait.max.ms at 15 s, a record must arrive far sooner: the broker answers a
     parked fetch as soon as data lands rather than at the end of the wait."""
     _create_topic(broker.bootstrap, topic_name)
-    consumer = confluent_consumer(broker.bootstrap, **{"fetch.wait.max.ms": 10_000})
+    consumer = confluent_consumer(broker.bootstrap, **{"fetch.wait.max.ms": 15_000})
     producer = _producer(broker.bootstrap, **{"linger.ms": 0})
     try:
         consumer.assign([TopicPartition(topic_name, 0, OFFSET_END)])
@@ -367,9 +395,9 @@ def test_produce_wakes_a_waiting_consumer(broker: BrokerProcess, topic_name: str
         started = time.monotonic()
         producer.produce(topic_name, value=b"wake up", partition=0)
         producer.flush(TIMEOUT)
-        (message,) = confluent_consume(consumer, 1, timeout=8)
+        (message,) = confluent_consume(consumer, 1, timeout=12)
         assert message.value() == b"wake up"
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 5
     finally:
         consumer.close()
 
@@ -385,7 +413,7 @@ def test_fetch_on_an_empty_partition_answers_by_max_wait(broker: BrokerProcess,
     (partition,) = answer.responses[0].partitions
     assert partition.error_code == ErrorCode.none
     assert not partition.records
-    assert 0.25 <= elapsed < 2.5
+    assert 0.25 <= elapsed < 5
 
 
 def test_fetch_waits_for_min_bytes(broker: BrokerProcess, topic_name: str) -> None:
@@ -401,10 +429,10 @@ def test_fetch_waits_for_min_bytes(broker: BrokerProcess, topic_name: str) -> No
         elapsed = time.monotonic() - started
         (partition,) = answer.responses[0].partitions
         assert partition.records
-        assert 0.9 <= elapsed < 3
+        assert 0.9 <= elapsed < 5
 
         client.send(ApiKey.FETCH, FETCH_VERSION, fetch_request(
-            topic_name, 0, 1, max_wait_ms=10_000, min_bytes=50_000))
+            topic_name, 0, 1, max_wait_ms=15_000, min_bytes=50_000))
         time.sleep(0.3)
         started = time.monotonic()
         producer = _producer(broker.bootstrap, **{"linger.ms": 0})
@@ -412,7 +440,7 @@ def test_fetch_waits_for_min_bytes(broker: BrokerProcess, topic_name: str) -> No
             producer.produce(topic_name, value=b"x" * 30_000, partition=0)
             producer.flush(TIMEOUT)
         answer = client.receive(ApiKey.FETCH, FETCH_VERSION)
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 5
         (partition,) = answer.responses[0].partitions
         assert len(partition.records) >= 60_000
 
