@@ -50,6 +50,9 @@ class ConnectionWatch:
             self.all_brokers_down = True
         elif error.code() in _CONNECTION_ERRORS:
             self.connection_error = _LIBRDKAFKA_DECORATION.sub("", error.str())
+        elif error.code() == KafkaError._BAD_MSG:  # e.g. an HTTP server on that port
+            self.connection_error = ("it does not answer in the Kafka protocol ("
+                                     + _LIBRDKAFKA_DECORATION.sub("", error.str()) + ")")
         if error.fatal():
             self.fatal_error = error
 
