@@ -43,7 +43,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     produce.add_argument("--timestamp", type=int, metavar="MS",
                          help="record timestamp in ms since the epoch (default: now)")
     produce.add_argument("--quiet", "-q", action="store_true",
-                         help="no progress lines; only errors are reported")
+                         help="no progress or summary on stderr; only errors")
     add_client_arguments(produce)
     produce.set_defaults(run=run)
 
@@ -138,5 +138,6 @@ def run(args: argparse.Namespace) -> int:
     watch.check()
     if tally.failures:
         raise CliError(tally.summary(args.topic))
-    print(tally.summary(args.topic), file=sys.stderr)
+    if not args.quiet:
+        print(tally.summary(args.topic), file=sys.stderr)
     return 0
