@@ -37,7 +37,8 @@ SENDFILE_THRESHOLD = 64 * 1024
 
 
 class ConnectionClosed(Exception):
-    """Raised to drop a connection after a protocol violation (already logged)."""
+    """Raised to drop the connection: after a protocol violation (already logged), or
+    by a handler whose only way to answer is closing it (acks=0 produce errors)."""
 
 
 class Connection:
@@ -106,6 +107,8 @@ class Connection:
             if result is None or isinstance(result, RawResponse):
                 return result
             return encode_response(api_key, version, correlation_id, result)
+        except ConnectionClosed:
+            raise  # a handler's deliberate way to answer (acks=0 produce errors)
         except Exception as exc:
             # A broker bug, but one request's: log it (with its traceback) and drop
             # only this connection, whose client will reconnect and retry.
