@@ -6,6 +6,7 @@ computed in plain Python from the producer's delivery reports.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -31,8 +32,9 @@ from pyspark.sql.types import (
 from gregor.spark.partition_range import DataLossError, PartitionRange, ReadSettings
 from gregor.spark.partition_reader import read_range
 
-T0 = 1_700_000_000_000
-"""Base CreateTime (ms) of produced records, so timestamp options have known answers."""
+T0 = (int(time.time()) - 3600) * 1000
+"""Base CreateTime (ms) of produced records, so timestamp options have known answers.
+Recent on purpose: records older than the broker's retention (7 days) get deleted."""
 
 
 @dataclass(frozen=True)
