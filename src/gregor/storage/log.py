@@ -98,8 +98,8 @@ class Log:
         for leftover in self.directory.glob("*.tmp"):
             leftover.unlink()
         self._complete_swaps()
-        bases = sorted(int(p.name[: -len(LOG_SUFFIX)]) for p in self.directory.glob("*" + LOG_SUFFIX)
-                       if p.name[: -len(LOG_SUFFIX)].isdigit())
+        stems = (p.name[: -len(LOG_SUFFIX)] for p in self.directory.glob("*" + LOG_SUFFIX))
+        bases = sorted(int(stem) for stem in stems if stem.isdigit())
         for base in bases:
             segment = self._new_segment(base)
             # Segments below the recovery point were fsynced before a clean point was
