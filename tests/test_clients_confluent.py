@@ -328,6 +328,48 @@ def test_seek_earliest_latest_and_offset(broker: BrokerProcess, topic_name: str)
         consumer.close()
 
 
+def test_offset_out_of_range_resets(broker: BrokerProcess, topic_name: str) -> None:
+    """A position past the log end answers OFFSET_OUT_OF_RANGE; librdkafka then resets
+    per auto.offset.reset."""
+    _create_topic(broker.bootstrap, topic_name)
+    _produce_batches(broker.bootstrap, topic_name, batches=1, per_batch=4)
+    with WireConnection(broker.bootstrap) as client:
+        answer = client.request(ApiKey.FETCH, FETCH_VERSION,
+                                fetch_request(topic_name, 0, 99, max_wait_ms=0))
+        (partition,) = answer.responses[0].partitions
+        assert (partition.error_code, partition.high_watermark, partition.log_start_offset) == (
+            ErrorCode.offset_out_of_range, 4, 0)
+
+    consumer = confluent_consumer(broker.bootstrap, **{"auto.offset.reset": "earliest"})
+    try:
+        consumer.assign([TopicPartition(topic_name, 0, 99)])
+        assert [m.offset() for m in confluent_consume(consumer, 4)] == [0, 1, 2, 3]
+    finally:
+        consumer.close()
+
+
+def test_batches_larger_than_the_fetch_limits_still_arrive(broker: BrokerProcess,
+                                                           topic_name: str) -> None:
+    """KIP-74: the first batch of a fetch is returned whole even when it exceeds
+    max.partition.fetch.bytes, so a consumer never stalls on a big batch."""
+    _create_topic(broker.bootstrap, topic_name, 2)
+    producer = _producer(broker.bootstrap, **{"linger.ms": 100, "compression.type": "none"})
+    values = [bytes([i]) * 20_000 for i in range(12)]
+    for i, value in enumerate(values):
+        producer.produce(topic_name, value=value, partition=i % 2)
+    assert producer.flush(TIMEOUT) == 0
+    consumer = confluent_consumer(broker.bootstrap, **{"max.partition.fetch.bytes": 1024,
+                                                       "fetch.max.bytes": 1024,
+                                                       "message.max.bytes": 1000})
+    try:
+        consumer.assign([TopicPartition(topic_name, p, OFFSET_BEGINNING) for p in range(2)])
+        got = confluent_consume(consumer, len(values))
+    finally:
+        consumer.close()
+    for p in range(2):
+        assert [m.value() for m in got if m.partition() == p] == values[p::2]
+
+
 def test_fetch_from_mid_batch_returns_the_whole_batch(broker: BrokerProcess,
                                                       topic_name: str) -> None:
     _create_topic(broker.bootstrap, topic_name)
