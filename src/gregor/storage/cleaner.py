@@ -99,21 +99,21 @@ class LogToClean:
         return self.dirty_bytes / total if total else 0.0
 
     @staticmethod
-    def of(tp: TopicPartition, log: Log, checkpoint: int | None, high_watermark: int | None,
+    def of(tp: TopicPartition, lg: Log, checkpoint: int | None, high_watermark: int | None,
            now_ms: int) -> LogToClean:
-        first_dirty = checkpoint if checkpoint is not None else log.log_start_offset
-        if not log.log_start_offset <= first_dirty <= log.log_end_offset:
+        first_dirty = checkpoint if checkpoint is not None else lg.log_start_offset
+        if not lg.log_start_offset <= first_dirty <= lg.log_end_offset:
             # Retention or truncation moved the log past the checkpoint.
-            first_dirty = log.log_start_offset
-        limit = log.active_segment.base_offset
+            first_dirty = lg.log_start_offset
+        limit = lg.active_segment.base_offset
         if high_watermark is not None:
             limit = min(limit, high_watermark)
-        min_lag = log.config["min.compaction.lag.ms"]
-        due_before = now_ms - log.config["max.compaction.lag.ms"]
+        min_lag = lg.config["min.compaction.lag.ms"]
+        due_before = now_ms - lg.config["max.compaction.lag.ms"]
         clean_bytes = dirty_bytes = 0
         uncleanable = first_dirty
         due = False
-        for segment, following in zip(log.segments, log.segments[1:], strict=False):
+        for segment, following in zip(lg.segments, lg.segments[1:], strict=False):
             end = following.base_offset
             if end <= first_dirty:
                 clean_bytes += segment.size
@@ -124,7 +124,7 @@ class LogToClean:
             uncleanable = end
             first_timestamp = segment.first_batch_timestamp
             due = due or (first_timestamp is not None and 0 <= first_timestamp <= due_before)
-        return LogToClean(tp, log, first_dirty, uncleanable, clean_bytes, dirty_bytes, due)
+        return LogToClean(tp, lg, first_dirty, uncleanable, clean_bytes, dirty_bytes, due)
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +268,8 @@ class Cleaner:
                       ) -> memoryview | bytes | None:
         """The batch to write in place of ``raw`` (``raw`` itself if unchanged), or None."""
         if header.is_control:
+            # Transaction markers go with the transaction index Kafka's cleaner consults;
+            # gregor rejects transactional batches today, so any marker is kept as is.
             return raw
         now_ms = self.plan.now_ms
         horizon = header.delete_horizon_ms
@@ -361,6 +363,9 @@ class _GroupWriter:
         self._placed: list[tuple[int, int, int, int, int]] = []
 
     def fits(self, source: SourceSegment, max_bytes: int) -> bool:
+        """Whether ``source`` may join: cleaning never makes a segment larger, so its
+        uncleaned size bounds what it adds (an empty batch standing in for its last
+        batch is no larger than that batch)."""
         size = self.segment.size + len(self._buffer) + source.size
         span = source.end_offset - 1 - self.segment.base_offset
         return size <= max_bytes and span <= _MAX_RELATIVE_OFFSET
