@@ -363,9 +363,9 @@ class _GroupWriter:
         self._placed: list[tuple[int, int, int, int, int]] = []
 
     def fits(self, source: SourceSegment, max_bytes: int) -> bool:
-        """Whether ``source`` may join: cleaning never makes a segment larger, so its
-        uncleaned size bounds what it adds (an empty batch standing in for its last
-        batch is no larger than that batch)."""
+        """Whether ``source`` may join: its uncleaned size bounds what it adds (an empty
+        batch standing in for its last batch is no larger than that batch), give or
+        take a few bytes where recompression frames records differently (snappy)."""
         size = self.segment.size + len(self._buffer) + source.size
         span = source.end_offset - 1 - self.segment.base_offset
         return size <= max_bytes and span <= _MAX_RELATIVE_OFFSET
