@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import multiprocessing
 import random
 import re
 import struct
@@ -104,8 +105,18 @@ def seed_frames(topic: str, records: bytes) -> list[bytes]:
 
 
 _BOUNDARIES = (0, 1, -1, 0x7F, 0x80, 0xFF, 0x7FFF, -0x8000, 0xFFFF, 0x7FFFFFFF, -0x80000000)
-_MUTATIONS = ("flip", "truncate", "int8", "int16", "int32", "insert", "delete")
+# Compact lengths and counts are unsigned varints of up to five bytes (35 bits).
+_LONG_LENGTHS = (2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**35 - 1)
+_MUTATIONS = ("flip", "truncate", "int8", "int16", "int32", "varint", "insert", "delete")
 Mutation = tuple[str, int, int]
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes(out + bytes((value,)))
 
 
 def mutate(payload: bytes, mutations: list[Mutation]) -> bytes:
@@ -122,6 +133,9 @@ def mutate(payload: bytes, mutations: list[Mutation]) -> bytes:
             width = {"int8": 1, "int16": 2, "int32": 4}[kind]
             boundary = _BOUNDARIES[value % len(_BOUNDARIES)]
             data[position:position + width] = (boundary % (1 << (8 * width))).to_bytes(width)
+        elif kind == "varint":
+            encoded = _uvarint(_LONG_LENGTHS[value % len(_LONG_LENGTHS)])
+            data[position:position + len(encoded)] = encoded
         elif kind == "insert":
             data[position:position] = value.to_bytes(4, signed=True)[: 1 + value % 4]
         elif kind == "delete":
@@ -168,6 +182,24 @@ def test_every_seed_decodes() -> None:
     for frame in _DECODER_SEEDS:
         header, _ = decode_request(frame)
         assert header.client_id == "fuzz"
+
+
+def _decode_all(frames: list[bytes]) -> None:
+    for frame in frames:
+        _decode_or_refuse(frame)
+
+
+def test_claimed_array_lengths_cannot_abort_the_process() -> None:
+    """Huge lengths written over every position of every seed, decoded in a child
+    process: kio would abort the process (not raise) reserving memory for them."""
+    lengths = [_uvarint(length) for length in _LONG_LENGTHS] + [_SIZE.pack(2**31 - 1)]
+    frames = [frame[:position] + encoded + frame[position + len(encoded):]
+              for frame in _DECODER_SEEDS for position in range(8, len(frame))
+              for encoded in lengths]
+    child = multiprocessing.get_context("spawn").Process(target=_decode_all, args=(frames,))
+    child.start()
+    child.join(120)
+    assert child.exitcode == 0, f"decoding in a child process ended with {child.exitcode}"
 
 
 @pytest.mark.timeout(60)  # "never hangs": a hang fails here instead of stalling the suite
