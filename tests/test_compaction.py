@@ -29,10 +29,9 @@ from confluent_kafka.admin import (
 )
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
-from storage_helpers import topic_config
 
 from gregor.broker.process import BrokerProcess
-from gregor.config import TopicConfig
+from gregor.config import BrokerConfig, TopicConfig
 from gregor.protocol.compression import CompressionType
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.record_batch import BatchHeader
@@ -49,9 +48,11 @@ TOPIC = "t"
 
 # ------------------------------------------------------------------ helpers
 def compacted(**overrides: object) -> TopicConfig:
+    """A compacted topic's config with small segments; ``_`` in names stands for ``.``."""
     settings = {"cleanup_policy": "compact", "segment_bytes": 1024,
                 "min_cleanable_dirty_ratio": 0.01, **overrides}
-    return topic_config(**settings)
+    return TopicConfig(BrokerConfig.from_mapping({}),
+                       {name.replace("_", "."): value for name, value in settings.items()})
 
 
 def new_log(tmp_path: Path, config: TopicConfig) -> tuple[LogManager, Log]:
