@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import kafka.errors
 import pytest
 from clients import BASE_TIMESTAMP, TIMEOUT
-from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -84,6 +84,24 @@ def test_confluent_create_list_describe_delete(admin: AdminClient, topic_name: s
 
     admin.delete_topics([topic_name])[topic_name].result(TIMEOUT)
     assert topic_name not in admin.list_topics(timeout=TIMEOUT).topics
+
+
+def test_confluent_recreate_deleted_topic_starts_empty(admin: AdminClient, broker: BrokerProcess,
+                                                       topic_name: str) -> None:
+    def produce(value: bytes) -> int:
+        offsets: list[int] = []
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        producer.produce(topic_name, value=value, partition=0,
+                         on_delivery=lambda _, m: offsets.append(m.offset()))
+        assert producer.flush(TIMEOUT) == 0
+        return offsets[0]
+
+    _create(admin, topic_name, 2)
+    assert [produce(b"old") for _ in range(3)] == [0, 1, 2]
+    admin.delete_topics([topic_name])[topic_name].result(TIMEOUT)
+    _create(admin, topic_name, 1)
+    assert produce(b"new") == 0
+    assert len(admin.list_topics(timeout=TIMEOUT).topics[topic_name].partitions) == 1
 
 
 def test_confluent_create_errors(admin: AdminClient, topic_name: str) -> None:
@@ -208,8 +226,6 @@ def test_confluent_describe_cluster(admin: AdminClient, broker: BrokerProcess) -
 
 def test_confluent_list_offsets_and_delete_records(admin: AdminClient, broker: BrokerProcess,
                                                    topic_name: str) -> None:
-    from confluent_kafka import Producer
-
     _create(admin, topic_name)
     producer = Producer({"bootstrap.servers": broker.bootstrap})
     for i, ts in enumerate([5000, 9000, 7000]):
