@@ -26,9 +26,10 @@ from gregor.cluster.replica_manager import ReplicaManager
 from gregor.config import BrokerConfig
 from gregor.groups import records
 from gregor.groups.group import Group, GroupState, TopicPartition
+from gregor.groups.group_persistence import group_metadata_record, load_groups
 from gregor.groups.member import Member, Protocols
 from gregor.groups.offset_and_metadata import OffsetAndMetadata
-from gregor.groups.offsets_store import OffsetsStore, StoreError
+from gregor.groups.offsets_store import OFFSETS_TOPIC, OffsetsStore, StoreError
 from gregor.groups.timers import Timers
 from gregor.protocol.errors import ErrorCode
 
@@ -37,8 +38,6 @@ log = logging.getLogger(__name__)
 # A new member's JoinGroup may be abandoned by a client that timed out and retried;
 # Kafka gives up on such a member after five minutes (NewMemberJoinTimeoutMs).
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
-# Records between yields to the event loop while loading __consumer_offsets.
-_LOAD_YIELD_EVERY = 1000
 
 
 def now_ms() -> int:
@@ -682,20 +681,8 @@ class GroupCoordinator:
         group without a rebalance); offsets are stored separately. A failure -- e.g.
         member metadata too large for one record -- is logged and the group carries on.
         """
-        protocol = group.protocol_name
-        members = tuple(records.MemberRecord(
-            member_id=m.member_id, group_instance_id=m.group_instance_id,
-            client_id=m.client_id, client_host=m.client_host,
-            rebalance_timeout=m.rebalance_timeout_ms, session_timeout=m.session_timeout_ms,
-            subscription=m.metadata(protocol) if protocol else b"",
-            assignment=m.assignment) for m in group.members.values())
-        value = records.group_metadata_value(records.GroupRecord(
-            protocol_type=group.protocol_type or "", generation=group.generation_id,
-            protocol=protocol, leader=group.leader_id,
-            current_state_timestamp=group.state_timestamp, members=members))
         try:
-            self.store.append(group.group_id, [(records.group_metadata_key(group.group_id),
-                                                value)])
+            self.store.append(group.group_id, [group_metadata_record(group)])
         except StoreError as exc:
             log.warning("group %s: storing group metadata failed: %s", group.group_id, exc)
 
@@ -704,70 +691,17 @@ class GroupCoordinator:
         started = time.monotonic()
         for index in sorted(self.loading):
             try:
-                await self._load_partition(index)
+                for group in await load_groups(self.store, index, now_ms()):
+                    self.groups[group.group_id] = group
+                    # Members of a restored Stable group resume their sessions: those
+                    # still alive heartbeat on, the others expire as usual.
+                    for member in group.members.values():
+                        self._schedule_session_expiry(group, member.member_id,
+                                                      member.session_timeout_ms)
             except Exception:
-                log.exception("loading %s-%d failed; its groups start empty",
-                              "__consumer_offsets", index)
+                log.exception("loading %s-%d failed; its groups start empty", OFFSETS_TOPIC,
+                              index)
             finally:
                 self.loading.discard(index)
-        log.info("loaded %d groups from __consumer_offsets in %.2fs", len(self.groups),
+        log.info("loaded %d groups from %s in %.2fs", len(self.groups), OFFSETS_TOPIC,
                  time.monotonic() - started)
-
-    async def _load_partition(self, index: int) -> None:
-        """Replay one partition: the last record per key wins, tombstones delete."""
-        offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
-        stored: dict[str, records.GroupRecord | None] = {}
-        for count, record in enumerate(self.store.read(index)):
-            if count % _LOAD_YIELD_EVERY == _LOAD_YIELD_EVERY - 1:
-                await asyncio.sleep(0)
-            if record.key is None:
-                continue
-            try:
-                key = records.read_key(record.key)
-                if isinstance(key, records.OffsetCommitKey):
-                    committed = offsets.setdefault(key.group, {})
-                    if record.value is None:
-                        committed.pop((key.topic, key.partition), None)
-                    else:
-                        committed[(key.topic, key.partition)] = (
-                            records.read_offset_commit_value(record.value))
-                else:
-                    stored[key.group] = (None if record.value is None
-                                         else records.read_group_metadata_value(record.value))
-            except records.InvalidRecord as exc:
-                log.warning("__consumer_offsets-%d offset %d: skipping record: %s", index,
-                            record.offset, exc)
-        for group_id in stored.keys() | offsets.keys():
-            committed = offsets.get(group_id, {})
-            record = stored.get(group_id)
-            if record is not None or committed:
-                self._restore_group(group_id, record, committed)
-
-    def _restore_group(self, group_id: str, record: records.GroupRecord | None,
-                       offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        """Rebuild a group as it was: members of a Stable group resume their sessions."""
-        group = self._new_group(group_id)
-        group.offsets = offsets
-        if record is None:
-            return
-        group.protocol_type = record.protocol_type or None
-        group.generation_id = record.generation
-        if record.current_state_timestamp >= 0:
-            group.state_timestamp = record.current_state_timestamp
-        if record.protocol is None or not record.members:
-            return
-        group.protocol_name = record.protocol
-        for stored in record.members:
-            group.add(Member(
-                member_id=stored.member_id, group_instance_id=stored.group_instance_id,
-                client_id=stored.client_id, client_host=stored.client_host,
-                rebalance_timeout_ms=stored.rebalance_timeout,
-                session_timeout_ms=stored.session_timeout,
-                protocol_type=record.protocol_type,
-                protocols=((record.protocol, stored.subscription),),
-                assignment=stored.assignment, is_new=False))
-            self._schedule_session_expiry(group, stored.member_id, stored.session_timeout)
-        if record.leader in group.members:
-            group.leader_id = record.leader
-        group.state = GroupState.STABLE
-        group.subscribed_topics = group.compute_subscribed_topics()
