@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     raise_on_sigterm()
     workdir = Path(tempfile.mkdtemp(prefix="gregor-bench-", dir=args.work_dir))
     logging.basicConfig(level=logging.WARNING)
-    write_librdkafka_log(workdir.parent / f"{workdir.name}-librdkafka.log")
+    write_librdkafka_log(workdir / "librdkafka.log")
     run = Run(QUICK if args.quick else FULL, systems, workdir)
     try:
         results = run.execute()

@@ -30,6 +30,10 @@ def cpu_seconds(pids: Iterable[int]) -> float:
             except psutil.NoSuchProcess:
                 continue
             total += times.user + times.system
+            if proc is root:
+                # Children already reaped (e.g. a forked helper that finished)
+                # would otherwise vanish from the total between two samples.
+                total += times.children_user + times.children_system
     return total
 
 

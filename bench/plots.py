@@ -30,8 +30,9 @@ def _throughput(results: Results, workload: str, path: Path) -> None:
             positions = [k + (i - (len(names) - 1) / 2) * width for k in range(len(shown))]
             ax.bar(positions, values, width, label=system, color=_COLOURS[i % len(_COLOURS)])
         if unit == "mb_per_s" and results.limits is not None:
-            ax.axhline(results.limits.loopback_mb_s / 2, color="grey", linestyle="--",
-                       linewidth=1, label="50% of loopback TCP")
+            if results.limits.loopback_mb_s is not None:
+                ax.axhline(results.limits.loopback_mb_s / 2, color="grey", linestyle="--",
+                           linewidth=1, label="50% of loopback TCP")
             if workload == "produce":
                 ax.axhline(results.limits.disk_write_mb_s, color="black", linestyle=":",
                            linewidth=1, label="disk sequential write")

@@ -131,7 +131,9 @@ def render(results: Results, plots: dict[str, Path], out: Path) -> str:
         rows += [["disk sequential write (O_DIRECT + fsync)", f"{lim.disk_write_mb_s:,.0f} MB/s"],
                  ["disk sequential read (O_DIRECT)", f"{lim.disk_read_mb_s:,.0f} MB/s"],
                  ["page-cache read", f"{lim.page_cache_read_mb_s:,.0f} MB/s"],
-                 ["loopback TCP, one stream (iperf3)", f"{lim.loopback_mb_s:,.0f} MB/s"]]
+                 ["loopback TCP, one stream (iperf3)",
+                  "not measured (no iperf3)" if lim.loopback_mb_s is None
+                  else f"{lim.loopback_mb_s:,.0f} MB/s"]]
     lines += _table(["", ""], rows)
     lines += ["", "## Systems", ""]
     lines += _table(["system", "version", "storage and acknowledgement"],

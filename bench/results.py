@@ -74,7 +74,7 @@ class Limits:
     disk_write_mb_s: float
     disk_read_mb_s: float
     page_cache_read_mb_s: float
-    loopback_mb_s: float
+    loopback_mb_s: float | None  # None when iperf3 is not installed
 
 
 @dataclass

@@ -68,14 +68,16 @@ class Run:
         self.say(message)
         self.results.notes.append(message)
 
-    def attempt(self, what: str, action: Callable[[], None]) -> None:
-        """Run one workload; record a failure instead of abandoning the other systems."""
+    def attempt(self, what: str, action: Callable[[], None]) -> bool:
+        """Run one step; record a failure instead of abandoning the other systems."""
         try:
             action()
-        except Exception as exc:  # noqa: BLE001 - any failure voids only this workload
+            return True
+        except Exception as exc:  # noqa: BLE001 - any failure voids only this step
             self.failures.append(f"{what}: {exc}")
             self.note(f"FAILED {what}: {exc}")
             traceback.print_exc(file=sys.stderr)
+            return False
 
     def execute(self) -> Results:
         supervisor = Supervisor()
@@ -90,16 +92,18 @@ class Run:
                 peer = make_peer(key, self.workdir, supervisor)
                 try:
                     self.say(f"starting {peer.name}")
-                    peer.start()
-                    self.results.systems[peer.name] = {"version": peer.version(),
-                                                       "storage": peer.storage}
-                    self.benchmark(peer)
+                    if self.attempt(f"starting {peer.name}", lambda p=peer: self.start(p)):
+                        self.benchmark(peer)
                 finally:
                     peer.cleanup()
         finally:
             supervisor.close()
         self.results.seconds = time.monotonic() - self.started
         return self.results
+
+    def start(self, peer: Peer) -> None:
+        peer.start()
+        self.results.systems[peer.name] = {"version": peer.version(), "storage": peer.storage}
 
     def benchmark(self, peer: Peer) -> None:
         client = peer.client()

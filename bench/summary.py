@@ -98,7 +98,7 @@ def targets(results: Results) -> list[Target]:
     limits = results.limits
     kib = [c for c in cases(results) if c.size == 1024]
     consumed = [x for c in kib if (x := cell(results, GREGOR, "consume", c)) is not None]
-    if limits is not None and consumed:
+    if limits is not None and limits.loopback_mb_s is not None and consumed:
         best = max(x.mb_per_s for x in consumed)
         share = best / limits.loopback_mb_s
         found.append(Target(

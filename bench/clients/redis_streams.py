@@ -1,23 +1,29 @@
-"""Redis Streams load generator: pipelined XADD, XREADGROUP to consume (redis-py + hiredis).
+"""Redis Streams load generator: pipelined XADD, XREADGROUP to consume.
 
 A topic of N partitions is N stream keys ``<name>:<p>``: like Kafka partitions,
-each is an independently ordered log. XADD commands are encoded to RESP before
-the clock starts and written back to back (what ``redis-benchmark -P`` does),
-so the figure is Redis's rather than redis-py's command builder's; replies are
-read by hiredis and each one checked. Consumers read with XREADGROUP ... NOACK,
-the equivalent of a Kafka consumer that does not commit (neither side acks per
-record), keeping two reads in flight as librdkafka keeps fetches in flight.
+each is an independently ordered log. Streams and groups are managed with
+redis-py. The data path talks RESP over a plain socket parsed by hiredis (the C
+parser redis-py itself uses) without redis-py's per-command layers: XADD
+commands are encoded before the clock starts and written back to back, 1,000
+per write with 8 writes in flight (what ``redis-benchmark -P`` does), and every
+reply is read and checked. That keeps the Python client from being what is
+measured, as librdkafka's C core does for the Kafka systems. Consumers read
+with XREADGROUP ... NOACK, the equivalent of a Kafka consumer that does not
+commit (neither side acks per record), with two reads in flight as librdkafka
+keeps fetches in flight.
 """
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from operator import itemgetter
 from typing import Any
 
-from redis.connection import Connection as RedisConnection
+import hiredis
+import redis
 
 from bench.cpu import Stopwatch, Window
 from bench.pacing import paced
@@ -27,6 +33,7 @@ _GROUP = b"bench"
 _PIPELINE_CHUNK = 1000  # commands per write
 _CHUNKS_IN_FLIGHT = 8
 _READ_COUNT = 10_000
+_RECV_BYTES = 1 << 20
 _STALL_TIMEOUT_S = 30.0
 _value_of = itemgetter(1)
 
@@ -40,8 +47,55 @@ def _xadd(key: bytes, value: bytes) -> bytes:
     return command(b"XADD", key, b"*", b"v", value)
 
 
+def _xreadgroup(keys: list[bytes], block_ms: int | None = None) -> bytes:
+    block = [b"BLOCK", b"%d" % block_ms] if block_ms is not None else []
+    return command(b"XREADGROUP", b"GROUP", _GROUP, b"c", b"COUNT", b"%d" % _READ_COUNT, *block,
+                   b"NOACK", b"STREAMS", *keys, *([b">"] * len(keys)))
+
+
 def _keys(name: str, partitions: int) -> list[bytes]:
     return [f"{name}:{p}".encode() for p in range(partitions)]
+
+
+class RespSocket:
+    """A pipelined RESP connection: write commands, read replies as hiredis parses them."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=_STALL_TIMEOUT_S)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.reader = hiredis.Reader()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _fill(self) -> None:
+        data = self.sock.recv(_RECV_BYTES)
+        if not data:
+            raise ConnectionError("redis-server closed the connection")
+        self.reader.feed(data)
+
+    def reply(self) -> Any:
+        while (reply := self.reader.gets()) is False:
+            self._fill()
+        if isinstance(reply, hiredis.ReplyError):
+            raise VerificationError(f"redis-server answered {reply}")
+        return reply
+
+    def expect_ids(self, count: int) -> None:
+        """Read ``count`` XADD replies, each must be an entry id."""
+        gets = self.reader.gets
+        got = 0
+        while got < count:
+            reply = gets()
+            if reply is False:
+                self._fill()
+            elif reply.__class__ is bytes:
+                got += 1
+            else:
+                raise VerificationError(f"XADD answered {reply!r}")
 
 
 class RedisStreamsClient:
@@ -50,107 +104,86 @@ class RedisStreamsClient:
     def __init__(self, port: int) -> None:
         self.port = port
         self.address = str(port)
-
-    def _connect(self) -> RedisConnection:
-        conn = RedisConnection(host="127.0.0.1", port=self.port, socket_timeout=_STALL_TIMEOUT_S,
-                               protocol=2)
-        conn.connect()
-        return conn
-
-    def _call(self, *parts: bytes) -> Any:
-        conn = self._connect()
-        try:
-            conn.send_packed_command([command(*parts)])
-            return conn.read_response()
-        finally:
-            conn.disconnect()
+        self.admin = redis.Redis(host="127.0.0.1", port=port, protocol=2)
 
     def create(self, name: str, partitions: int) -> None:
         for key in _keys(name, partitions):
-            self._call(b"XGROUP", b"CREATE", key, _GROUP, b"0", b"MKSTREAM")
+            self.admin.xgroup_create(key, _GROUP, id="0", mkstream=True)
 
     def delete(self, name: str, partitions: int) -> None:
-        self._call(b"DEL", *_keys(name, partitions))
+        self.admin.delete(*_keys(name, partitions))
 
     def produce(self, name: str, partitions: int, records: RecordSet, acks: str,
                 watch: Stopwatch) -> Window:
         encoded = [[_xadd(key, value) for value in records.pool] for key in _keys(name, partitions)]
-        conn = self._connect()
+        conn = RespSocket(self.port)
         try:
             watch.start()
             in_flight: list[int] = []
             for chunk in _chunks(encoded, records.count):
-                conn.send_packed_command([b"".join(chunk)], check_health=False)
+                conn.send(b"".join(chunk))
                 in_flight.append(len(chunk))
                 if len(in_flight) > _CHUNKS_IN_FLIGHT:
-                    _read_replies(conn, in_flight.pop(0))
-            for size in in_flight:
-                _read_replies(conn, size)
-            window = watch.stop()
+                    conn.expect_ids(in_flight.pop(0))
+            conn.expect_ids(sum(in_flight))
+            return watch.stop()
         finally:
-            conn.disconnect()
-        return window
+            conn.close()
 
     def consume(self, name: str, partitions: int, records: RecordSet,
                 watch: Stopwatch) -> Window:
-        keys = _keys(name, partitions)
-        read = command(b"XREADGROUP", b"GROUP", _GROUP, b"c", b"COUNT", b"%d" % _READ_COUNT,
-                       b"NOACK", b"STREAMS", *keys, *([b">"] * len(keys)))
-        conn = self._connect()
+        read = _xreadgroup(_keys(name, partitions))
+        conn = RespSocket(self.port)
         tally = Tally()
         try:
             watch.start()
-            conn.send_packed_command([read])
+            conn.send(read)
             deadline = time.monotonic() + _STALL_TIMEOUT_S
             while tally.count < records.count:
-                conn.send_packed_command([read])
-                if not _tally_reply(conn.read_response(), tally):
-                    if time.monotonic() > deadline:
-                        raise VerificationError(f"{name}: stalled at {tally.count} records")
-                    time.sleep(0.001)
-                else:
+                conn.send(read)
+                if _tally_reply(conn.reply(), tally):
                     deadline = time.monotonic() + _STALL_TIMEOUT_S
+                elif time.monotonic() > deadline:
+                    raise VerificationError(f"{name}: stalled at {tally.count} records")
             window = watch.stop()
-            _tally_reply(conn.read_response(), tally)  # the read still in flight
+            _tally_reply(conn.reply(), tally)  # the read still in flight must find nothing
         finally:
-            conn.disconnect()
+            conn.close()
         tally.verify(records.count, records.expected_checksum(), name)
         return window
 
     def produce_at_rate(self, name: str, filler: bytes, rate: float, count: int) -> Tally:
         key = _keys(name, 1)[0]
-        conn = self._connect()
+        conn = RespSocket(self.port)
         sent = Tally()
         try:
             for due in paced(rate, count):
                 values = [stamped(filler, time.monotonic_ns()) for _ in range(due)]
-                conn.send_packed_command([b"".join(_xadd(key, v) for v in values)])
-                _read_replies(conn, due)
+                conn.send(b"".join(_xadd(key, v) for v in values))
+                conn.expect_ids(due)
                 sent.add(values)
         finally:
-            conn.disconnect()
+            conn.close()
         return sent
 
     @staticmethod
     def latency_consumer(port: str, name: str, count: int, ready: Any,
                          conn: Connection) -> None:
-        redis = RedisConnection(host="127.0.0.1", port=int(port), socket_timeout=60, protocol=2)
-        redis.connect()
-        read = command(b"XREADGROUP", b"GROUP", _GROUP, b"c", b"COUNT", b"%d" % _READ_COUNT,
-                       b"BLOCK", b"1000", b"NOACK", b"STREAMS", _keys(name, 1)[0], b">")
+        redis_conn = RespSocket(int(port))
+        read = _xreadgroup(_keys(name, 1), block_ms=1000)
         ready.set()
         tally = Tally()
         latencies = bytearray()
         while tally.count < count:
-            redis.send_packed_command([read])
-            reply = redis.read_response()
+            redis_conn.send(read)
+            reply = redis_conn.reply()
             now_ns = time.monotonic_ns()
             if not reply:
                 continue
             values = [entry[1][1] for entry in reply[0][1]]
             tally.add(values)
             latencies += b"".join((now_ns - stamp_of(v)).to_bytes(8, "little") for v in values)
-        redis.disconnect()
+        redis_conn.close()
         conn.send((bytes(latencies), tally.count, tally.checksum))
 
 
@@ -160,14 +193,6 @@ def _chunks(encoded: list[list[bytes]], count: int) -> Iterator[list[bytes]]:
     for start in range(0, count, _PIPELINE_CHUNK):
         yield [encoded[i % partitions][i % pool]
                for i in range(start, min(start + _PIPELINE_CHUNK, count))]
-
-
-def _read_replies(conn: RedisConnection, count: int) -> None:
-    """Read ``count`` XADD replies; hiredis raises on an error reply."""
-    for _ in range(count):
-        reply = conn.read_response()
-        if not isinstance(reply, bytes):
-            raise VerificationError(f"XADD answered {reply!r}")
 
 
 def _tally_reply(reply: Any, tally: Tally) -> bool:

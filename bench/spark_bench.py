@@ -1,0 +1,294 @@
+"""Spark through the ``gregor`` data source: how fast is a topic as a Spark table?
+
+Run with ``python -m bench.spark_bench`` (``--help`` for sizes).  For 100-byte and
+1 KiB records it measures, with a warmed-up local[2] SparkSession:
+
+* source: a topic aggregated by Spark (count and bytes per partition) through the source;
+* parquet: the same records, first copied to Parquet by Spark, aggregated the same way;
+  the source/parquet ratio says what reading a broker costs next to reading local files;
+* sink: a Spark-generated DataFrame written to a new topic through the sink.
+
+Every aggregation is checked against what was produced, and the sink's output against
+the topic's end offsets, so losing records fails the run instead of looking fast.  CPU
+is reported beside each figure (cores = CPU seconds per wall second) for Spark (the JVM
+and its Python workers, all children of this process) and for the broker.  It prints a
+table and writes ``spark_bench.png`` and ``spark_bench.json`` to ``bench/out/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+
+import gregor.spark  # noqa: E402
+from bench.cpu import Stopwatch, Window  # noqa: E402
+from gregor.broker.process import BrokerProcess  # noqa: E402
+from gregor.spark.offset_lookup import OffsetLookup  # noqa: E402
+from gregor.spark.options import Subscription  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "out"
+PARTITIONS = 4
+SIZES = {100: "100 B", 1024: "1 KiB"}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured path for one record size (median window of the repetitions)."""
+
+    path: str
+    record_bytes: int
+    records: int
+    seconds: float
+    spark_cores: float
+    broker_cores: float | None
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.records * self.record_bytes / self.seconds / 1e6
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.spark_bench", description=__doc__)
+    parser.add_argument("--bootstrap", help="use this broker instead of starting one")
+    parser.add_argument(
+        "--records", type=int, default=1_000_000, help="100-byte records (1 KiB: a quarter)"
+    )
+    parser.add_argument("--repeat", type=int, default=3, help="measured runs per path")
+    parser.add_argument("--out", type=Path, default=OUT)
+    return parser.parse_args()
+
+
+def start_spark() -> SparkSession:
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("gregor-spark-bench")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    gregor.spark.register(spark)
+    return spark
+
+
+def fill_topic(bootstrap: str, records: int, size: int) -> tuple[str, dict[int, tuple[int, int]]]:
+    """A new topic of ``records`` records of ``size`` bytes; per partition (count, bytes)."""
+    topic = f"spark-bench-{size}-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20})
+    payload = os.urandom(size)
+    for index in range(records):
+        partition = index % PARTITIONS
+        while True:
+            try:
+                producer.produce(topic, payload, partition=partition)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0, "records left undelivered"
+    counts = {p: len(range(p, records, PARTITIONS)) for p in range(PARTITIONS)}
+    return topic, {p: (count, count * size) for p, count in counts.items()}
+
+
+def aggregate(df: DataFrame) -> dict[int, tuple[int, int]]:
+    rows = (
+        df.selectExpr("partition", "length(value) AS size")
+        .groupBy("partition")
+        .agg({"*": "count", "size": "sum"})
+        .collect()
+    )
+    return {r.partition: (r["count(1)"], r["sum(size)"]) for r in rows}
+
+
+def measure(
+    path: str,
+    size: int,
+    records: int,
+    repeat: int,
+    watch: Stopwatch,
+    run: Callable[[], None],
+    broker_known: bool,
+) -> Measurement:
+    """Time ``run()`` ``repeat`` times after one warm-up and keep the median window."""
+    run()
+    windows: list[Window] = []
+    for _ in range(repeat):
+        watch.start()
+        run()
+        windows.append(watch.stop())
+    window = sorted(windows, key=lambda w: w.seconds)[len(windows) // 2]
+    return Measurement(
+        path,
+        size,
+        records,
+        window.seconds,
+        window.client_cores,
+        window.server_cores if broker_known else None,
+    )
+
+
+def bench_size(
+    spark: SparkSession,
+    bootstrap: str,
+    size: int,
+    records: int,
+    args: argparse.Namespace,
+    watch: Stopwatch,
+    broker_known: bool,
+    work: Path,
+) -> list[Measurement]:
+    topic, expected = fill_topic(bootstrap, records, size)
+    source = (
+        spark.read.format("gregor")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .load()
+    )
+    parquet_path = work / f"records-{size}.parquet"
+    source.write.mode("overwrite").parquet(str(parquet_path))
+    parquet = spark.read.parquet(str(parquet_path))
+
+    def check(df: DataFrame) -> None:
+        got = aggregate(df)
+        if got != expected:
+            raise AssertionError(f"aggregated {got}, produced {expected}")
+
+    results = [
+        measure("source", size, records, args.repeat, watch, lambda: check(source), broker_known),
+        measure("parquet", size, records, args.repeat, watch, lambda: check(parquet), broker_known),
+    ]
+    generated = (
+        spark.range(records, numPartitions=2)
+        .selectExpr(f"CAST(repeat('x', {size}) AS BINARY) AS value")
+        .cache()
+    )
+    generated.count()
+    lookup = OffsetLookup({"bootstrap.servers": bootstrap})
+
+    def write() -> None:
+        target = f"spark-bench-sink-{size}-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(target, PARTITIONS, 1)])[target].result(30)
+        generated.write.format("gregor").mode("append").option(
+            "kafka.bootstrap.servers", bootstrap
+        ).option("topic", target).save()
+        written = sum(
+            lookup.latest(lookup.partitions(Subscription(topics=frozenset({target})))).values()
+        )
+        if written != records:
+            raise AssertionError(f"sink wrote {written} records, expected {records}")
+
+    results.append(measure("sink", size, records, args.repeat, watch, write, broker_known))
+    generated.unpersist()
+    return results
+
+
+def print_table(results: list[Measurement]) -> None:
+    print(
+        f"{'record':>7} {'path':<8} {'records':>10} {'records/s':>12} {'MB/s':>8} "
+        f"{'spark cores':>11} {'broker cores':>12}"
+    )
+    for m in results:
+        broker = "n/a" if m.broker_cores is None else f"{m.broker_cores:.2f}"
+        print(
+            f"{SIZES[m.record_bytes]:>7} {m.path:<8} {m.records:>10,} {m.records_per_s:>12,.0f} "
+            f"{m.mb_per_s:>8.1f} {m.spark_cores:>11.2f} {broker:>12}"
+        )
+    for size, label in SIZES.items():
+        rate = {m.path: m.records_per_s for m in results if m.record_bytes == size}
+        if "source" in rate and "parquet" in rate:
+            print(
+                f"{label}: source / parquet = {rate['source'] / rate['parquet']:.2f} "
+                "(1.00 = a topic reads as fast as local Parquet)"
+            )
+
+
+def plot(results: list[Measurement], path: Path) -> None:
+    paths = ["source", "parquet", "sink"]
+    labels = {
+        "source": "topic → Spark agg",
+        "parquet": "Parquet → Spark agg",
+        "sink": "Spark → topic",
+    }
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    width = 0.8 / len(paths)
+    for i, name in enumerate(paths):
+        values = [
+            next(m.records_per_s for m in results if m.path == name and m.record_bytes == size)
+            / 1e3
+            for size in SIZES
+        ]
+        positions = [k + (i - (len(paths) - 1) / 2) * width for k in range(len(SIZES))]
+        ax.bar(positions, values, width, label=labels[name])
+    ax.set_xticks(range(len(SIZES)))
+    ax.set_xticklabels([f"{label} records" for label in SIZES.values()])
+    ax.set_ylabel("thousand records/s")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend()
+    ax.set_title("Spark local[2] through the gregor data source (median of runs)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    args = parse_args()
+    work = Path(tempfile.mkdtemp(prefix="spark-bench-"))
+    broker = None
+    try:
+        if args.bootstrap:
+            bootstrap = args.bootstrap
+        else:
+            broker = BrokerProcess(work / "broker").start()
+            bootstrap = broker.bootstrap
+        spark = start_spark()
+
+        def broker_pids() -> list[int]:
+            return [broker.proc.pid] if broker is not None and broker.proc is not None else []
+
+        watch = Stopwatch(broker_pids)
+        results: list[Measurement] = []
+        for size in SIZES:
+            records = args.records if size == 100 else args.records // 4
+            results += bench_size(
+                spark, bootstrap, size, records, args, watch, broker is not None, work
+            )
+        spark.stop()
+        print_table(results)
+        args.out.mkdir(parents=True, exist_ok=True)
+        plot(results, args.out / "spark_bench.png")
+        rows = [{**asdict(m), "records_per_s": m.records_per_s} for m in results]
+        (args.out / "spark_bench.json").write_text(json.dumps(rows, indent=2))
+        print(f"wrote {args.out / 'spark_bench.png'} and spark_bench.json")
+    finally:
+        if broker is not None:
+            broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
