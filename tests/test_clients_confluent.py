@@ -43,6 +43,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.index import load_payload_module
+from kio.static.constants import EntityType
 
 from gregor.broker.process import BrokerProcess
 from gregor.protocol.api_keys import ApiKey
@@ -262,6 +264,28 @@ def test_retry_after_a_lost_response_is_not_written_twice(fresh_broker: BrokerPr
         assert _log_end_offset(proxy.bootstrap, topic_name) == 10
     finally:
         proxy.close()
+
+
+def test_produce_refusals(broker: BrokerProcess, topic_name: str) -> None:
+    """Invalid acks, and clients writing to the internal __consumer_offsets topic, are
+    refused with Kafka's codes; nothing is appended."""
+    _create_topic(broker.bootstrap, topic_name)
+    with WireConnection(broker.bootstrap) as client:
+        answer = client.request(ApiKey.PRODUCE, PRODUCE_VERSION,
+                                produce_request(topic_name, 0, make_batch([b"x"]), acks=2))
+        (partition,) = answer.responses[0].partition_responses
+        assert partition.error_code == ErrorCode.invalid_required_acks
+
+        # A group's first coordinator lookup creates __consumer_offsets.
+        find = load_payload_module(ApiKey.FIND_COORDINATOR, 3, EntityType.request)
+        found = client.request(ApiKey.FIND_COORDINATOR, 3,
+                               find.FindCoordinatorRequest(key="g-" + topic_name, key_type=0))
+        assert found.error_code == ErrorCode.none
+        answer = client.request(ApiKey.PRODUCE, PRODUCE_VERSION,
+                                produce_request("__consumer_offsets", 0, make_batch([b"x"])))
+        (partition,) = answer.responses[0].partition_responses
+        assert partition.error_code == ErrorCode.invalid_topic_exception
+    assert _log_end_offset(broker.bootstrap, topic_name) == 0
 
 
 def test_sequence_gap_is_rejected_out_of_order(broker: BrokerProcess, topic_name: str) -> None:

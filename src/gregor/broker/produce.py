@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gregor.broker.connection import ConnectionClosed
@@ -16,9 +16,54 @@ from gregor.storage.log import LogAppendError
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
 
-log = logging.getLogger(__name__)
 
 _KEY = ApiKey.PRODUCE
+_VALID_ACKS = (-1, 0, 1)
+
+
+@dataclass(slots=True)
+class _PartitionResult:
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    base_offset: int = -1
+    log_append_time: datetime.datetime | None = None
+    log_start_offset: int = -1
+
+
+def _refusal(body) -> tuple[ErrorCode, str] | None:
+    """An error that refuses every partition of the request, or None."""
+    if body.transactional_id is not None:
+        return ErrorCode.transactional_id_authorization_failed, "transactions are not supported"
+    if body.acks not in _VALID_ACKS:
+        return ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {body.acks}"
+    return None
+
+
+def _append(broker: Broker, request: Request, topic: str, data) -> _PartitionResult:
+    metadata = broker.image.topics.get(topic)
+    partition = broker.replica_manager.get(topic, data.index)
+    if partition is None or metadata is None:
+        return _PartitionResult(ErrorCode.unknown_topic_or_partition)
+    if metadata.internal:
+        # As in Kafka, internal topics (__consumer_offsets) are written by the broker
+        # only: a client's record there could corrupt every group's state.
+        return _PartitionResult(ErrorCode.invalid_topic_exception,
+                                f"cannot append to internal topic {topic}")
+    if data.records is None:
+        return _PartitionResult(ErrorCode.invalid_record, "null record set")
+    try:
+        result = partition.append_as_leader(data.records, request.body.acks)
+    except LogAppendError as exc:
+        broker.log_rejection(request, topic, data.index, exc)
+        return _PartitionResult(exc.error, str(exc))
+    if not result.duplicate:
+        broker.replica_manager.notify((topic, data.index))
+    append_time = None
+    if result.log_append_time >= 0:
+        append_time = datetime.datetime.fromtimestamp(result.log_append_time / 1000,
+                                                       tz=datetime.UTC)
+    return _PartitionResult(base_offset=result.first_offset, log_append_time=append_time,
+                            log_start_offset=partition.log_start_offset)
 
 
 async def handle(broker: Broker, request: Request):
@@ -26,57 +71,27 @@ async def handle(broker: Broker, request: Request):
     body = request.body
     partition_cls = nested(_KEY, version, "PartitionProduceResponse")
     topic_cls = nested(_KEY, version, "TopicProduceResponse")
-    if body.transactional_id is not None:
-        error = ErrorCode.transactional_id_authorization_failed
-        topics = tuple(
-            build(topic_cls, name=t.name, partition_responses=tuple(
-                build(partition_cls, index=p.index, error_code=error, base_offset=-1,
-                      log_start_offset=-1, record_errors=(),
-                      error_message="transactions are not supported") for p in t.partition_data))
-            for t in body.topic_data)
-        return build(response_schema(_KEY, version), responses=topics,
-                     throttle_time=datetime.timedelta(0))
-
-    replica_manager = broker.replica_manager
+    refusal = _refusal(body)
+    failed = False
     responses = []
     for topic in body.topic_data:
         partition_responses = []
         for data in topic.partition_data:
-            error = ErrorCode.none
-            message = None
-            base_offset = -1
-            append_time = None
-            log_start = -1
-            partition = replica_manager.get(topic.name, data.index)
-            if partition is None:
-                error = ErrorCode.unknown_topic_or_partition
-            elif data.records is None:
-                error = ErrorCode.invalid_record
-            else:
-                try:
-                    result = partition.append_as_leader(data.records, body.acks)
-                except LogAppendError as exc:
-                    error, message = exc.error, str(exc)
-                    broker.log_rejection(request, topic.name, data.index, exc)
-                else:
-                    base_offset = result.first_offset
-                    log_start = partition.log_start_offset
-                    if result.log_append_time >= 0:
-                        append_time = datetime.datetime.fromtimestamp(
-                            result.log_append_time / 1000, tz=datetime.UTC)
-                    if not result.duplicate:
-                        replica_manager.notify((topic.name, data.index))
+            result = (_PartitionResult(*refusal) if refusal is not None
+                      else _append(broker, request, topic.name, data))
+            failed = failed or result.error != ErrorCode.none
             partition_responses.append(build(
-                partition_cls, index=data.index, error_code=error, base_offset=base_offset,
-                log_append_time=append_time, log_start_offset=log_start, record_errors=(),
-                error_message=message))
+                partition_cls, index=data.index, error_code=result.error,
+                base_offset=result.base_offset, log_append_time=result.log_append_time,
+                log_start_offset=result.log_start_offset, record_errors=(),
+                error_message=result.message))
         responses.append(build(topic_cls, name=topic.name,
                                partition_responses=tuple(partition_responses)))
     if body.acks == 0:
         # acks=0 producers read no response; sending one would desync their stream.
         # An error is signalled as Kafka does, by closing the connection: the client
         # notices, refreshes its metadata (a moved leader, a deleted topic) and goes on.
-        if any(p.error_code for t in responses for p in t.partition_responses):
+        if failed:
             raise ConnectionClosed
         return None
     return build(response_schema(_KEY, version), responses=tuple(responses),
