@@ -131,10 +131,11 @@ def sample_records(count: int, partitions: int = 1, *, null_header_values: bool 
 
 # ------------------------------------------------------------------ confluent
 def confluent_consumer(bootstrap: str, **config: object) -> Consumer:
-    """A consumer for assign/seek use: no group membership, no offset commits."""
+    """A consumer for assign/seek use: no group membership, no offset commits, and every
+    fetched batch's CRC checked (what the broker stamped must not break it)."""
     return Consumer({"bootstrap.servers": bootstrap, "group.id": "gregor-tests",
                      "enable.auto.commit": False, "enable.auto.offset.store": False,
-                     "auto.offset.reset": "earliest", **config})
+                     "auto.offset.reset": "earliest", "check.crcs": True, **config})
 
 
 def confluent_consume(consumer: Consumer, count: int, timeout: float = TIMEOUT) -> list[Message]:
