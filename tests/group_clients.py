@@ -66,6 +66,7 @@ class PollingConsumer:
         if commit_each:
             config["enable.auto.commit"] = False
         self.consumer = group_consumer(bootstrap, group, **config)
+        self.client_id = str(config.get("client.id", "rdkafka"))
         self.commit_each = commit_each
         self.values: list[bytes] = []
         self.committed_values: set[bytes] = set()

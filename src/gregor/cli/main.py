@@ -8,7 +8,7 @@ import sys
 
 from confluent_kafka import KafkaException
 
-from gregor.cli import broker_cmd, consume_cmd, perf_cmd, produce_cmd, topics_cmd
+from gregor.cli import broker_cmd, consume_cmd, groups_cmd, perf_cmd, produce_cmd, topics_cmd
 from gregor.cli.errors import CliError, kafka_error_text
 from gregor.config import ConfigError
 
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce_cmd.add_parser(subparsers)
     consume_cmd.add_parser(subparsers)
     perf_cmd.add_parser(subparsers)
+    groups_cmd.add_parser(subparsers)
     return parser
 
 
