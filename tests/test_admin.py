@@ -104,6 +104,13 @@ def test_confluent_recreate_deleted_topic_starts_empty(admin: AdminClient, broke
     assert len(admin.list_topics(timeout=TIMEOUT).topics[topic_name].partitions) == 1
 
 
+def test_confluent_create_with_broker_defaults(admin: AdminClient, topic_name: str) -> None:
+    """CreateTopics v4+: -1 partitions and replication factor mean the broker's defaults."""
+    admin.create_topics([NewTopic(topic_name)])[topic_name].result(TIMEOUT)
+    partitions = admin.list_topics(timeout=TIMEOUT).topics[topic_name].partitions
+    assert [len(p.replicas) for p in partitions.values()] == [1]
+
+
 def test_confluent_create_errors(admin: AdminClient, topic_name: str) -> None:
     _create(admin, topic_name)
     futures = admin.create_topics([
