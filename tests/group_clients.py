@@ -75,6 +75,7 @@ class PollingConsumer:
         self.revoke_calls = 0
         self.errors: list[KafkaError] = []
         self._stop = threading.Event()
+        self._stalled = threading.Event()
         self._lock = threading.Lock()
         self.consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -88,6 +89,9 @@ class PollingConsumer:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            if self._stalled.is_set():
+                time.sleep(0.05)
+                continue
             message = self.consumer.poll(0.05)
             self.assignment = frozenset((tp.topic, tp.partition)
                                         for tp in self.consumer.assignment())
@@ -109,6 +113,10 @@ class PollingConsumer:
                 else:
                     with self._lock:
                         self.committed_values.add(message.value())
+
+    def stall(self) -> None:
+        """Stop calling poll(), as an application stuck processing a record would."""
+        self._stalled.set()
 
     def partitions(self) -> set[int]:
         return {partition for _, partition in self.assignment}

@@ -97,6 +97,24 @@ def test_killed_member_loses_its_partitions_after_session_timeout(
         survivor.close()
 
 
+def test_member_that_stops_polling_loses_its_partitions(broker: BrokerProcess, topic_name: str,
+                                                        group: str) -> None:
+    """A member stuck longer than max.poll.interval.ms leaves the group, although its
+    client keeps heartbeating, and the others take over its partitions."""
+    create_topic(broker.bootstrap, topic_name, 4)
+    config = {"max.poll.interval.ms": 6000}
+    healthy = PollingConsumer(broker.bootstrap, group, [topic_name], **config)
+    stuck = PollingConsumer(broker.bootstrap, group, [topic_name], **config)
+    try:
+        wait_for_assignments([healthy, stuck], 4, [2, 2])
+        stuck.stall()
+        wait_until(lambda: healthy.partitions() == {0, 1, 2, 3}, timeout=20,
+                   what="the healthy member to take every partition")
+    finally:
+        healthy.close()
+        stuck.close()
+
+
 def test_static_member_restarting_within_session_keeps_partitions_without_rebalance(
         broker: BrokerProcess, topic_name: str, group: str) -> None:
     create_topic(broker.bootstrap, topic_name, 4)
