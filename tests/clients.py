@@ -27,8 +27,9 @@ from kio.serial import entity_reader
 from kio.static.constants import EntityType
 
 from gregor.broker.process import BrokerProcess, free_port
+from gregor.broker.router import ROUTES
 from gregor.protocol.api_keys import ApiKey
-from gregor.protocol.codec import encode_request
+from gregor.protocol.codec import build, encode_request
 from gregor.protocol.record_batch import BatchHeader, read_header
 from gregor.protocol.record_codec import Record, encode_batch, iter_batches
 
@@ -162,6 +163,18 @@ def confluent_sample(message: Message) -> Sample:
 # ------------------------------------------------------------ raw requests
 def _request(api_key: ApiKey, version: int):
     return load_payload_module(api_key, version, EntityType.request)
+
+
+def versioned_request(api_key: ApiKey, version: int, entity: str, /, **fields: object):
+    """A kio request entity (``entity`` names its class) of one version, from a superset
+    of every version's fields: each version keeps the fields it defines."""
+    return build(getattr(_request(api_key, version), entity), **fields)
+
+
+def advertised_versions(api_key: ApiKey) -> range:
+    """The versions of ``api_key`` the broker advertises and serves."""
+    route = ROUTES[api_key]
+    return range(route.decodable_from or route.min_version, route.max_version + 1)
 
 
 PRODUCE_VERSION = 9

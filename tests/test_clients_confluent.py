@@ -8,6 +8,7 @@ gap, the timing of a long poll) the request is sent raw, as librdkafka would sen
 
 from __future__ import annotations
 
+import datetime
 import time
 import uuid
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from clients import (
     LostResponseProxy,
     Sample,
     WireConnection,
+    advertised_versions,
     confluent_consume,
     confluent_consumer,
     confluent_sample,
@@ -32,6 +34,7 @@ from clients import (
     metadata_request,
     produce_request,
     sample_records,
+    versioned_request,
 )
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -590,3 +593,75 @@ def test_message_max_bytes_is_the_topic_default(fresh_broker: BrokerProcess,
         assert big.error_code == ErrorCode.message_too_large
         small = _produce_raw(client, topic_name, make_batch([b"y" * 3000]))
         assert (small.error_code, small.base_offset) == (ErrorCode.none, 0)
+
+
+# ------------------------------------------------- every advertised version, raw
+def test_every_advertised_data_path_version(broker: BrokerProcess, topic_name: str) -> None:
+    """Each client picks its own versions (librdkafka the newest, aiokafka old ones,
+    others anything in between), so every advertised Produce, Fetch, ListOffsets and
+    Metadata version must work -- including the hand-written Fetch encoder."""
+    _create_topic(broker.bootstrap, topic_name)
+    common = {"name": topic_name, "topic": topic_name, "index": 0, "partition": 0,
+              "partition_index": 0, "current_leader_epoch": -1, "last_fetched_epoch": -1,
+              "log_start_offset": -1, "replica_id": -1, "isolation_level": 0}
+    with WireConnection(broker.bootstrap) as client:
+        produced = []
+        for version in advertised_versions(ApiKey.PRODUCE):
+            values = [b"produce-v%d-%d" % (version, i) for i in range(2)]
+            data = versioned_request(ApiKey.PRODUCE, version, "PartitionProduceData", **common,
+                              records=make_batch(values))
+            request = versioned_request(
+                ApiKey.PRODUCE, version, "ProduceRequest", transactional_id=None, acks=1,
+                timeout=datetime.timedelta(seconds=5), topic_data=(versioned_request(
+                    ApiKey.PRODUCE, version, "TopicProduceData", **common,
+                    partition_data=(data,)),))
+            answer = client.request(ApiKey.PRODUCE, version, request)
+            (partition,) = answer.responses[0].partition_responses
+            assert (partition.error_code, partition.base_offset) == (0, len(produced)), version
+            produced += values
+
+        for version in advertised_versions(ApiKey.FETCH):
+            wanted = versioned_request(ApiKey.FETCH, version, "FetchPartition", **common,
+                                fetch_offset=0, partition_max_bytes=1 << 20)
+            request = versioned_request(
+                ApiKey.FETCH, version, "FetchRequest", **common, cluster_id=None,
+                max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1 << 20, session_id=0,
+                session_epoch=-1, forgotten_topics_data=(), rack_id="",
+                topics=(versioned_request(ApiKey.FETCH, version, "FetchTopic", **common,
+                                   partitions=(wanted,)),))
+            answer = client.request(ApiKey.FETCH, version, request)
+            (partition,) = answer.responses[0].partitions
+            assert (partition.error_code, partition.high_watermark) == (0, len(produced))
+            assert getattr(partition, "log_start_offset", 0) == 0
+            assert getattr(partition, "preferred_read_replica", -1) == -1
+            fetched = [r.value for batch in iter_batches(partition.records)
+                       for r in decode_records(batch)[1]]
+            assert fetched == produced, version
+
+        for version in advertised_versions(ApiKey.LIST_OFFSETS):
+            offsets = []
+            for timestamp in (-1, -2, BASE_TIMESTAMP + 1):
+                query = versioned_request(ApiKey.LIST_OFFSETS, version, "ListOffsetsPartition",
+                                   **common, timestamp=timestamp, max_num_offsets=1)
+                request = versioned_request(
+                    ApiKey.LIST_OFFSETS, version, "ListOffsetsRequest", **common,
+                    topics=(versioned_request(ApiKey.LIST_OFFSETS, version, "ListOffsetsTopic",
+                                       **common, partitions=(query,)),))
+                answer = client.request(ApiKey.LIST_OFFSETS, version, request)
+                (partition,) = answer.topics[0].partitions
+                assert partition.error_code == 0, version
+                offsets.append(partition.offset)
+            assert offsets == [len(produced), 0, 1], version
+
+        for version in advertised_versions(ApiKey.METADATA):
+            request = versioned_request(
+                ApiKey.METADATA, version, "MetadataRequest", allow_auto_topic_creation=False,
+                include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False,
+                topics=(versioned_request(ApiKey.METADATA, version, "MetadataRequestTopic",
+                                   name=topic_name, topic_id=None),))
+            answer = client.request(ApiKey.METADATA, version, request)
+            assert [(b.node_id, b.port) for b in answer.brokers] == [(1, broker.port)]
+            (topic,) = answer.topics
+            assert (topic.error_code, topic.name) == (0, topic_name), version
+            assert [(p.partition_index, p.leader_id) for p in topic.partitions] == [(0, 1)]
