@@ -7,6 +7,7 @@ ones, kafka-python 3 its own maximum), so both are exercised for every operation
 
 from __future__ import annotations
 
+import datetime
 import json
 import shutil
 import subprocess
@@ -14,7 +15,13 @@ from collections.abc import Iterator
 
 import kafka.errors
 import pytest
-from clients import BASE_TIMESTAMP, TIMEOUT
+from clients import (
+    BASE_TIMESTAMP,
+    TIMEOUT,
+    WireConnection,
+    advertised_versions,
+    versioned_request,
+)
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
@@ -35,6 +42,8 @@ from kafka.admin import NewTopic as KpNewTopic
 from kafka.admin import OffsetSpec as KpOffsetSpec
 
 from gregor.broker.process import BrokerProcess
+from gregor.broker.router import ROUTES
+from gregor.protocol.api_keys import ApiKey
 
 
 # ----------------------------------------------------------------- fixtures
@@ -373,3 +382,119 @@ def test_kcat_metadata(admin: AdminClient, broker: BrokerProcess, topic_name: st
     assert topic["topic"] == topic_name
     assert [(p["partition"], p["leader"], [r["id"] for r in p["replicas"]])
             for p in topic["partitions"]] == [(0, 1, [1]), (1, 1, [1]), (2, 1, [1])]
+
+
+# ------------------------------------------------- every advertised version, raw
+def test_every_advertised_admin_version(broker: BrokerProcess, topic_name: str) -> None:
+    """Admin clients differ in the versions they pick, so each advertised version of
+    each admin API is exercised with real content, one topic per version."""
+    seconds = datetime.timedelta(seconds=10)
+
+    def request(key: ApiKey, version: int, entity: str, /, **fields: object):
+        return connection.request(key, version, versioned_request(key, version, entity,
+                                                                  **fields))
+
+    def one(results) -> tuple[int, str | None]:
+        (result,) = results
+        return result.error_code, getattr(result, "error_message", None)
+
+    with WireConnection(broker.bootstrap) as connection:
+        for version in advertised_versions(ApiKey.API_VERSIONS):
+            answer = request(ApiKey.API_VERSIONS, version, "ApiVersionsRequest",
+                             client_software_name="gregor-tests", client_software_version="1")
+            assert answer.error_code == 0
+            assert {k.api_key for k in answer.api_keys} >= {int(k) for k in ROUTES}
+
+        names = {}
+        for version in advertised_versions(ApiKey.CREATE_TOPICS):
+            names[version] = name = f"{topic_name}-v{version}"
+            config = versioned_request(ApiKey.CREATE_TOPICS, version, "CreatableTopicConfig",
+                                       name="retention.ms", value="3600000")
+            topic = versioned_request(ApiKey.CREATE_TOPICS, version, "CreatableTopic",
+                                      name=name, num_partitions=1, replication_factor=1,
+                                      assignments=(), configs=(config,))
+            answer = request(ApiKey.CREATE_TOPICS, version, "CreateTopicsRequest",
+                             topics=(topic,), timeout=seconds, validate_only=False)
+            assert one(answer.topics)[0] == 0, version
+
+        for version in advertised_versions(ApiKey.DESCRIBE_CONFIGS):
+            resource = versioned_request(ApiKey.DESCRIBE_CONFIGS, version,
+                                         "DescribeConfigsResource", resource_type=2,
+                                         resource_name=names[2],
+                                         configuration_keys=("retention.ms",))
+            answer = request(ApiKey.DESCRIBE_CONFIGS, version, "DescribeConfigsRequest",
+                             resources=(resource,), include_synonyms=True,
+                             include_documentation=True)
+            (result,) = answer.results
+            assert [(c.name, c.value) for c in result.configs] == [("retention.ms", "3600000")]
+
+        for version in advertised_versions(ApiKey.INCREMENTAL_ALTER_CONFIGS):
+            change = versioned_request(ApiKey.INCREMENTAL_ALTER_CONFIGS, version,
+                                       "AlterableConfig", name="segment.ms",
+                                       config_operation=0, value="7200000")
+            resource = versioned_request(ApiKey.INCREMENTAL_ALTER_CONFIGS, version,
+                                         "AlterConfigsResource", resource_type=2,
+                                         resource_name=names[3], configs=(change,))
+            answer = request(ApiKey.INCREMENTAL_ALTER_CONFIGS, version,
+                             "IncrementalAlterConfigsRequest", resources=(resource,),
+                             validate_only=False)
+            assert one(answer.responses)[0] == 0, version
+
+        for version in advertised_versions(ApiKey.ALTER_CONFIGS):
+            change = versioned_request(ApiKey.ALTER_CONFIGS, version, "AlterableConfig",
+                                       name="retention.bytes", value="1000000")
+            resource = versioned_request(ApiKey.ALTER_CONFIGS, version, "AlterConfigsResource",
+                                         resource_type=2, resource_name=names[4],
+                                         configs=(change,))
+            answer = request(ApiKey.ALTER_CONFIGS, version, "AlterConfigsRequest",
+                             resources=(resource,), validate_only=False)
+            assert one(answer.responses)[0] == 0, version
+
+        for version in advertised_versions(ApiKey.CREATE_PARTITIONS):
+            topic = versioned_request(ApiKey.CREATE_PARTITIONS, version, "CreatePartitionsTopic",
+                                      name=names[5], count=2 + version, assignments=None)
+            answer = request(ApiKey.CREATE_PARTITIONS, version, "CreatePartitionsRequest",
+                             topics=(topic,), timeout=seconds, validate_only=False)
+            assert one(answer.results)[0] == 0, version
+
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        for _ in range(5):
+            producer.produce(names[6], value=b"v", partition=0)
+        assert producer.flush(TIMEOUT) == 0
+        for version in advertised_versions(ApiKey.DELETE_RECORDS):
+            partition = versioned_request(ApiKey.DELETE_RECORDS, version, "DeleteRecordsPartition",
+                                          partition_index=0, offset=version + 1)
+            topic = versioned_request(ApiKey.DELETE_RECORDS, version, "DeleteRecordsTopic",
+                                      name=names[6], partitions=(partition,))
+            answer = request(ApiKey.DELETE_RECORDS, version, "DeleteRecordsRequest",
+                             topics=(topic,), timeout=seconds)
+            (result,) = answer.topics[0].partitions
+            assert (result.error_code, result.low_watermark) == (0, version + 1)
+
+        for version in advertised_versions(ApiKey.INIT_PRODUCER_ID):
+            answer = request(ApiKey.INIT_PRODUCER_ID, version, "InitProducerIdRequest",
+                             transactional_id=None, transaction_timeout=seconds,
+                             producer_id=-1, producer_epoch=-1)
+            assert (answer.error_code, answer.producer_epoch) == (0, 0)
+            assert answer.producer_id >= 0
+
+        for version in advertised_versions(ApiKey.DESCRIBE_CLUSTER):
+            answer = request(ApiKey.DESCRIBE_CLUSTER, version, "DescribeClusterRequest",
+                             include_cluster_authorized_operations=False, endpoint_type=1)
+            assert answer.error_code == 0
+            assert [(b.broker_id, b.port) for b in answer.brokers] == [(1, broker.port)]
+
+        ids = {t.name: t.topic_id for t in request(
+            ApiKey.METADATA, 12, "MetadataRequest", topics=None,
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False).topics}
+        for version in advertised_versions(ApiKey.DELETE_TOPICS):
+            name = names[version + 1]
+            by_id = () if version < 6 else (versioned_request(
+                ApiKey.DELETE_TOPICS, version, "DeleteTopicState", name=None,
+                topic_id=ids[name]),)
+            answer = request(ApiKey.DELETE_TOPICS, version, "DeleteTopicsRequest",
+                             topic_names=(name,), topics=by_id, timeout=seconds)
+            assert one(answer.responses)[0] == 0, version
+    remaining = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(
+        timeout=TIMEOUT).topics
+    assert not set(names.values()) & set(remaining)
