@@ -507,3 +507,39 @@ def test_offsets_with_their_own_retention_expire(fresh_broker: BrokerProcess,
         wait_until(lambda: fetch_offsets(connection, group)[0] == ErrorCode.none,
                    what="the coordinator to load")
         assert fetch_offsets(connection, group)[1] == {(topic, 1): (7, "")}
+
+
+def test_commit_too_large_for_one_record_batch_is_refused(fresh_broker: BrokerProcess,
+                                                          group: str) -> None:
+    """Each commit is one record batch of __consumer_offsets: past max.message.bytes it
+    is refused as a whole (INVALID_COMMIT_OFFSET_SIZE), and metadata longer than the
+    record format's int16 strings is refused whatever offset.metadata.max.bytes says."""
+    fresh_broker.overrides["offset.metadata.max.bytes"] = str(4 * 1024 * 1024)
+    fresh_broker.start()
+    topic = f"{group}-t"
+    create_topic(fresh_broker.bootstrap, topic, 40)
+    with WireConnection(fresh_broker.bootstrap) as connection:
+        big = {(topic, p): 1 for p in range(40)}
+        assert commit(connection, group, -1, "", big, metadata="x" * 32767) == dict.fromkeys(
+            big, ErrorCode.invalid_commit_offset_size)
+        assert commit(connection, group, -1, "", {(topic, 0): 1}, metadata="x" * 32768) == {
+            (topic, 0): ErrorCode.offset_metadata_too_large}
+        assert commit(connection, group, -1, "", {(topic, 0): 2}, metadata="small") == {
+            (topic, 0): ErrorCode.none}
+        assert fetch_offsets(connection, group)[1] == {(topic, 0): (2, "small")}
+
+
+def test_ids_longer_than_the_record_format_allows(wire, group: str) -> None:
+    """Flexible JoinGroup versions carry strings longer than __consumer_offsets records
+    can hold: such a group id is refused, such an instance id only goes unpersisted."""
+    connection = wire()
+    assert join(connection, "g" * 40000, version=9).error_code == ErrorCode.invalid_group_id
+    instance = "i" * 40000
+    joined = join(connection, group, instance_id=instance, version=9)
+    assert joined.error_code == ErrorCode.none
+    s = _schema(ApiKey.SYNC_GROUP, 5)
+    synced = connection.request(ApiKey.SYNC_GROUP, 5, s.SyncGroupRequest(
+        group_id=group, generation_id=1, member_id=joined.member_id, group_instance_id=instance,
+        protocol_type="consumer", protocol_name="range", assignments=(
+            s.SyncGroupRequestAssignment(member_id=joined.member_id, assignment=b"a"),)))
+    assert (synced.error_code, synced.assignment) == (ErrorCode.none, b"a")

@@ -6,6 +6,7 @@ import datetime
 from typing import TYPE_CHECKING
 
 from gregor.broker.request import Request
+from gregor.groups import records
 from gregor.groups.coordinator import now_ms
 from gregor.groups.group import TopicPartition
 from gregor.groups.offset_and_metadata import (
@@ -52,7 +53,8 @@ async def handle_commit(broker: Broker, request: Request):
     retention = getattr(body, "retention_time", _DEFAULT_RETENTION)
     expire = (NO_EXPIRE_TIMESTAMP if retention == _DEFAULT_RETENTION
               else now + int(retention / datetime.timedelta(milliseconds=1)))
-    max_metadata = broker.config["offset.metadata.max.bytes"]
+    # The record format bounds the metadata string whatever the configuration says.
+    max_metadata = min(broker.config["offset.metadata.max.bytes"], records.MAX_STRING_BYTES)
     errors: list[tuple[TopicPartition, ErrorCode]] = []
     valid: dict[TopicPartition, OffsetAndMetadata] = {}
     for topic in body.topics:

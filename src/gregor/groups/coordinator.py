@@ -112,6 +112,9 @@ class GroupCoordinator:
         """
         if group_id is None or (group_id == "" and not allow_empty):
             return ErrorCode.invalid_group_id
+        if len(group_id.encode()) > records.MAX_STRING_BYTES:
+            # Flexible requests carry longer strings than Kafka's records can store.
+            return ErrorCode.invalid_group_id
         if self.loading and self.store.partition_for(group_id) in self.loading:
             return ErrorCode.coordinator_load_in_progress
         return None
@@ -553,7 +556,8 @@ class GroupCoordinator:
                 for (topic, partition), offset in offsets.items()])
         except StoreError as exc:
             log.warning("group %s: storing offsets failed: %s", group_id, exc)
-            return exc.error
+            # As in Kafka: a commit too big for one record batch is the client's to split.
+            return ErrorCode.invalid_commit_offset_size if exc.too_large else exc.error
         group.offsets.update(offsets)
         return ErrorCode.none
 
@@ -683,7 +687,7 @@ class GroupCoordinator:
         """
         try:
             self.store.append(group.group_id, [group_metadata_record(group)])
-        except StoreError as exc:
+        except (StoreError, records.InvalidRecord) as exc:
             log.warning("group %s: storing group metadata failed: %s", group.group_id, exc)
 
     # ------------------------------------------------------------------ loading

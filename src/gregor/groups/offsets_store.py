@@ -32,11 +32,16 @@ _LOAD_CHUNK_BYTES = 1024 * 1024
 
 
 class StoreError(Exception):
-    """A write to ``__consumer_offsets`` failed; ``error`` is what the client should see."""
+    """A write to ``__consumer_offsets`` failed; ``error`` is what the client should see.
 
-    def __init__(self, error: ErrorCode, message: str) -> None:
+    ``too_large`` tells a write that can never succeed (one record batch over the
+    topic's max.message.bytes) from a transient failure.
+    """
+
+    def __init__(self, error: ErrorCode, message: str, too_large: bool = False) -> None:
         super().__init__(message)
         self.error = error
+        self.too_large = too_large
 
 
 def java_string_hash(text: str) -> int:
@@ -102,7 +107,8 @@ class OffsetsStore:
             partition.append_as_leader(batch, required_acks=-1)
         except LogAppendError as exc:
             raise StoreError(_STORE_ERRORS.get(exc.error, ErrorCode.unknown_server_error),
-                             str(exc)) from exc
+                             str(exc), too_large=exc.error == ErrorCode.message_too_large
+                             ) from exc
         self.replica_manager.notify((OFFSETS_TOPIC, index))
 
     def read(self, index: int) -> Iterator[Record]:

@@ -41,8 +41,13 @@ _VERSION = struct.Struct(">h")
 _PYTHON_TYPES: dict[str, type] = {"int32": int, "int64": int, "string": str, "bytes": bytes}
 
 
+# Non-flexible records store strings with an int16 length.
+MAX_STRING_BYTES = 2**15 - 1
+
+
 class InvalidRecord(ValueError):
-    """A ``__consumer_offsets`` record this broker cannot read (logged and skipped)."""
+    """A ``__consumer_offsets`` record that cannot be read, or values that do not fit
+    Kafka's record format (a string over MAX_STRING_BYTES)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +139,10 @@ def _group_value_schema(version: int) -> type:
 def _write(version: int, schema: type, values: dict[str, Any]) -> bytes:
     buffer = io.BytesIO()
     buffer.write(_VERSION.pack(version))
-    entity_writer(schema)(buffer, schema(**values))
+    try:
+        entity_writer(schema)(buffer, schema(**values))
+    except Exception as exc:  # kio's OutOfBoundValue and friends
+        raise InvalidRecord(f"cannot encode {schema.__name__}: {exc}") from exc
     return buffer.getvalue()
 
 
