@@ -108,6 +108,10 @@ def test_protocol_selection_is_a_vote_among_common_protocols() -> None:
     assert group.supports_protocols("consumer", (("range", b""),))
     assert not group.supports_protocols("consumer", (("sticky", b""),))
     assert not group.supports_protocols("connect", (("range", b""),))
+    # A protocol one member lists twice is still not supported by the others.
+    group.add(_member("d", "sticky", "sticky", "range"))
+    assert group.candidate_protocols() == {"range"}
+    assert group.select_protocol() == "range"
 
 
 def _group_with_offsets(protocol_type: str | None, state: GroupState,

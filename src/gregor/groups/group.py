@@ -160,7 +160,8 @@ class Group:
 
     # ---------------------------------------------------------------- protocols
     def candidate_protocols(self) -> set[str]:
-        counts = Counter(name for m in self.members.values() for name in m.protocol_names())
+        """Protocols every member supports (a name a member lists twice counts once)."""
+        counts = Counter(name for m in self.members.values() for name in set(m.protocol_names()))
         return {name for name, count in counts.items() if count == len(self.members)}
 
     def supports_protocols(self, protocol_type: str, protocols: Protocols) -> bool:
