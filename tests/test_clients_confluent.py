@@ -484,6 +484,12 @@ def test_fetch_on_an_empty_partition_answers_by_max_wait(broker: BrokerProcess,
     assert not partition.records
     assert 0.25 <= elapsed < 5
 
+    with WireConnection(broker.bootstrap) as client:
+        started = time.monotonic()
+        client.request(ApiKey.FETCH, FETCH_VERSION,
+                       fetch_request(topic_name, 0, 0, max_wait_ms=20_000, min_bytes=0))
+        assert time.monotonic() - started < 5, "min_bytes=0 asks for an immediate answer"
+
 
 def test_fetch_waits_for_min_bytes(broker: BrokerProcess, topic_name: str) -> None:
     """Less than fetch.min.bytes available: the broker holds the answer until max wait,

@@ -80,7 +80,8 @@ async def handle(broker: Broker, request: Request):
         return RawResponse(chunks)
 
     deadline = time.monotonic() + body.max_wait.total_seconds()
-    min_bytes = max(body.min_bytes, 1)
+    # As in Kafka, min_bytes <= 0 asks for an immediate answer, even an empty one.
+    min_bytes = body.min_bytes
     watched = [(t.topic, p.partition) for t in body.topics for p in t.partitions]
     while True:
         topics, total = _read_partitions(broker, request)
