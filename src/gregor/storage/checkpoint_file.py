@@ -1,4 +1,8 @@
-"""Kafka's offset checkpoint file format: version, count, then ``topic partition offset`` lines."""
+"""Small state files written atomically, and Kafka's offset checkpoint format.
+
+The checkpoint format is a version line, a count line, then one
+``topic partition offset`` line per partition.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,20 @@ import os
 from pathlib import Path
 
 _VERSION = 0
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so a crash leaves either the old or the new file.
+
+    The data is fsynced before the rename: without that, a crash could publish the
+    new name before its contents reach the disk.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
 
 
 def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
@@ -23,9 +41,4 @@ def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
 
 def write_checkpoint(path: Path, entries: dict[tuple[str, int], int]) -> None:
     body = "".join(f"{t} {p} {o}\n" for (t, p), o in sorted(entries.items()))
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as handle:
-        handle.write(f"{_VERSION}\n{len(entries)}\n{body}")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    write_atomically(path, f"{_VERSION}\n{len(entries)}\n{body}")

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+import operator
 import os
+import sys
+from array import array
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
@@ -10,12 +15,44 @@ class CorruptIndexError(Exception):
     """An index file that fails its sanity check; the segment's indexes are rebuilt."""
 
 
+# (byte offset inside an entry, width in bytes, array typecode of the column)
+Column = tuple[int, int, str]
+
+
+def split_columns(data: bytes, entry_size: int, layout: Sequence[Column]) -> list[array]:
+    """Turn big-endian fixed-size entries into one native ``array`` per field.
+
+    Strided slice copies move each byte of a field into place, so loading an index
+    of a million entries runs at C speed instead of a Python loop per entry.
+    """
+    count = len(data) // entry_size
+    columns = []
+    for start, width, typecode in layout:
+        packed = bytearray(count * width)
+        for byte in range(width):
+            packed[byte::width] = data[start + byte::entry_size]
+        column = array(typecode)
+        column.frombytes(packed)
+        if sys.byteorder == "little":
+            column.byteswap()
+        columns.append(column)
+    return columns
+
+
+def increasing(column: array, strictly: bool = True) -> bool:
+    """Whether each value is above (or, not strictly, at least) the one before it."""
+    compare: Callable[[int, int], bool] = operator.lt if strictly else operator.le
+    return all(map(compare, column, itertools.islice(column, 1, None)))
+
+
 class IndexFile:
     """Fixed-size big-endian entries appended to a file and mirrored in memory.
 
-    Kafka mmaps preallocated index files; Python gains nothing from mmap here, so
-    entries live in lists for bisecting and are appended to the file with one
-    small write each (one per ``index.interval.bytes`` of log, so rare).
+    Kafka mmaps preallocated index files. Here the entries live in compact
+    ``array`` columns (a few bytes per entry, bisected in C) and each new entry is
+    appended to the file with one small write -- one per ``index.interval.bytes``
+    of log, so rare. The file never holds preallocated zeros, so after a crash its
+    length alone says whether the last entry is whole.
     """
 
     entry_size: int
@@ -37,15 +74,16 @@ class IndexFile:
         except FileNotFoundError:
             raise CorruptIndexError(f"{self.path.name} is missing") from None
         if len(data) % self.entry_size:
-            raise CorruptIndexError(f"{self.path.name} has a partial entry")
+            raise CorruptIndexError(f"{self.path.name} ends with a partial entry")
         return data
 
     def _write_entry(self, raw: bytes) -> None:
         os.write(self._open(), raw)
 
     def _rewrite(self, raw: bytes) -> None:
+        """Replace the whole file atomically (truncation and rebuilds)."""
         self.close()
-        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
+        tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_bytes(raw)
         os.replace(tmp, self.path)
 

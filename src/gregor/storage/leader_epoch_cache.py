@@ -8,8 +8,9 @@ so replication can build on it unchanged.
 from __future__ import annotations
 
 import bisect
-import os
 from pathlib import Path
+
+from gregor.storage.checkpoint_file import write_atomically
 
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
 _VERSION = 0
@@ -38,9 +39,7 @@ class LeaderEpochFileCache:
 
     def _write(self) -> None:
         body = "".join(f"{e} {o}\n" for e, o in zip(self.epochs, self.start_offsets, strict=True))
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(f"{_VERSION}\n{len(self.epochs)}\n{body}")
-        os.replace(tmp, self.path)
+        write_atomically(self.path, f"{_VERSION}\n{len(self.epochs)}\n{body}")
 
     @property
     def latest_epoch(self) -> int:
@@ -74,9 +73,12 @@ class LeaderEpochFileCache:
     def truncate_from_start(self, start_offset: int) -> None:
         """Forget epochs wholly before the new log start, keeping the one covering it."""
         i = bisect.bisect_right(self.start_offsets, start_offset) - 1
-        if i > 0:
+        changed = i > 0
+        if changed:
             del self.epochs[:i]
             del self.start_offsets[:i]
         if self.start_offsets and self.start_offsets[0] < start_offset:
             self.start_offsets[0] = start_offset
+            changed = True
+        if changed:
             self._write()

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +20,14 @@ from gregor.config import TopicConfig
 from gregor.protocol import record_batch
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.record_batch import InvalidRecordBatch
+from gregor.protocol.record_codec import decode_records
 from gregor.storage.leader_epoch_cache import LeaderEpochFileCache
-from gregor.storage.producer_state import BatchMetadata, ProducerStateError, ProducerStateManager
+from gregor.storage.producer_state import (
+    BatchMetadata,
+    ProducerStateError,
+    ProducerStateManager,
+    in_sequence,
+)
 from gregor.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -81,9 +87,14 @@ class Log:
         self.producer_state = ProducerStateManager(directory)
         self.leader_epoch_cache = LeaderEpochFileCache(directory)
         self.recovery_point = recovery_point
+        # Set by the LogManager to persist a moved log start offset at once.
+        self.on_log_start_offset_moved: Callable[[Log], None] | None = None
         self._last_flush_ms = int(time.time() * 1000)
-        self._load_segments(recover)
-        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        self._load_segments(recover, log_start_offset)
+        # The checkpoint may lag segment deletions (retention) or, after losing an
+        # unsynced tail, lead the log end.
+        self.log_start_offset = min(max(log_start_offset, self.segments[0].base_offset),
+                                    self.log_end_offset)
         self._rebuild_producer_state()
 
     # ------------------------------------------------------------------ loading
@@ -92,12 +103,13 @@ class Log:
                           index_interval_bytes=self.config["index.interval.bytes"],
                           max_index_size=self.config["segment.index.bytes"], suffix=suffix)
 
-    def _load_segments(self, recover: bool) -> None:
+    def _load_segments(self, recover: bool, log_start_offset: int) -> None:
         for leftover in self.directory.glob("*.cleaned"):
             leftover.unlink()
         for leftover in self.directory.glob("*.tmp"):
             leftover.unlink()
         self._complete_swaps()
+        self._delete_orphan_indexes()
         stems = (p.name[: -len(LOG_SUFFIX)] for p in self.directory.glob("*" + LOG_SUFFIX))
         bases = sorted(int(stem) for stem in stems if stem.isdigit())
         for base in bases:
@@ -122,9 +134,16 @@ class Log:
                     orphan.close()
                 break
         if not self.segments:
-            self.segments.append(self._new_segment(0))
+            self.segments.append(self._new_segment(log_start_offset))
         self._bases = [s.base_offset for s in self.segments]
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+
+    def _delete_orphan_indexes(self) -> None:
+        """Remove index files whose log is gone (a crash while deleting a segment)."""
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for index in self.directory.glob("*" + suffix):
+                if not index.with_name(index.name[: -len(suffix)] + LOG_SUFFIX).exists():
+                    index.unlink()
 
     def _complete_swaps(self) -> None:
         """Finish a compaction swap interrupted by a crash.
@@ -160,6 +179,8 @@ class Log:
                     continue
                 if header.producer_id >= 0:
                     self.producer_state.update(header, header.base_offset, header.last_offset)
+        # A snapshot may predate a log start offset that has moved since.
+        self.producer_state.remove_before(self.log_start_offset)
 
     # --------------------------------------------------------------- properties
     @property
@@ -207,6 +228,12 @@ class Log:
             if header.is_transactional or header.is_control:
                 raise LogAppendError(ErrorCode.unsupported_for_message_format,
                                      "transactional batches are not supported yet")
+            if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
+                # Offsets are assigned from lastOffsetDelta without reading the records,
+                # so a batch must cover exactly as many offsets as it holds records.
+                raise LogAppendError(ErrorCode.invalid_record,
+                                     f"batch holds {header.records_count} records but spans "
+                                     f"{header.last_offset_delta + 1} offsets")
             headers.append(header)
         if self.config.compacted:
             self._check_keys(data, spans)
@@ -229,7 +256,8 @@ class Log:
             placed.append((pos, size, next_offset, last, max_timestamp))
             next_offset = last + 1
 
-        segment = self._maybe_roll(len(data), next_offset - 1, now_ms)
+        incoming_max_timestamp = max(batch[4] for batch in placed)
+        segment = self._maybe_roll(len(data), next_offset - 1, incoming_max_timestamp, now_ms)
         segment.append(data, placed)
         for header, (_, _, base, last, _) in zip(headers, placed, strict=True):
             if header.producer_id >= 0:
@@ -242,8 +270,6 @@ class Log:
 
     def _check_keys(self, data: bytearray, spans: list[tuple[int, int]]) -> None:
         """Compacted topics keep the latest record per key, so a keyless record is refused."""
-        from gregor.protocol.record_codec import decode_records
-
         for pos, size in spans:
             _, records = decode_records(memoryview(data)[pos : pos + size])
             if any(r.key is None for r in records):
@@ -251,9 +277,24 @@ class Log:
                                      f"compacted topic {self.topic} requires a key on every record")
 
     def _check_producers(self, headers: list[record_batch.BatchHeader]) -> BatchMetadata | None:
+        """Validate producer epochs and sequences; the earlier batch if this is a retry.
+
+        A producer's later batches in the same append continue from its earlier ones,
+        which are not in the producer state yet.
+        """
         duplicate = None
+        pending: dict[int, record_batch.BatchHeader] = {}
         for header in headers:
             if header.producer_id < 0:
+                continue
+            earlier = pending.get(header.producer_id)
+            pending[header.producer_id] = header
+            if earlier is not None:
+                if (header.producer_epoch != earlier.producer_epoch
+                        or not in_sequence(earlier.last_sequence, header.base_sequence)):
+                    raise LogAppendError(ErrorCode.out_of_order_sequence_number,
+                                         f"producer {header.producer_id} batches of one append "
+                                         "are not in sequence")
                 continue
             try:
                 found = self.producer_state.check(header)
@@ -266,14 +307,19 @@ class Log:
                 duplicate = found
         return duplicate
 
-    def _maybe_roll(self, incoming: int, last_offset: int, now_ms: int) -> LogSegment:
+    def _maybe_roll(self, incoming: int, last_offset: int, incoming_max_timestamp: int,
+                    now_ms: int) -> LogSegment:
+        """The segment to append to: a new one if the active one is full or old (Kafka's
+        shouldRoll: segment.bytes, segment.ms, a full index, or offsets beyond what a
+        relative offset can hold)."""
         segment = self.active_segment
         if segment.size == 0:
             return segment
         if (segment.size + incoming > self.config["segment.bytes"]
                 or segment.offset_index.is_full or segment.time_index.is_full
                 or last_offset - segment.base_offset > _MAX_RELATIVE_OFFSET
-                or segment.roll_time_exceeded(now_ms, self.config["segment.ms"])):
+                or segment.should_roll_on_time(incoming_max_timestamp, now_ms,
+                                               self.config["segment.ms"])):
             return self.roll()
         return segment
 
@@ -332,25 +378,17 @@ class Log:
         return None
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the first record at or after ``timestamp`` (ListOffsets)."""
-        from gregor.protocol.record_codec import decode_records
+        """``(offset, timestamp)`` of the first record at or after ``timestamp`` (ListOffsets).
 
+        Every segment whose max timestamp qualifies is searched in turn: one may hold
+        no qualifying record at or above the log start offset.
+        """
         for segment in self.segments:
-            if segment.max_timestamp < timestamp:
+            if segment.max_timestamp < timestamp or segment.next_offset <= self.log_start_offset:
                 continue
-            first = segment.find_offset_by_timestamp(timestamp)
-            if first is None:
-                continue
-            # Later batches too: one may hold no qualifying record (an empty batch kept
-            # by compaction, or records below the log start offset).
-            for batch in segment.iter_batches(first.position):
-                if batch.max_timestamp < timestamp or batch.last_offset < self.log_start_offset:
-                    continue
-                raw = os.pread(segment.fd, batch.size, batch.position)
-                _, records = decode_records(raw)
-                for record in records:
-                    if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
-                        return record.offset, record.timestamp
+            found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+            if found is not None:
+                return found
         return None
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
@@ -365,80 +403,128 @@ class Log:
 
     # ------------------------------------------------------- truncation/retention
     def truncate_to(self, offset: int) -> None:
-        """Remove everything at or after ``offset`` (a follower diverging from its leader)."""
+        """Remove everything at or after ``offset`` (a follower diverging from its leader).
+
+        Whole batches only: a batch holding ``offset`` goes entirely.
+        """
         if offset >= self.log_end_offset:
             return
+        if offset < self.log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return
         while len(self.segments) > 1 and self.active_segment.base_offset >= offset:
-            segment = self.segments.pop()
+            self._drop_segment(self.segments.pop())
             self._bases.pop()
-            segment.delete()
-            segment.close()
         self.active_segment.truncate_to(offset)
-        if self.active_segment.base_offset > offset:
-            self.active_segment.truncate_to(self.active_segment.base_offset)
+        self._after_tail_removed()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart the log, empty, at ``offset``.
+
+        What a follower does when its leader's log starts beyond its own end.
+        """
+        for segment in self.segments:
+            self._drop_segment(segment)
+        self.segments = [self._new_segment(offset)]
+        self._bases = [offset]
+        self.log_start_offset = offset
+        # Nothing of the old log remains to describe: no epochs, no producer snapshots.
+        self.leader_epoch_cache.truncate_from_end(0)
+        self.producer_state.truncate_snapshots_after(-1)
+        self._after_tail_removed()
+        self._log_start_offset_moved()
+
+    def _after_tail_removed(self) -> None:
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.producer_state.truncate_snapshots_after(self.log_end_offset)
         self._rebuild_producer_state()
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
 
+    @staticmethod
+    def _drop_segment(segment: LogSegment) -> None:
+        segment.delete()
+        segment.close()
+
     def advance_log_start_offset(self, offset: int) -> bool:
-        """Move the log start offset forward (DeleteRecords); segments below it are dropped."""
+        """Move the log start offset forward (DeleteRecords); segments below it are dropped.
+
+        The new log start offset is persisted before this returns, so records a
+        client was told are deleted stay deleted across a crash.
+        """
         if offset <= self.log_start_offset:
             return False
         self.log_start_offset = min(offset, self.log_end_offset)
-        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-        self.producer_state.remove_before(self.log_start_offset)
-        self.delete_segments_below_start()
+
+        def below_log_start(segment: LogSegment, following: LogSegment | None) -> bool:
+            end = segment.next_offset if following is None else following.base_offset
+            return end <= self.log_start_offset
+
+        self._delete_old_segments(below_log_start)
+        self._after_head_removed()
+        self._log_start_offset_moved()
         return True
-
-    def delete_segments_below_start(self) -> int:
-        count = 0
-        while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
-            self._delete_oldest_segment()
-            count += 1
-        if (len(self.segments) == 1 and self.log_start_offset >= self.log_end_offset
-                and self.active_segment.size > 0):
-            self.roll()
-            self._delete_oldest_segment()
-            count += 1
-        return count
-
-    def _delete_oldest_segment(self) -> None:
-        segment = self.segments.pop(0)
-        self._bases.pop(0)
-        segment.delete()
-        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
 
     def delete_expired_segments(self, now_ms: int) -> int:
         """Apply retention.ms and retention.bytes; return how many segments were deleted.
 
-        Only whole segments are deleted, oldest first; the active segment is rolled
-        first if it too has expired, so an idle topic still ages out.
+        As in Kafka, only whole segments go, oldest first: by retention.ms those whose
+        largest timestamp is older, then by retention.bytes as many as keep the log
+        within it. The active segment counts too (a new empty one is rolled first),
+        so an idle topic still ages out.
         """
         if not self.config.deletes:
             return 0
         deleted = 0
         retention_ms = self.config["retention.ms"]
         if retention_ms >= 0:
-            while self.segments[0].size > 0 and self.segments[0].max_timestamp >= 0 and (
-                    now_ms - self.segments[0].max_timestamp > retention_ms):
-                if len(self.segments) == 1:
-                    self.roll()
-                self._delete_oldest_segment()
-                deleted += 1
+            deleted += self._delete_old_segments(
+                lambda segment, _: now_ms - segment.largest_timestamp > retention_ms)
         retention_bytes = self.config["retention.bytes"]
-        if retention_bytes >= 0:
+        if retention_bytes >= 0 and self.size > retention_bytes:
             excess = self.size - retention_bytes
-            while len(self.segments) > 1 and excess >= self.segments[0].size:
-                excess -= self.segments[0].size
-                self._delete_oldest_segment()
-                deleted += 1
+
+            def beyond_size(segment: LogSegment, _: LogSegment | None) -> bool:
+                nonlocal excess
+                if excess < segment.size:
+                    return False
+                excess -= segment.size
+                return True
+
+            deleted += self._delete_old_segments(beyond_size)
         if deleted:
-            self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-            self.producer_state.remove_before(self.log_start_offset)
+            self._after_head_removed()
+            self._log_start_offset_moved()
             log.info("%s: retention deleted %d segment(s); log start offset now %d",
                      self.name, deleted, self.log_start_offset)
         return deleted
+
+    def _delete_old_segments(
+            self, should_delete: Callable[[LogSegment, LogSegment | None], bool]) -> int:
+        """Delete segments from the oldest while ``should_delete(segment, next_segment)``."""
+        deleted = 0
+        while self.segments[-1].size > 0 or len(self.segments) > 1:
+            segment = self.segments[0]
+            following = self.segments[1] if len(self.segments) > 1 else None
+            if not should_delete(segment, following):
+                break
+            if following is None:
+                # A log always has an active segment: start the next one first.
+                self.roll()
+            self.segments.pop(0)
+            self._bases.pop(0)
+            # Not closed: reads in flight keep the file object, which closes with them.
+            segment.delete()
+            self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+            deleted += 1
+        return deleted
+
+    def _after_head_removed(self) -> None:
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self.producer_state.remove_before(self.log_start_offset)
+
+    def _log_start_offset_moved(self) -> None:
+        if self.on_log_start_offset_moved is not None:
+            self.on_log_start_offset_moved(self)
 
     def replace_segments(self, old: list[LogSegment], new: list[LogSegment]) -> None:
         """Swap cleaned segments in for the ones they were built from (compaction).

@@ -47,17 +47,17 @@ class LogManager:
                     yield parsed, path
 
     def load_logs(self, config_for: Callable[[str], TopicConfig | None]) -> None:
-        """Open every partition directory whose topic is known; recover if the last stop was dirty."""
+        """Open every partition directory whose topic is known; recover after a dirty stop."""
         started = time.monotonic()
         for tp, path in self.partition_dirs():
             config = config_for(tp[0])
             if config is None:
                 log.warning("ignoring %s: its topic is not in the metadata", path.name)
                 continue
-            self.logs[tp] = Log(path, tp[0], tp[1], config,
-                                recover=not self.had_clean_shutdown,
-                                recovery_point=self._recovery_points.get(tp, 0),
-                                log_start_offset=self._log_starts.get(tp, 0))
+            self._add(Log(path, tp[0], tp[1], config,
+                          recover=not self.had_clean_shutdown,
+                          recovery_point=self._recovery_points.get(tp, 0),
+                          log_start_offset=self._log_starts.get(tp, 0)))
         log.info("loaded %d logs in %.2fs (%s shutdown before)", len(self.logs),
                  time.monotonic() - started, "clean" if self.had_clean_shutdown else "unclean")
 
@@ -66,9 +66,21 @@ class LogManager:
         existing = self.logs.get(tp)
         if existing is not None:
             return existing
-        created = Log(self.log_dir / f"{topic}-{partition}", topic, partition, config)
-        self.logs[tp] = created
-        return created
+        return self._add(Log(self.log_dir / f"{topic}-{partition}", topic, partition, config))
+
+    def _add(self, lg: Log) -> Log:
+        self.logs[(lg.topic, lg.partition)] = lg
+        lg.on_log_start_offset_moved = self._log_start_offset_moved
+        return lg
+
+    def _log_start_offset_moved(self, _: Log) -> None:
+        """Persist log start offsets now rather than at the next periodic checkpoint:
+        records DeleteRecords removed must not come back after a crash."""
+        self._write_log_start_offsets()
+
+    def _write_log_start_offsets(self) -> None:
+        write_checkpoint(self.log_dir / LOG_START_FILE,
+                         {tp: lg.log_start_offset for tp, lg in self.logs.items()})
 
     def delete(self, topic: str, partition: int) -> None:
         doomed = self.logs.pop((topic, partition), None)
@@ -79,8 +91,7 @@ class LogManager:
         """Persist recovery points, log start offsets and high watermarks of every log."""
         write_checkpoint(self.log_dir / RECOVERY_POINT_FILE,
                          {tp: lg.recovery_point for tp, lg in self.logs.items()})
-        write_checkpoint(self.log_dir / LOG_START_FILE,
-                         {tp: lg.log_start_offset for tp, lg in self.logs.items()})
+        self._write_log_start_offsets()
         write_checkpoint(self.log_dir / HIGH_WATERMARK_FILE, high_watermarks)
 
     def flush_due(self, now_ms: int) -> None:

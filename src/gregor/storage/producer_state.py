@@ -10,13 +10,13 @@ replay batch headers written after the newest snapshot.
 from __future__ import annotations
 
 import json
-import os
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.record_batch import NO_PRODUCER_EPOCH, BatchHeader
+from gregor.storage.checkpoint_file import write_atomically
 
 SNAPSHOT_SUFFIX = ".snapshot"
 MAX_CACHED_BATCHES = 5
@@ -54,7 +54,8 @@ class ProducerStateEntry:
         return None
 
 
-def _in_sequence(last_seq: int, next_seq: int) -> bool:
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    """Whether ``next_seq`` directly follows ``last_seq`` (sequences wrap at 2**31 - 1)."""
     return next_seq == last_seq + 1 or (last_seq == _MAX_SEQUENCE and next_seq == 0)
 
 
@@ -84,7 +85,7 @@ class ProducerStateManager:
             duplicate = entry.find_duplicate(header)
             if duplicate is not None:
                 return duplicate
-            if entry.batches and not _in_sequence(entry.last_seq, header.base_sequence):
+            if entry.batches and not in_sequence(entry.last_seq, header.base_sequence):
                 raise ProducerStateError(
                     ErrorCode.out_of_order_sequence_number,
                     f"producer {header.producer_id} sent sequence {header.base_sequence} "
@@ -128,13 +129,7 @@ class ProducerStateManager:
                                     b.timestamp] for b in entry.batches]}
             for pid, entry in self.producers.items()
         }
-        path = self._snapshot_path(offset)
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as handle:
-            json.dump(payload, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        write_atomically(self._snapshot_path(offset), json.dumps(payload))
         for old in self.snapshot_offsets()[:-keep]:
             self._snapshot_path(old).unlink(missing_ok=True)
 
@@ -150,18 +145,17 @@ class ProducerStateManager:
                 path.unlink(missing_ok=True)
                 continue
             try:
-                payload = json.loads(path.read_text())
-            except (OSError, ValueError):
+                self.producers = _parse_snapshot(path.read_text())
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                # Written atomically, so only outside damage gets here: fall back to an
+                # older snapshot, or to replaying the whole log.
                 path.unlink(missing_ok=True)
                 continue
-            for pid, raw in payload.items():
-                entry = ProducerStateEntry(epoch=raw["epoch"])
-                entry.batches.extend(BatchMetadata(*b) for b in raw["batches"])
-                self.producers[int(pid)] = entry
             return offset
         return 0
 
     def truncate_snapshots_after(self, offset: int) -> None:
+        """Delete snapshots beyond ``offset`` (the log was truncated there)."""
         for snapshot in self.snapshot_offsets():
             if snapshot > offset:
                 self._snapshot_path(snapshot).unlink(missing_ok=True)
@@ -172,3 +166,12 @@ class ProducerStateManager:
                 if entry.batches and entry.batches[-1].last_offset < offset]
         for pid in gone:
             del self.producers[pid]
+
+
+def _parse_snapshot(text: str) -> dict[int, ProducerStateEntry]:
+    producers = {}
+    for pid, raw in json.loads(text).items():
+        entry = ProducerStateEntry(epoch=int(raw["epoch"]))
+        entry.batches.extend(BatchMetadata(*(int(x) for x in b)) for b in raw["batches"])
+        producers[int(pid)] = entry
+    return producers

@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from gregor.protocol import record_batch
-from gregor.protocol.record_batch import HEADER_SIZE, BatchHeader, InvalidRecordBatch, read_header
+from gregor.protocol.record_batch import (
+    HEADER_SIZE,
+    NO_TIMESTAMP,
+    BatchHeader,
+    InvalidRecordBatch,
+    read_header,
+)
+from gregor.protocol.record_codec import decode_records
 from gregor.storage.index_file import CorruptIndexError
 from gregor.storage.offset_index import OffsetIndex
 from gregor.storage.time_index import TimeIndex
@@ -93,7 +100,7 @@ class LogSegment:
         self.fd = self.file.fileno()
         self.size = os.fstat(self.fd).st_size
         self.next_offset = base_offset
-        self.max_timestamp = -1
+        self.max_timestamp = NO_TIMESTAMP
         self.first_batch_timestamp: int | None = None
         self.created_ms = int(time.time() * 1000)
         self.unflushed_messages = 0
@@ -101,65 +108,67 @@ class LogSegment:
 
     # ----------------------------------------------------------------- opening
     def load(self, recover: bool) -> int:
-        """Load indexes (rebuilding them if missing or damaged); return bytes truncated.
+        """Load the indexes and learn where the segment ends; return bytes truncated.
 
-        ``recover`` rescans every batch's CRC and truncates a torn tail, which is
-        what an unclean shutdown calls for; otherwise the indexes are trusted if
-        they pass their sanity check and only the tail after the last index entry
-        is scanned to find the segment's end.
+        ``recover`` re-checks every batch's CRC, rebuilds both indexes and truncates
+        a torn or corrupt tail: what an unclean shutdown calls for. Otherwise the
+        indexes are trusted once they pass their sanity check, and only the batch
+        headers after the last offset index entry are read; an index failing the
+        check, or a tail that does not parse, falls back to a full recovery.
         """
         if recover:
             return self.recover()
         try:
             self.offset_index.load(self.size)
-            _, position = self.offset_index.lookup(2**63 - 1)
-            self.time_index.load(2**63 - 1)
-        except CorruptIndexError as exc:
+            self.time_index.load()
+            self._load_tail()
+            last_time_offset = self.time_index.last_offset
+            if last_time_offset is not None and last_time_offset >= self.next_offset:
+                raise CorruptIndexError(f"{self.time_index.path.name} points past the log end")
+        except (CorruptIndexError, InvalidRecordBatch) as exc:
             log.warning("rebuilding indexes of %s: %s", self.log_path, exc)
             return self.recover()
-        truncated = 0
-        try:
-            self._scan_tail(position)
-            self._bytes_since_index = self.size - position
-        except InvalidRecordBatch:
-            truncated = self.recover()
-        if self.time_index.offsets and self.time_index.offsets[-1] >= self.next_offset:
-            log.warning("rebuilding indexes of %s: time index beyond log end", self.log_path)
-            truncated += self.recover()
-        return truncated
+        return 0
 
-    def _scan_tail(self, position: int) -> None:
-        """Walk batch headers from ``position`` to the end to learn next offset and timestamps."""
-        self.max_timestamp = max(self.max_timestamp, self.time_index.last_timestamp)
-        first = True
+    def _load_tail(self) -> None:
+        """Derive next offset, max timestamp and first timestamp from the last index entry on.
+
+        Everything before the last offset index entry is summarised by the indexes
+        (the time index's last entry covers every batch before it), so this reads
+        at most ``index.interval.bytes`` of headers plus the first one.
+        """
+        indexed_offset, position = self.offset_index.last_entry
+        self.next_offset = self.base_offset
+        self.max_timestamp = self.time_index.last_timestamp
         for batch in self.iter_batches(position):
             if batch.position + batch.size > self.size:
-                raise InvalidRecordBatch("torn batch at segment end")
-            if first and position == 0:
-                self.first_batch_timestamp = batch.max_timestamp
-            first = False
+                raise InvalidRecordBatch(f"torn batch at byte {batch.position}")
+            if batch.position == position > 0 and batch.base_offset != indexed_offset:
+                raise CorruptIndexError(f"{self.offset_index.path.name} entry for offset "
+                                        f"{indexed_offset} points at offset {batch.base_offset}")
             self.next_offset = batch.last_offset + 1
             self.max_timestamp = max(self.max_timestamp, batch.max_timestamp)
-        if self.size and self.first_batch_timestamp is None:
-            header = self.read_batch_header(0)
-            self.first_batch_timestamp = header.max_timestamp
+        self._bytes_since_index = self.size - position
+        self.first_batch_timestamp = (self.read_batch_header(0).max_timestamp if self.size
+                                      else None)
 
     def recover(self) -> int:
-        """Validate every batch's CRC, rebuild both indexes, truncate a torn or corrupt tail."""
+        """Validate every batch's CRC, rebuild both indexes, truncate a torn or corrupt tail.
+
+        The tail is cut at the first batch that is incomplete, fails its CRC, has a
+        malformed header or goes backwards in offsets: bytes after it cannot be
+        trusted to be batches at all.
+        """
         self.offset_index.reset()
         self.time_index.reset()
         self._bytes_since_index = 0
         self.next_offset = self.base_offset
-        self.max_timestamp = -1
+        self.max_timestamp = NO_TIMESTAMP
         self.first_batch_timestamp = None
         position = 0
         while position < self.size:
             try:
-                header = self.read_batch_header(position)
-                if position + header.size > self.size or header.base_offset < self.next_offset:
-                    raise InvalidRecordBatch("torn or out-of-order batch")
-                data = os.pread(self.fd, header.size, position)
-                record_batch.validate_batch(data)
+                header = self._read_valid_batch(position)
             except InvalidRecordBatch as exc:
                 log.warning("truncating %s at byte %d of %d: %s",
                             self.log_path, position, self.size, exc)
@@ -172,6 +181,19 @@ class LogSegment:
             os.ftruncate(self.fd, position)
             self.size = position
         return truncated
+
+    def _read_valid_batch(self, position: int) -> BatchHeader:
+        """Header of the batch at ``position`` after checking it is whole, in order and intact."""
+        header = self.read_batch_header(position)
+        if header.batch_length < HEADER_SIZE - record_batch.LOG_OVERHEAD:
+            raise InvalidRecordBatch(f"batch length {header.batch_length} is too small")
+        if position + header.size > self.size:
+            raise InvalidRecordBatch(f"batch of {header.size} bytes runs past the end")
+        if header.base_offset < self.next_offset:
+            raise InvalidRecordBatch(f"batch offset {header.base_offset} is below "
+                                     f"{self.next_offset}")
+        record_batch.validate_batch(os.pread(self.fd, header.size, position))
+        return header
 
     # --------------------------------------------------------------- appending
     def append(self, data: bytes | bytearray | memoryview,
@@ -264,44 +286,72 @@ class LogSegment:
         batch = self.find_batch(offset)
         return self.size if batch is None else batch.position
 
-    def find_offset_by_timestamp(self, timestamp: int) -> BatchLocation | None:
-        """First batch whose max timestamp is at or after ``timestamp``."""
-        start_offset = self.time_index.lookup(timestamp)
-        _, position = self.offset_index.lookup(start_offset)
+    def find_offset_by_timestamp(self, timestamp: int,
+                                 starting_offset: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record at or after ``starting_offset`` whose
+        timestamp is at least ``timestamp`` (ListOffsets by time).
+
+        The indexes narrow the search to batches whose max timestamp qualifies; only
+        those are decoded, since record timestamps need not be monotonic.
+        """
+        start = max(self.time_index.lookup(timestamp), starting_offset)
+        _, position = self.offset_index.lookup(start)
         for batch in self.iter_batches(position):
-            if batch.max_timestamp >= timestamp:
-                return batch
+            if batch.max_timestamp < timestamp or batch.last_offset < starting_offset:
+                continue
+            _, records = decode_records(os.pread(self.fd, batch.size, batch.position))
+            for record in records:
+                if record.timestamp >= timestamp and record.offset >= starting_offset:
+                    return record.offset, record.timestamp
         return None
+
+    @property
+    def largest_timestamp(self) -> int:
+        """What retention.ms ages a segment by: its max timestamp, or (for batches without
+        timestamps) the file's modification time, as Kafka does."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return int(os.fstat(self.fd).st_mtime * 1000)
 
     # -------------------------------------------------------------- lifecycle
     def truncate_to(self, offset: int) -> int:
-        """Remove every batch at or beyond ``offset``; return bytes removed."""
+        """Remove the batch holding ``offset`` and every later one; return bytes removed.
+
+        Batches are never split, so the segment then ends at the base offset of the
+        batch that held ``offset`` (the caller truncates at batch boundaries anyway).
+        """
         if offset >= self.next_offset:
             return 0
-        position = self.position_of(offset)
-        removed = self.size - position
-        os.ftruncate(self.fd, position)
-        self.size = position
-        self.offset_index.truncate_to(offset)
-        self.time_index.truncate_to(offset)
-        self.next_offset = max(self.base_offset, offset)
-        # Recompute what truncation may have invalidated.
-        self.max_timestamp = self.time_index.last_timestamp
-        self._bytes_since_index = 0
-        if position == 0:
-            self.first_batch_timestamp = None
-        else:
-            _, indexed_position = self.offset_index.lookup(offset)
-            self._scan_tail(indexed_position)
+        batch = self.find_batch(offset)
+        if batch is None:
+            return 0
+        # Entries for the removed batches go; the index entry of the first removed
+        # batch is keyed by its base offset, which may lie below ``offset``.
+        self.offset_index.truncate_to(batch.base_offset)
+        self.time_index.truncate_to(batch.base_offset)
+        removed = self.size - batch.position
+        os.ftruncate(self.fd, batch.position)
+        self.size = batch.position
+        self._load_tail()
+        if self.size == 0:
+            self.created_ms = int(time.time() * 1000)
         return removed
 
-    def roll_time_exceeded(self, now_ms: int, segment_ms: int) -> bool:
+    def should_roll_on_time(self, incoming_max_timestamp: int, now_ms: int,
+                            segment_ms: int) -> bool:
+        """Whether segment.ms has passed, measured as Kafka does.
+
+        With record timestamps the span runs from the first batch's max timestamp to
+        the incoming batches' max timestamp, so replaying old data rolls by the
+        data's own time instead of rolling on every append; without timestamps it
+        is wall-clock time since the segment was created or loaded.
+        """
         if self.size == 0:
             return False
-        reference = self.first_batch_timestamp
-        if reference is None or reference < 0:
-            reference = self.created_ms
-        return now_ms - reference > segment_ms
+        first = self.first_batch_timestamp
+        if first is not None and first >= 0:
+            return incoming_max_timestamp - first > segment_ms
+        return now_ms - self.created_ms > segment_ms
 
     def flush(self) -> None:
         os.fsync(self.fd)
