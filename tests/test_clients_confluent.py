@@ -45,7 +45,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
@@ -572,6 +572,22 @@ def test_auto_create_disabled(fresh_broker: BrokerProcess, topic_name: str) -> N
     producer.flush(TIMEOUT)
     assert len(deliveries.errors) == 1
     assert topic_name not in producer.list_topics(timeout=TIMEOUT).topics
+
+
+def test_offsets_topic_auto_created_as_internal(fresh_broker: BrokerProcess) -> None:
+    """A tool asking for __consumer_offsets before any group used it gets Kafka's internal
+    topic, not one made with the client-facing defaults."""
+    fresh_broker.overrides["offsets.topic.num.partitions"] = "3"
+    fresh_broker.start()
+    with WireConnection(fresh_broker.bootstrap) as client:
+        answer = client.request(ApiKey.METADATA, METADATA_VERSION, metadata_request(
+            ["__consumer_offsets"], allow_auto_topic_creation=True))
+    (topic,) = answer.topics
+    assert (topic.error_code, topic.is_internal, len(topic.partitions)) == (0, True, 3)
+    admin = AdminClient({"bootstrap.servers": fresh_broker.bootstrap})
+    resource = ConfigResource("topic", "__consumer_offsets")
+    configs = admin.describe_configs([resource])[resource].result(TIMEOUT)
+    assert configs["cleanup.policy"].value == "compact"
 
 
 # ---------------------------------------------------------------- message size

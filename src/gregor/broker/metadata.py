@@ -11,6 +11,7 @@ from gregor.broker.request import Request
 from gregor.cluster.controller import ControllerError
 from gregor.cluster.metadata_image import TopicMetadata
 from gregor.cluster.topic_names import invalid_topic_reason
+from gregor.groups.offsets_store import OFFSETS_TOPIC, StoreError
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
@@ -108,6 +109,15 @@ async def handle(broker: Broker, request: Request):
 def _auto_create(broker: Broker, name: str) -> TopicMetadata | None:
     if invalid_topic_reason(name):
         return None
+    if name == OFFSETS_TOPIC:
+        # Asked for before any group used it (tools do): as in Kafka it is created with
+        # its own settings -- internal, compacted, offsets.topic.num.partitions -- since
+        # the group coordinator would otherwise inherit a client's defaults for good.
+        try:
+            broker.group_coordinator.store.ensure_topic()
+        except StoreError as exc:
+            log.info("auto-creating topic %r failed: %s", name, exc)
+        return broker.image.topics.get(name)
     try:
         return broker.controller.create_topic(name)
     except ControllerError as exc:
