@@ -383,3 +383,21 @@ def test_orphan_index_files_are_removed_on_open(tmp_path: Path) -> None:
     assert not orphan.with_suffix(".index").exists()
     assert not orphan.with_suffix(".timeindex").exists()
     assert reopened.log_start_offset == log.segments[1].base_offset
+
+
+def test_clean_reopen_trusts_segments_too_coarse_for_index_entries(tmp_path: Path) -> None:
+    """Batches larger than the segment get a segment each and no index entry; their
+    empty index files still spare a clean restart from rechecking them."""
+    config = topic_config(segment_bytes=1000)
+    log = open_log(tmp_path, config)
+    for _ in range(3):
+        log.append_as_leader(batch(2, value_size=2000), 0)
+    assert [len(s.offset_index) for s in log.segments] == [0, 0, 0]
+    log.close()
+    flip = log.segments[0].log_path
+    with open(flip, "r+b") as handle:
+        handle.seek(200)
+        handle.write(b"?")
+    reopened = open_log(tmp_path, config)
+    assert reopened.segments[0].size == log.segments[0].size
+    assert reopened.log_end_offset == 6

@@ -63,6 +63,10 @@ class IndexFile:
         self.max_entries = max(1, max_index_size // self.entry_size)
         self._fd: int | None = None
 
+    def create(self) -> None:
+        """Create the (empty) file of a new segment's index."""
+        self._open()
+
     def _open(self) -> int:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

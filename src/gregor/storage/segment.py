@@ -96,7 +96,14 @@ class LogSegment:
         self.time_index = TimeIndex(
             directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + suffix),
             base_offset, max_index_size)
+        is_new = not self.log_path.exists()
         self.file = open(self.log_path, "a+b", buffering=0)  # noqa: SIM115 - lives with the segment
+        if is_new:
+            # Index files exist from the start, even while they have no entries (a
+            # segment of few large batches may never get one), so that a missing
+            # index file always means damage to repair, never a segment to rescan.
+            self.offset_index.create()
+            self.time_index.create()
         self.fd = self.file.fileno()
         self.size = os.fstat(self.fd).st_size
         self.next_offset = base_offset
