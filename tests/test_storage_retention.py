@@ -15,6 +15,7 @@ from gregor.storage.log_manager import LOG_START_FILE, LogManager
 
 SEGMENTS = {"segment_bytes": 1200, "index_interval_bytes": 100}
 HOUR = 3600_000
+DAY = 24 * HOUR
 
 
 def fill_hours(log: Log, hours: int, per_hour: int = 6) -> None:
@@ -128,3 +129,17 @@ def test_retention_moves_the_checkpointed_log_start(tmp_path: Path) -> None:
     fill_hours(log, 4)
     assert manager.apply_retention(BASE_TS + 4 * HOUR) > 0
     assert f"t 0 {log.log_start_offset}" in (tmp_path / LOG_START_FILE).read_text()
+
+
+def test_idle_producers_expire_with_the_retention_pass(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    log = manager.get_or_create("t", 0, topic_config())
+    log.append_as_leader(batch(1, producer_id=3, producer_epoch=0, base_sequence=0,
+                               timestamp=BASE_TS), 0)
+    log.append_as_leader(batch(1, producer_id=4, producer_epoch=0, base_sequence=0,
+                               timestamp=BASE_TS + DAY), 0)
+    manager.apply_retention(BASE_TS + DAY + 1)
+    assert set(log.producer_state.producers) == {4}
+    # A forgotten producer is a new one: any sequence goes.
+    assert log.append_as_leader(batch(1, producer_id=3, producer_epoch=0, base_sequence=9),
+                                0).first_offset == 2

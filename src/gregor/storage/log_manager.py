@@ -99,7 +99,12 @@ class LogManager:
             lg.maybe_flush_on_time(now_ms)
 
     def apply_retention(self, now_ms: int) -> int:
-        return sum(lg.delete_expired_segments(now_ms) for lg in list(self.logs.values()))
+        """Delete expired segments (return how many) and forget long-idle producers."""
+        deleted = 0
+        for lg in list(self.logs.values()):
+            deleted += lg.delete_expired_segments(now_ms)
+            lg.producer_state.remove_expired(now_ms)
+        return deleted
 
     def shutdown(self, high_watermarks: dict[TopicPartition, int]) -> None:
         for lg in self.logs.values():

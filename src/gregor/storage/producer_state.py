@@ -20,6 +20,9 @@ from gregor.storage.checkpoint_file import write_atomically
 
 SNAPSHOT_SUFFIX = ".snapshot"
 MAX_CACHED_BATCHES = 5
+# Kafka's default producer.id.expiration.ms: a producer silent this long (by its
+# batches' timestamps) is forgotten, so idle producer ids do not pile up forever.
+PRODUCER_ID_EXPIRATION_MS = 24 * 3600 * 1000
 _MAX_SEQUENCE = 0x7FFFFFFF
 
 
@@ -159,6 +162,19 @@ class ProducerStateManager:
         for snapshot in self.snapshot_offsets():
             if snapshot > offset:
                 self._snapshot_path(snapshot).unlink(missing_ok=True)
+
+    def remove_expired(self, now_ms: int,
+                       expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> int:
+        """Forget producers whose last batch is older than ``expiration_ms``; how many.
+
+        Like Kafka, age is measured by the batch's max timestamp. A forgotten
+        producer that writes again is accepted at any sequence, as a new one.
+        """
+        gone = [pid for pid, entry in self.producers.items()
+                if not entry.batches or now_ms - entry.batches[-1].timestamp >= expiration_ms]
+        for pid in gone:
+            del self.producers[pid]
+        return len(gone)
 
     def remove_before(self, offset: int) -> None:
         """Forget producers whose last batch lies wholly before ``offset`` (log start moved)."""
