@@ -238,6 +238,22 @@ def test_confluent_describe_cluster(admin: AdminClient, broker: BrokerProcess) -
     assert cluster.cluster_id
     assert [(n.host, n.port) for n in cluster.nodes] == [("127.0.0.1", broker.port)]
     assert cluster.controller.id == cluster.nodes[0].id
+    assert cluster.authorized_operations is None  # not asked for
+
+
+def test_confluent_authorized_operations(admin: AdminClient, topic_name: str) -> None:
+    """Without ACLs, as in Kafka without an authorizer, everything a resource supports is
+    allowed, and reported when a client asks."""
+    _create(admin, topic_name)
+    topic = admin.describe_topics(TopicCollection([topic_name]),
+                                  include_authorized_operations=True)[topic_name].result(TIMEOUT)
+    assert {op.name for op in topic.authorized_operations} == {
+        "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS",
+        "ALTER_CONFIGS"}
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(TIMEOUT)
+    assert {op.name for op in cluster.authorized_operations} == {
+        "CREATE", "ALTER", "DESCRIBE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS",
+        "IDEMPOTENT_WRITE"}
 
 
 def test_confluent_list_offsets_and_delete_records(admin: AdminClient, broker: BrokerProcess,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING
 
-from gregor.broker.metadata import broker_entries
+from gregor.broker.metadata import CLUSTER_OPERATIONS, authorized_operations, broker_entries
 from gregor.broker.request import Request
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
@@ -28,5 +28,6 @@ async def handle(broker: Broker, request: Request):
         cluster_id=broker.image.cluster_id,
         controller_id=broker.broker_id,
         brokers=broker_entries(broker, nested(_KEY, version, "DescribeClusterBroker")),
-        cluster_authorized_operations=-(2**31),
+        cluster_authorized_operations=authorized_operations(
+            request.body.include_cluster_authorized_operations, CLUSTER_OPERATIONS),
     )

@@ -23,6 +23,17 @@ log = logging.getLogger(__name__)
 
 _KEY = ApiKey.METADATA
 _UNKNOWN_OPERATIONS = -(2**31)
+# Without an authorizer Kafka allows every operation a resource supports, and says so
+# when asked (bit i set for ACL operation code i): READ 3, WRITE 4, CREATE 5, DELETE 6,
+# ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11,
+# IDEMPOTENT_WRITE 12.
+TOPIC_OPERATIONS = sum(1 << code for code in (3, 4, 5, 6, 7, 8, 10, 11))
+CLUSTER_OPERATIONS = sum(1 << code for code in (5, 7, 8, 9, 10, 11, 12))
+
+
+def authorized_operations(requested: bool, operations: int) -> int:
+    """The authorized-operations field: the allowed set if the client asked, else unknown."""
+    return operations if requested else _UNKNOWN_OPERATIONS
 
 
 def broker_entries(broker: Broker, cls: type) -> tuple:
@@ -31,7 +42,7 @@ def broker_entries(broker: Broker, cls: type) -> tuple:
                   port=port, rack=None),)
 
 
-def _topic_entry(broker: Broker, version: int, topic: TopicMetadata):
+def _topic_entry(broker: Broker, version: int, topic: TopicMetadata, operations: int):
     partition_cls = nested(_KEY, version, "MetadataResponsePartition")
     partitions = []
     for index, assignment in enumerate(topic.partitions):
@@ -45,7 +56,7 @@ def _topic_entry(broker: Broker, version: int, topic: TopicMetadata):
             offline_replicas=()))
     return build(nested(_KEY, version, "MetadataResponseTopic"), error_code=ErrorCode.none,
                  name=topic.name, topic_id=topic.uuid, is_internal=topic.internal,
-                 partitions=tuple(partitions), topic_authorized_operations=_UNKNOWN_OPERATIONS)
+                 partitions=tuple(partitions), topic_authorized_operations=operations)
 
 
 def _error_entry(version: int, name: str | None, error: ErrorCode,
@@ -75,11 +86,15 @@ def _requested_topics(broker: Broker, request: Request
 async def handle(broker: Broker, request: Request):
     version = request.version
     wanted = _requested_topics(broker, request)
-    allow_auto_create = getattr(request.body, "allow_auto_topic_creation", True) and (
+    body = request.body
+    topic_operations = authorized_operations(
+        getattr(body, "include_topic_authorized_operations", False), TOPIC_OPERATIONS)
+    allow_auto_create = getattr(body, "allow_auto_topic_creation", True) and (
         broker.config["auto.create.topics.enable"])
     entries = []
     if wanted is None:
-        entries = [_topic_entry(broker, version, t) for t in broker.image.topics.values()]
+        entries = [_topic_entry(broker, version, t, topic_operations)
+                   for t in broker.image.topics.values()]
     else:
         for name, topic_id in wanted:
             if name is None:
@@ -90,7 +105,7 @@ async def handle(broker: Broker, request: Request):
             if topic is None and allow_auto_create:
                 topic = _auto_create(broker, name)
             if topic is not None:
-                entries.append(_topic_entry(broker, version, topic))
+                entries.append(_topic_entry(broker, version, topic, topic_operations))
             elif invalid_topic_reason(name):
                 entries.append(_error_entry(version, name, ErrorCode.invalid_topic_exception))
             else:
@@ -102,7 +117,8 @@ async def handle(broker: Broker, request: Request):
         cluster_id=broker.image.cluster_id,
         controller_id=broker.broker_id,
         topics=tuple(entries),
-        cluster_authorized_operations=_UNKNOWN_OPERATIONS,
+        cluster_authorized_operations=authorized_operations(
+            getattr(body, "include_cluster_authorized_operations", False), CLUSTER_OPERATIONS),
     )
 
 
