@@ -36,11 +36,3 @@ def spark() -> Iterator[SparkSession]:
     gregor.spark.register(session)
     yield session
     session.stop()
-
-
-# TEMPORARY (development only; removed before handing over): use an already running broker.
-@pytest.fixture(scope="session")
-def broker():  # noqa: ANN201
-    from types import SimpleNamespace
-
-    return SimpleNamespace(bootstrap=os.environ["DEV_BOOTSTRAP"])

@@ -30,15 +30,15 @@ def records_to_batch(
     """
     schema = source_arrow_schema(include_headers)
     count = len(messages)
-    kinds, millis = zip(*(m.timestamp() for m in messages), strict=True)
+    stamps = [m.timestamp() for m in messages]
     columns = [
         pa.array([m.key() for m in messages], pa.binary()),
         pa.array([m.value() for m in messages], pa.binary()),
         pa.repeat(pa.scalar(topic, pa.string()), count),
         pa.repeat(pa.scalar(partition, pa.int32()), count),
         pa.array([m.offset() for m in messages], pa.int64()),
-        pa.array(millis, _MS_UTC).cast(_US_UTC),
-        pc.subtract(pa.array(kinds, pa.int32()), _ONE),
+        pa.array([ms for _, ms in stamps], _MS_UTC).cast(_US_UTC),
+        pc.subtract(pa.array([kind for kind, _ in stamps], pa.int32()), _ONE),
     ]
     if include_headers:
         columns.append(pa.array([m.headers() for m in messages], schema.field("headers").type))

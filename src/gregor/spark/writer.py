@@ -3,7 +3,9 @@
 Columns follow Spark's Kafka sink: ``value`` (required, binary or string), ``key``
 (optional, binary or string), ``topic`` (optional string; the ``topic`` option overrides
 it), ``partition`` (optional int) and ``headers`` (optional array of key/value structs).
-Other columns are ignored, and names match case-insensitively, as in Spark.
+Other columns are ignored, and names match case-insensitively, as in Spark.  Batch
+writes need ``.mode("append")``: Spark refuses its default ErrorIfExists mode for every
+Python data source, and a topic cannot be overwritten.
 
 Delivery is at-least-once.  Each task flushes its producer before it reports success,
 because the producer lives in the executor process: the driver-side ``commit`` runs in
