@@ -44,6 +44,7 @@ from kafka.admin import OffsetSpec as KpOffsetSpec
 from gregor.broker.process import BrokerProcess
 from gregor.broker.router import ROUTES
 from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
 
 
 # ----------------------------------------------------------------- fixtures
@@ -499,6 +500,9 @@ def test_every_advertised_admin_version(broker: BrokerProcess, topic_name: str) 
                              include_cluster_authorized_operations=False, endpoint_type=1)
             assert answer.error_code == 0
             assert [(b.broker_id, b.port) for b in answer.brokers] == [(1, broker.port)]
+        answer = request(ApiKey.DESCRIBE_CLUSTER, 1, "DescribeClusterRequest",
+                         include_cluster_authorized_operations=False, endpoint_type=2)
+        assert answer.error_code == ErrorCode.mismatched_endpoint_type
 
         ids = {t.name: t.topic_id for t in request(
             ApiKey.METADATA, 12, "MetadataRequest", topics=None,
