@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from gregor.broker.request import Request
 from gregor.groups import records
@@ -35,7 +36,7 @@ def _partition_exists(broker: Broker, topic: str, partition: int) -> bool:
     return meta is not None and 0 <= partition < len(meta.partitions)
 
 
-def _grouped(items: list[tuple[TopicPartition, object]]) -> dict[str, list]:
+def _grouped(items: Sequence[tuple[TopicPartition, Any]]) -> dict[str, list[tuple[int, Any]]]:
     """``((topic, partition), x)`` pairs grouped by topic, keeping their order."""
     by_topic: dict[str, list] = {}
     for (topic, partition), value in items:
@@ -86,8 +87,8 @@ async def handle_commit(broker: Broker, request: Request):
 
 
 # --------------------------------------------------------------------- fetch
-def _fetch_group(broker: Broker, version: int, group_id: str,
-                 topics) -> tuple[ErrorCode, list[tuple[TopicPartition, OffsetAndMetadata | None]]]:
+def _fetch_group(broker: Broker, version: int, group_id: str, topics: Sequence[Any] | None
+                 ) -> tuple[ErrorCode, list[tuple[TopicPartition, OffsetAndMetadata | None]]]:
     """One group's answer: its error and, per asked (or committed) partition, the offset."""
     wanted = None if topics is None else [(t.name, i) for t in topics for i in t.partition_indexes]
     error, committed = broker.group_coordinator.fetch_offsets(group_id, wanted)
@@ -98,7 +99,8 @@ def _fetch_group(broker: Broker, version: int, group_id: str,
     return error, [(tp, committed.get(tp)) for tp in wanted]
 
 
-def _fetch_topics(version: int, entries: list, partition_error: ErrorCode, names: tuple[str, str]):
+def _fetch_topics(version: int, entries: Sequence[tuple[TopicPartition, Any]],
+                  partition_error: ErrorCode, names: tuple[str, str]) -> tuple[Any, ...]:
     topic_name, partition_name = names
     topic_cls = nested(ApiKey.OFFSET_FETCH, version, topic_name)
     partition_cls = nested(ApiKey.OFFSET_FETCH, version, partition_name)

@@ -398,8 +398,8 @@ class GroupCoordinator:
         if member_id == group.leader_id:
             unknown = set(assignments) - set(group.members)
             if unknown:
-                log.info("group %s: leader assigned to unknown members %s", group_id,
-                         sorted(unknown))
+                log.info("group %s: leader assigned partitions to %d unknown member(s)",
+                         group_id, len(unknown))
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
             self._store_group(group)
