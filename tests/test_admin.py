@@ -121,6 +121,15 @@ def test_confluent_create_with_broker_defaults(admin: AdminClient, topic_name: s
     assert [len(p.replicas) for p in partitions.values()] == [1]
 
 
+def test_confluent_create_with_replica_assignment(admin: AdminClient, topic_name: str) -> None:
+    """A manual assignment naming the broker's own placement is honoured."""
+    broker_id = admin.describe_cluster().result(TIMEOUT).nodes[0].id
+    admin.create_topics([NewTopic(topic_name, 3, replica_assignment=[[broker_id]] * 3)])[
+        topic_name].result(TIMEOUT)
+    partitions = admin.list_topics(timeout=TIMEOUT).topics[topic_name].partitions
+    assert {p: m.replicas for p, m in partitions.items()} == {p: [broker_id] for p in range(3)}
+
+
 def test_confluent_create_errors(admin: AdminClient, topic_name: str) -> None:
     _create(admin, topic_name)
     futures = admin.create_topics([
@@ -130,6 +139,7 @@ def test_confluent_create_errors(admin: AdminClient, topic_name: str) -> None:
         NewTopic(topic_name + "-zero", 0, 1),
         NewTopic(topic_name + "-rf", 1, 3),
         NewTopic(topic_name + "-cfg", 1, 1, config={"cleanup.policy": "shred"}),
+        NewTopic(topic_name + "-away", 2, replica_assignment=[[1], [7]]),
     ])
     codes = {name: _error_of(future).code() for name, future in futures.items()}
     assert codes == {
@@ -139,6 +149,7 @@ def test_confluent_create_errors(admin: AdminClient, topic_name: str) -> None:
         topic_name + "-zero": KafkaError.INVALID_PARTITIONS,
         topic_name + "-rf": KafkaError.INVALID_REPLICATION_FACTOR,
         topic_name + "-cfg": KafkaError.INVALID_CONFIG,
+        topic_name + "-away": KafkaError.INVALID_REPLICA_ASSIGNMENT,
     }
     assert set(admin.list_topics(timeout=TIMEOUT).topics) & set(codes) == {topic_name}
 
