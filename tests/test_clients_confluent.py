@@ -9,6 +9,7 @@ gap, the timing of a long poll) the request is sent raw, as librdkafka would sen
 from __future__ import annotations
 
 import datetime
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -603,6 +604,21 @@ def test_oversized_batch_is_rejected(broker: BrokerProcess, topic_name: str) -> 
     producer.produce(topic_name, value=b"small", partition=0, on_delivery=deliveries)
     assert producer.flush(TIMEOUT) == 0
     assert (deliveries.errors, deliveries.offsets) == ([], [(0, 0)])
+
+
+def test_records_near_the_size_limit(broker: BrokerProcess, topic_name: str) -> None:
+    """900 kB records, just under the defaults on both sides, arrive intact (their
+    fetch responses go out through sendfile)."""
+    _create_topic(broker.bootstrap, topic_name)
+    values = [os.urandom(900_000) for _ in range(3)]
+    producer = _producer(broker.bootstrap, **{"linger.ms": 0})
+    deliveries = Deliveries()
+    for value in values:
+        producer.produce(topic_name, value=value, partition=0, on_delivery=deliveries)
+    assert producer.flush(TIMEOUT) == 0
+    assert deliveries.errors == []
+    got = _consume_partitions(broker.bootstrap, topic_name, 1, 3)
+    assert [m.value() for m in got] == values
 
 
 def test_message_max_bytes_is_the_topic_default(fresh_broker: BrokerProcess,
