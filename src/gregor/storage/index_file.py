@@ -64,8 +64,8 @@ class IndexFile:
         self._fd: int | None = None
 
     def create(self) -> None:
-        """Create the (empty) file of a new segment's index."""
-        self._open()
+        """Create the (empty) file of a new segment's index, without holding it open."""
+        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))
 
     def _open(self) -> int:
         if self._fd is None:

@@ -328,7 +328,7 @@ class Log:
         old = self.active_segment
         if old.size == 0:
             return old
-        old.flush()
+        old.on_become_inactive()
         new = self._new_segment(self.log_end_offset)
         self.segments.append(new)
         self._bases.append(new.base_offset)

@@ -366,6 +366,13 @@ class LogSegment:
         self.time_index.flush()
         self.unflushed_messages = 0
 
+    def on_become_inactive(self) -> None:
+        """Fsync a segment that stops being the active one and release its index writers:
+        a log may hold thousands of segments, and only the active one is appended to."""
+        self.flush()
+        self.offset_index.close()
+        self.time_index.close()
+
     def close(self) -> None:
         self.offset_index.close()
         self.time_index.close()
