@@ -15,9 +15,9 @@ from bench.summary import cases, cell, systems  # noqa: E402
 _COLOURS = ["#1f6feb", "#d29922", "#cf222e", "#2da44e", "#8250df"]
 
 
-def _throughput(results: Results, workload: str, path: Path) -> None:
+def _throughput(results: Results, workload: str, title: str, path: Path) -> None:
     shown = cases(results)
-    names = systems(results)
+    names = systems(results, workload)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=False)
     for ax, unit in zip(axes, ("records_per_s", "mb_per_s"), strict=True):
         width = 0.8 / max(len(names), 1)
@@ -41,7 +41,7 @@ def _throughput(results: Results, workload: str, path: Path) -> None:
         ax.set_ylabel("thousand records/s" if unit == "records_per_s" else "MB/s")
         ax.grid(axis="y", alpha=0.3)
     axes[1].legend(fontsize=8)
-    fig.suptitle(f"{workload.capitalize()} throughput (median of repetitions)")
+    fig.suptitle(f"{title} (median of repetitions)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -92,11 +92,13 @@ def write_plots(results: Results, img_dir: Path) -> dict[str, Path]:
     """Write every plot there is data for; return them by title."""
     img_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
-    if results.throughput:
-        for workload in ("produce", "consume"):
+    for workload, title in (("produce", "Produce throughput"),
+                            ("consume", "Consume throughput"),
+                            ("fetch", "Consume throughput, bare Fetch requests")):
+        if any(t.workload == workload for t in results.throughput):
             path = img_dir / f"bench-{workload}.png"
-            _throughput(results, workload, path)
-            written[f"{workload.capitalize()} throughput"] = path
+            _throughput(results, workload, title, path)
+            written[title] = path
     if results.latency:
         path = img_dir / "bench-latency.png"
         _latency(results, path)

@@ -17,6 +17,19 @@ from bench.summary import GREGOR, cases, cell, ratio, systems, targets
 FINDINGS = Path(__file__).with_name("findings.md")
 _BORROWED = " \\*"  # a system without an acks setting: its acks=1 figure
 
+WORKLOADS = [
+    ("produce", "Produce throughput",
+     "From the first send to the last acknowledgement."),
+    ("consume", "Consume throughput",
+     "The same records read back from the start by each system's client library "
+     "(librdkafka for Kafka-protocol systems), every value checksummed."),
+    ("fetch", "Consume throughput, bare Fetch requests",
+     "Kafka-protocol systems only: the same records read with Fetch requests back to back "
+     "(4 MiB per partition, 32 MiB per request), every batch CRC-checked and its records "
+     "counted, nothing done per record: the broker's fetch path without librdkafka's "
+     "per-record cost."),
+]
+
 METHOD = """\
 - **One system at a time.** Each server runs alone on the machine with its load
   generator (both share the 2 cores), is started fresh, and is stopped and its
@@ -75,7 +88,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _throughput_section(results: Results, workload: str) -> list[str]:
-    names = systems(results)
+    names = systems(results, workload)
     peers = [n for n in names if n != GREGOR]
     header = ["workload", *names, *(f"gregor / {p}" for p in peers if GREGOR in names)]
     rows = []
@@ -140,12 +153,13 @@ def render(results: Results, plots: dict[str, Path], out: Path) -> str:
                     [[name, info["version"], info["storage"]]
                      for name, info in results.systems.items()])
     relative = {title: os.path.relpath(path, out.parent) for title, path in plots.items()}
-    for workload in ("produce", "consume"):
-        lines += ["", f"## {workload.capitalize()} throughput", "",
+    for workload, title, intro in WORKLOADS:
+        if not any(t.workload == workload for t in results.throughput):
+            continue
+        lines += ["", f"## {title}", "", intro, "",
                   f"Median of {_repetitions(results)} runs; ratios are records/s, "
                   "**bold** where gregor is behind.", ""]
         lines += _throughput_section(results, workload)
-        title = f"{workload.capitalize()} throughput"
         if title in relative:
             lines += ["", f"![{title}]({relative[title]})"]
     if results.latency:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bench import machine
 from bench.clients import StreamClient
+from bench.clients.kafka import KafkaClient
 from bench.limits import measure_limits
 from bench.peers import Peer
 from bench.peers.gregor import GregorPeer
@@ -28,7 +29,7 @@ from bench.plan import GB, Plan
 from bench.processes import Supervisor
 from bench.records import RecordSet
 from bench.results import Case, Results
-from bench.workloads.consume import consume
+from bench.workloads.consume import consume, consume_bare
 from bench.workloads.e2e_latency import measure_latency
 from bench.workloads.fetch_lookup import measure_lookup, space_for
 from bench.workloads.produce import cases_for, produce
@@ -122,16 +123,16 @@ class Run:
         records = RecordSet(case.size, self.plan.records[case.size], seed=repetition)
         client.create(topic, case.partitions)
         try:
-            produced = produce(peer, client, topic, case, records, repetition)
-            consumed = consume(peer, client, topic, case, records, repetition)
+            runs = [produce(peer, client, topic, case, records, repetition),
+                    consume(peer, client, topic, case, records, repetition)]
+            if isinstance(client, KafkaClient):
+                runs.append(consume_bare(peer, client, topic, case, records, repetition))
         finally:
             client.delete(topic, case.partitions)
-        self.results.throughput += [produced, consumed]
-        self.say(f"{peer.name:15} {case.label:32} produce {produced.records_per_s:>9,.0f} rec/s "
-                 f"{produced.mb_per_s:6.1f} MB/s (cpu c{produced.client_cores:.2f} "
-                 f"s{produced.server_cores:.2f}) | consume {consumed.records_per_s:>9,.0f} rec/s "
-                 f"{consumed.mb_per_s:6.1f} MB/s (cpu c{consumed.client_cores:.2f} "
-                 f"s{consumed.server_cores:.2f})")
+        self.results.throughput += runs
+        self.say(f"{peer.name:15} {case.label:32} " + " | ".join(
+            f"{r.workload} {r.records_per_s:>9,.0f}/s {r.mb_per_s:6.1f} MB/s "
+            f"(c{r.client_cores:.2f} s{r.server_cores:.2f})" for r in runs))
 
     def max_rate(self, system: str) -> float:
         rates = [t.records_per_s for t in self.results.throughput

@@ -17,14 +17,16 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.clients.kafka_fetch import KafkaFetcher
 from bench.cpu import Stopwatch, Window
 from bench.pacing import paced
 from bench.records import RecordSet, Tally, VerificationError, stamp_of, stamped
 
+_QUEUE_LIMIT = 1_000_000
 PRODUCER_CONFIG: dict[str, Any] = {
     "linger.ms": 5,
     "batch.size": 1_000_000,
-    "queue.buffering.max.messages": 1_000_000,
+    "queue.buffering.max.messages": _QUEUE_LIMIT,
     "queue.buffering.max.kbytes": 1_048_576,
     "enable.idempotence": False,
     "compression.type": "none",
@@ -93,17 +95,24 @@ class KafkaClient:
         producer = Producer({**_common(self.bootstrap), **PRODUCER_CONFIG, "acks": acks,
                              "on_delivery": on_delivery})
         producer.list_topics(name, timeout=10)  # connect before the clock starts
-        produce, poll = producer.produce, producer.poll
+        # produce_batch() takes a list of messages in one C call: with produce()
+        # per record the Python load generator, not the broker, sets the pace.
+        # The messages cycle through the pool, each with its round-robin partition.
+        cycle = [{"value": value, "partition": k % partitions}
+                 for k, value in enumerate(records.pool)] * 2
+        pool = len(records.pool)
         watch.start()
-        partition = 0
-        for value in records.values():
-            while True:
-                try:
-                    produce(name, value, partition=partition)
-                    break
-                except BufferError:
-                    poll(0.001)
-            partition = partition + 1 if partition + 1 < partitions else 0
+        sent = 0
+        while sent < records.count:
+            batch = cycle[sent % pool : sent % pool + min(pool, records.count - sent)]
+            while len(producer) + len(batch) > _QUEUE_LIMIT:
+                producer.poll(0.001)
+            accepted = producer.produce_batch(name, batch)
+            if accepted != len(batch):
+                raise VerificationError(f"{name}: producer queue refused "
+                                        f"{len(batch) - accepted} records")
+            sent += accepted
+            producer.poll(0)
         remaining = producer.flush(_STALL_TIMEOUT_S)
         window = watch.stop()
         if remaining or failures:
@@ -123,6 +132,20 @@ class KafkaClient:
         finally:
             consumer.close()
         tally.verify(records.count, records.expected_checksum(), name)
+        return window
+
+    def consume_bare(self, name: str, partitions: int, records: RecordSet,
+                     watch: Stopwatch) -> Window:
+        """Read the records back with bare Fetch requests: the broker's fetch path alone."""
+        fetcher = KafkaFetcher(self.bootstrap)
+        try:
+            watch.start()
+            count = fetcher.read_all(name, partitions, records.count)
+            window = watch.stop()
+        finally:
+            fetcher.close()
+        if count != records.count:
+            raise VerificationError(f"{name}: fetched {count} records, produced {records.count}")
         return window
 
     def produce_at_rate(self, name: str, filler: bytes, rate: float, count: int) -> Tally:

@@ -7,7 +7,7 @@ for no insight, so the logs are written through gregor's own storage API
 broker is stopped: batches of 1,000 records of 1 KiB, validated, offset-stamped,
 indexed and rolled into 1 GiB segments exactly as produced data would be. The
 broker then restarts on that directory and answers fetches, timed by a bare
-Fetch round trip (:mod:`bench.clients.fetch_probe`).
+Fetch round trip (:mod:`bench.clients.kafka_fetch`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.clients.fetch_probe import FetchProbe
+from bench.clients.kafka_fetch import KafkaFetcher
 from bench.peers.gregor import GregorPeer
 from bench.results import Lookup, percentile
 from gregor.config import BrokerConfig, TopicConfig
@@ -77,19 +77,18 @@ def measure_lookup(peer: GregorPeer, sizes: dict[str, int], samples: int,
     rng = random.Random(11)
     cells = [(topic, position) for topic in sizes for position in ("start", "tail")]
     timings: dict[tuple[str, str], list[float]] = {cell: [] for cell in cells}
-    host, port = peer.bootstrap.rsplit(":", 1)
-    probe = FetchProbe(host, int(port))
+    fetcher = KafkaFetcher(peer.bootstrap)
     try:
         for i in range(_WARMUP_FETCHES + samples):
             for topic, position in cells:  # interleaved, so drift hits every cell alike
                 end = ends[topic]
                 offset = (rng.randrange(0, _WINDOW_RECORDS) if position == "start" else
                           rng.randrange(end - _WINDOW_RECORDS, end - _TAIL_MARGIN_RECORDS))
-                elapsed = probe.fetch(topic, offset, FETCH_MAX_BYTES)
+                elapsed = fetcher.timed_fetch(topic, offset, FETCH_MAX_BYTES)
                 if i >= _WARMUP_FETCHES:
                     timings[(topic, position)].append(elapsed)
     finally:
-        probe.close()
+        fetcher.close()
     for topic in sizes:
         client.delete(topic, 1)
     results = []
