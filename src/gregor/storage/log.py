@@ -393,13 +393,8 @@ class Log:
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the record with the largest timestamp (ListOffsets -3)."""
-        best = None
-        for segment in self.segments:
-            if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best[1]):
-                best = (segment, segment.max_timestamp)
-        if best is None:
-            return None
-        return self.offset_for_timestamp(best[1])
+        largest = max(segment.max_timestamp for segment in self.segments)
+        return None if largest < 0 else self.offset_for_timestamp(largest)
 
     # ------------------------------------------------------- truncation/retention
     def truncate_to(self, offset: int) -> None:

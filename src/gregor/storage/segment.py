@@ -240,13 +240,13 @@ class LogSegment:
         data = os.pread(self.fd, HEADER_SIZE, position)
         return read_header(data)
 
-    def iter_batches(self, position: int = 0, end: int | None = None) -> Iterator[BatchLocation]:
+    def iter_batches(self, position: int = 0) -> Iterator[BatchLocation]:
         """Yield :class:`BatchLocation` for each batch header from ``position``.
 
-        Reads headers in chunks; a batch that claims to run past ``end`` is still
-        yielded so callers can detect a torn tail.
+        Reads headers in chunks; a batch that claims to run past the segment end is
+        still yielded so callers can detect a torn tail.
         """
-        end = self.size if end is None else end
+        end = self.size
         while position < end:
             chunk = os.pread(self.fd, min(_SCAN_CHUNK, end - position), position)
             offset_in_chunk = 0
