@@ -487,8 +487,9 @@ class Log:
 
             deleted += self._delete_old_segments(beyond_size)
         if deleted:
+            # No checkpoint needed: the segment files are gone, and a reopened log
+            # starts at least at its first segment.
             self._after_head_removed()
-            self._log_start_offset_moved()
             log.info("%s: retention deleted %d segment(s); log start offset now %d",
                      self.name, deleted, self.log_start_offset)
         return deleted
