@@ -48,13 +48,8 @@ def _mount_of(path: Path) -> tuple[str, str]:
 
 def _disk(path: Path) -> str:
     device, fs_type = _mount_of(path)
-    name = Path(device).name
-    rotational = Path(f"/sys/block/{name}/queue/rotational")
-    kind = ""
-    if rotational.exists():
-        kind = ", rotational" if rotational.read_text().strip() == "1" else ", non-rotational"
     usage = shutil.disk_usage(path)
-    return (f"{device} ({fs_type}{kind}), {usage.total / 2**30:.0f} GiB, "
+    return (f"{device} ({fs_type}), {usage.total / 2**30:.0f} GiB, "
             f"{usage.free / 2**30:.0f} GiB free")
 
 
@@ -74,7 +69,7 @@ def describe(workdir: Path) -> dict[str, str]:
         "OS": f"{_os_name()}, Linux {platform.release()}",
         "disk (data directories)": _disk(workdir),
         "Python": platform.python_version(),
-        "load generator": (f"confluent-kafka {confluent_kafka.version()[0]} (librdkafka "
+        "load generator": (f"confluent-kafka {metadata.version('confluent-kafka')} (librdkafka "
                            f"{confluent_kafka.libversion()[0]}), redis-py "
                            f"{metadata.version('redis')}, nats-py {metadata.version('nats-py')}"),
         "gregor commit": _git_commit(),

@@ -1,7 +1,7 @@
 """``python -m bench.profile``: where gregor's broker spends its CPU under one workload.
 
-Starts a broker, attaches py-spy to it and drives the produce or the consume
-workload until the sampling ends, then prints the functions with the most
+Starts a broker, attaches py-spy to it and drives the produce, consume
+(librdkafka) or bare Fetch workload until the sampling ends, then prints the functions with the most
 samples: by self time (the code actually running) and inclusive (the code and
 everything it calls). Profiles guide optimisation better than guesses.
 """
@@ -49,7 +49,7 @@ def _print_top(title: str, counts: Counter[str], total: int, limit: int) -> None
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
-    parser.add_argument("workload", choices=["produce", "consume"])
+    parser.add_argument("workload", choices=["produce", "consume", "fetch"])
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=1)
     parser.add_argument("--acks", default="1")
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         topic = f"profile-{uuid.uuid4().hex[:8]}"
         client.create(topic, args.partitions)
         watch = Stopwatch(peer.server_pids)
-        if args.workload == "consume":
+        if args.workload != "produce":
             client.produce(topic, args.partitions, records, args.acks, watch)
         folded = workdir / "profile.txt"
         spy = subprocess.Popen([py_spy, "record", "--pid", str(peer.server_pids()[0]),
@@ -84,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
             while spy.poll() is None:
                 if args.workload == "produce":
                     runs.append(client.produce(topic, args.partitions, records, args.acks, watch))
-                else:
+                elif args.workload == "consume":
                     runs.append(client.consume(topic, args.partitions, records, watch))
+                else:
+                    runs.append(client.consume_bare(topic, args.partitions, records, watch))
             spy.wait()
         finally:
             if spy.poll() is None:

@@ -48,6 +48,7 @@ class Throughput:
 class Latency:
     system: str
     rate: float  # records/s offered
+    achieved_rate: float  # records/s the sender managed
     size: int
     records: int  # measured, after the warm-up
     p50_ms: float
@@ -88,6 +89,7 @@ class Results:
     latency: list[Latency] = field(default_factory=list)
     lookup: list[Lookup] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    records_per_run: dict[int, int] = field(default_factory=dict)  # record size -> records
     seconds: float = 0.0
 
     def save(self, path: Path) -> None:

@@ -33,8 +33,9 @@ def test_quick_benchmark_against_gregor(tmp_path: Path) -> None:
     results = json.loads(out.with_suffix(".json").read_text())
     produced = [t for t in results["throughput"] if t["workload"] == "produce"]
     consumed = [t for t in results["throughput"] if t["workload"] == "consume"]
-    assert len(produced) == len(consumed) == 8  # 2 sizes x 2 partition counts x 2 acks
-    assert all(t["records"] > 0 and t["seconds"] > 0 for t in produced + consumed)
+    fetched = [t for t in results["throughput"] if t["workload"] == "fetch"]
+    assert len(produced) == len(consumed) == len(fetched) == 8  # 2 sizes, 2 partitions, 2 acks
+    assert all(t["records"] > 0 and t["seconds"] > 0 for t in produced + consumed + fetched)
     assert [lat["system"] for lat in results["latency"]] == ["gregor"]
     assert {(r["position"]) for r in results["lookup"]} == {"start", "tail"}
     assert len(results["lookup"]) == 4
