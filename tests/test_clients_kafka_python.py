@@ -103,7 +103,9 @@ def test_round_trip(admin: KafkaAdminClient, broker: BrokerProcess, topic_name: 
 
     codec = CompressionType[(compression or "none").upper()]
     batches = stored_batches(broker.bootstrap, topic_name)
-    assert {b.compression for b in batches} == {codec}
+    # kafka-python sends a batch uncompressed when the codec would not shrink it.
+    assert codec in {b.compression for b in batches}
+    assert {b.compression for b in batches} <= {codec, CompressionType.NONE}
     assert all(b.has_producer_id == (acks == "all") for b in batches)
 
 
