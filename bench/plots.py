@@ -60,7 +60,8 @@ def _latency(results: Results, path: Path) -> None:
     ax.set_xticklabels(labels)
     ax.set_yscale("log")
     ax.set_ylabel("ms (log scale)")
-    ax.set_title("End-to-end latency, 100 B records, at half of each system's maximum rate")
+    ax.set_title("End-to-end latency, 100 B records,\n"
+                 "at half of each system's maximum rate (at most 50k records/s)")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -23,9 +23,6 @@ from bench.clients.kafka import KafkaClient
 from bench.limits import measure_limits
 from bench.peers import Peer
 from bench.peers.gregor import GregorPeer
-from bench.peers.nats_jetstream import NatsJetStreamPeer
-from bench.peers.redis_streams import RedisStreamsPeer
-from bench.peers.tansu import TansuPeer
 from bench.plan import GB, Plan
 from bench.processes import Supervisor
 from bench.records import RecordSet
@@ -45,13 +42,20 @@ _DISK_RESERVE = 2 * GB
 
 
 def make_peer(key: str, workdir: Path, supervisor: Supervisor) -> Peer:
+    """The peer named ``key``; each peer's client library is imported only when it runs."""
     if key == "gregor":
         return GregorPeer(workdir)
     if key == "tansu":
+        from bench.peers.tansu import TansuPeer
+
         return TansuPeer(workdir, supervisor)
     if key == "redis":
+        from bench.peers.redis_streams import RedisStreamsPeer
+
         return RedisStreamsPeer(workdir, supervisor)
     if key == "nats":
+        from bench.peers.nats_jetstream import NatsJetStreamPeer
+
         return NatsJetStreamPeer(workdir, supervisor)
     raise ValueError(f"unknown system {key!r}; choose from {', '.join(SYSTEMS)}")
 

@@ -12,10 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
-pytest.importorskip("matplotlib")  # the benchmark's extra dependency
+# The benchmark's own dependencies (scripts/bench.sh installs them).
+pytest.importorskip("matplotlib")
+psutil = pytest.importorskip("psutil")
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -5,7 +5,7 @@ A topic of N partitions is N file-backed streams ``<name>-<p>`` (subject
 storage. Publishing is asynchronous with one acknowledgement per message,
 counted on a reply inbox and checked for errors, with at most a bounded window
 unacknowledged. Consuming uses a pull consumer, driven by the JetStream API's
-``CONSUMER.MSG.NEXT`` requests with two batches outstanding; nats-py's own
+``CONSUMER.MSG.NEXT`` requests with two batches (of at most 8 MB) outstanding; nats-py's own
 ``fetch()`` helper creates a task per message and would cap the figure at a
 fraction of what server and client can do.
 """
@@ -29,6 +29,9 @@ from bench.records import RecordSet, Tally, VerificationError, stamp_of, stamped
 
 _CONSUMER = "bench"
 _PULL_BATCH = 5000
+# nats-server disconnects a client with more than 64 MB waiting to be sent to it
+# (a "slow consumer"); all pull requests outstanding together stay well below.
+_PULL_BYTES = 8 * 1024 * 1024
 _MAX_UNACKED = 20_000
 _STALL_TIMEOUT_S = 30.0
 
@@ -115,16 +118,17 @@ class NatsJetStreamClient:
     def consume(self, name: str, partitions: int, records: RecordSet,
                 watch: Stopwatch) -> Window:
         tally = Tally()
-        window = asyncio.run(self._consume(name, partitions, records.count, tally, watch))
+        batch = max(100, min(_PULL_BATCH, _PULL_BYTES // (partitions * records.size)))
+        window = asyncio.run(self._consume(name, partitions, batch, records.count, tally, watch))
         tally.verify(records.count, records.expected_checksum(), name)
         return window
 
-    async def _consume(self, name: str, partitions: int, count: int, tally: Tally,
+    async def _consume(self, name: str, partitions: int, batch: int, count: int, tally: Tally,
                        watch: Stopwatch | None, latencies: bytearray | None = None,
                        ready: Any = None) -> Window | None:
         nc = await _connect(self.address)
         try:
-            pullers = [_Puller(nc, stream, _share(count, partitions, p), tally, latencies)
+            pullers = [_Puller(nc, stream, _share(count, partitions, p), batch, tally, latencies)
                        for p, (stream, _) in enumerate(_streams(name, partitions))]
             for puller in pullers:
                 await puller.subscribe()
@@ -170,7 +174,7 @@ class NatsJetStreamClient:
         tally = Tally()
         latencies = bytearray()
         client = NatsJetStreamClient(url)
-        asyncio.run(client._consume(name, 1, count, tally, None, latencies, ready))
+        asyncio.run(client._consume(name, 1, _PULL_BATCH, count, tally, None, latencies, ready))
         conn.send((bytes(latencies), tally.count, tally.checksum))
 
 
@@ -206,10 +210,11 @@ class _AckCounter:
 class _Puller:
     """One stream's pull consumer: keeps two batches requested until all records came."""
 
-    def __init__(self, nc: NatsConnection, stream: str, expected: int, tally: Tally,
-                 latencies: bytearray | None) -> None:
+    def __init__(self, nc: NatsConnection, stream: str, expected: int, batch: int,
+                 tally: Tally, latencies: bytearray | None) -> None:
         self.nc = nc
         self.expected = expected
+        self.batch = batch
         self.tally = tally
         self.latencies = latencies
         self.next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{_CONSUMER}"
@@ -226,8 +231,8 @@ class _Puller:
             self.done.set()
 
     async def refill(self) -> None:
-        while self.requested - self.received <= _PULL_BATCH and self.requested < self.expected:
-            batch = min(_PULL_BATCH, self.expected - self.requested)
+        while self.requested - self.received <= self.batch and self.requested < self.expected:
+            batch = min(self.batch, self.expected - self.requested)
             request = json.dumps({"batch": batch, "expires": 5_000_000_000}).encode()
             await self.nc.publish(self.next_subject, request, reply=self.inbox)
             self.requested += batch
@@ -248,7 +253,7 @@ class _Puller:
             self.values = []
         if self.received >= self.expected:
             self.done.set()
-        elif self.requested - self.received <= _PULL_BATCH:
+        elif self.requested - self.received <= self.batch:
             await self.refill()
 
     async def wait(self) -> None:
