@@ -13,6 +13,7 @@ from bench.clients.kafka import write_librdkafka_log
 from bench.plan import FULL, QUICK
 from bench.processes import raise_on_sigterm
 from bench.report import write_report
+from bench.results import Results
 from bench.run import SYSTEMS, Run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,6 +27,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"comma-separated subset of {','.join(SYSTEMS)}")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md",
                         help="report to write (its plots go to img/ beside it)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="render the report again from the results saved beside --out "
+                             "(benchmarks.json), without running anything")
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="where the servers keep their data (default: a new temporary "
                              "directory, removed afterwards); its disk is the one measured")
@@ -34,6 +38,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.report_only:
+        write_report(Results.load(args.out.with_suffix(".json")), args.out)
+        return 0
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     raise_on_sigterm()
     workdir = Path(tempfile.mkdtemp(prefix="gregor-bench-", dir=args.work_dir))

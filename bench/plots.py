@@ -63,7 +63,7 @@ def _latency(results: Results, path: Path) -> None:
     ax.set_title("End-to-end latency, 100 B records,\n"
                  "at half of each system's maximum rate (at most 50k records/s)")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

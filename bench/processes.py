@@ -18,12 +18,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def wait_for_port(port: int, proc: subprocess.Popen, timeout: float, log_path: Path) -> None:
     """Block until something accepts on ``port``; fail early if ``proc`` died."""
     deadline = time.monotonic() + timeout

@@ -43,8 +43,10 @@ METHOD = """\
   was sent; a run that fails verification is reported as failed, not measured.
 - **Kafka protocol** (gregor, Tansu): confluent-kafka (librdkafka) with the
   same settings for both: `linger.ms=5`, `batch.size=1000000`, no compression,
-  no idempotence, `acks` as stated; consumers assign partitions (no group
-  protocol) with `fetch.queue.backoff.ms=10`, `queued.min.messages=1000000`.
+  no idempotence, `acks` as stated, records handed over with `produce_batch`
+  (one call per 4,096 records: with `produce()` per record the Python loop would
+  set the pace); consumers assign partitions (no group protocol) with
+  `fetch.queue.backoff.ms=10`, `queued.min.messages=1000000`.
 - **Redis Streams**: a topic of N partitions is N stream keys. XADD commands are
   RESP-encoded before the clock starts and pipelined (1,000 per write, 8 writes
   in flight), every reply read and checked; XREADGROUP ... COUNT 10000 NOACK
@@ -53,7 +55,8 @@ METHOD = """\
 - **NATS JetStream**: a topic of N partitions is N file-backed streams. Publish
   is asynchronous with a reply subject, every ack counted and checked, at most
   20,000 unacknowledged; consume is a pull consumer (`CONSUMER.MSG.NEXT`, batches
-  of 5,000, two outstanding). No acks setting either (\\*).
+  of up to 5,000, two outstanding, at most 8 MB requested at once since
+  nats-server drops a client with 64 MB pending). No acks setting either (\\*).
 - **End-to-end latency**: 100 B records, one partition, at half of the system's
   own median produce rate for that case (equal relative load) but at most
   50,000 records/s, which the Python sender can pace without queueing records
@@ -176,8 +179,8 @@ def render(results: Results, plots: dict[str, Path], out: Path) -> str:
     sizes = " or ".join(f"{count:,} records of {size} B"
                         for size, count in results.records_per_run.items())
     lines += ["", "## How it is measured", "", METHOD.rstrip(),
-              f"- **Run sizes**: {sizes} per produce run (NATS JetStream: a quarter of "
-              "that, its Python client being about ten times slower)."]
+              f"- **Run sizes**: {sizes} per produce run (NATS JetStream: a quarter "
+              "of that, its Python client being about ten times slower)."]
     if results.notes:
         lines += ["", "## Notes from this run", ""] + [f"- {n}" for n in results.notes]
     if FINDINGS.exists():

@@ -95,6 +95,21 @@ class Results:
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1) + "\n")
 
+    @classmethod
+    def load(cls, path: Path) -> Results:
+        """Read back what :meth:`save` wrote, to render a report again without a run."""
+        raw = json.loads(path.read_text())
+        limits = raw.pop("limits")
+        throughput = raw.pop("throughput")
+        latency = raw.pop("latency")
+        lookup = raw.pop("lookup")
+        records = raw.pop("records_per_run")
+        return cls(**raw, limits=Limits(**limits) if limits else None,
+                   throughput=[Throughput(**{**t, "case": Case(**t["case"])})
+                               for t in throughput],
+                   latency=[Latency(**x) for x in latency], lookup=[Lookup(**x) for x in lookup],
+                   records_per_run={int(size): count for size, count in records.items()})
+
 
 def percentile(sorted_values: list[Any], fraction: float) -> Any:
     """Nearest-rank percentile of an already sorted list."""
