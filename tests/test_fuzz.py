@@ -35,8 +35,9 @@ from kio.index import load_request_schema
 from kio.schema.types import TopicName
 from raw_frames import BrokerLog
 
+from gregor.broker import group_routes
 from gregor.broker.process import BrokerProcess
-from gregor.broker.router import ROUTES
+from gregor.broker.router import Router
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import MalformedRequest, decode_request, encode_request
 from gregor.protocol.record_codec import Record, encode_batch
@@ -81,9 +82,13 @@ def _seed_value(field: dataclasses.Field, hint: Any, topic: str, records: bytes)
         return topic if hint is TopicName or field.name == "resource_name" else "fuzz"
     if kind == "records":
         return records
+    if kind == "bytes":
+        return b"fuzz"
+    if kind == "uuid":
+        return uuid.UUID(int=1)
     if kind == "bool":
         return False
-    if kind == "timedelta_i32":
+    if kind in ("timedelta_i32", "timedelta_i64"):
         return datetime.timedelta(0)
     if kind in ("int8", "int16", "int32", "int64"):
         return 0
@@ -91,8 +96,10 @@ def _seed_value(field: dataclasses.Field, hint: Any, topic: str, records: bytes)
 
 
 def _served_versions() -> list[tuple[int, int]]:
-    """Every (api key, version) the broker decodes: the router's ranges, minus refusals."""
-    return [(key, version) for key, route in ROUTES.items()
+    """Every (api key, version) the broker decodes: its router's ranges, minus refusals."""
+    router = Router()
+    group_routes.register(router)  # as the broker does
+    return [(key, version) for key, route in router.routes.items()
             for version in range(route.decodable_from or route.min_version,
                                  route.max_version + 1)]
 

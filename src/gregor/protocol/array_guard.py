@@ -74,6 +74,8 @@ def _length_reader(flexible: bool, legacy_size: int) -> Callable[[Buffer, int], 
     """A length prefix: compact (varint of length + 1) or legacy int16/int32; -1 is null."""
     if flexible:
         def compact(buf: Buffer, pos: int) -> tuple[int, int]:
+            if pos < len(buf) and buf[pos] < 0x80:  # the common one-byte varint
+                return buf[pos] - 1, pos + 1
             value, pos = _uvarint(buf, pos)
             return value - 1, pos
 
@@ -95,7 +97,7 @@ def _sized(flexible: bool, legacy_size: int) -> Walker:
 
     def walk(buf: Buffer, pos: int) -> int:
         length, pos = read_length(buf, pos)
-        return pos + max(length, 0)
+        return pos + length if length > 0 else pos
 
     return walk
 
@@ -105,13 +107,15 @@ def _array(name: str, element: Walker | int, flexible: bool, nullable: bool) -> 
 
     def walk(buf: Buffer, pos: int) -> int:
         count, pos = read_length(buf, pos)
-        if count < 0 and not nullable:
-            raise InvalidArray(f"non-nullable field {name} was serialized as null")
+        if count <= 0:
+            if count < 0 and not nullable:
+                raise InvalidArray(f"non-nullable field {name} was serialized as null")
+            return pos
         # Every element takes at least one byte: the bound Kafka's parser uses too.
         if count > len(buf) - pos:
             raise InvalidArray(f"{name} claims {count} elements, {len(buf) - pos} bytes left")
-        if isinstance(element, int):
-            return pos + max(count, 0) * element
+        if element.__class__ is int:
+            return pos + count * element
         for _ in range(count):
             pos = element(buf, pos)
         return pos
@@ -188,7 +192,7 @@ def _entity_walker(cls: type) -> Walker:
         for step in fixed_steps:
             pos = pos + step if step.__class__ is int else step(buf, pos)
         if flexible:
-            count, pos = _uvarint(buf, pos)
+            count, pos = _uvarint(buf, pos)  # tagged fields: almost always none
             for _ in range(count):
                 tag, pos = _uvarint(buf, pos)
                 _, pos = _uvarint(buf, pos)  # the value's size
