@@ -52,12 +52,16 @@ from gregor.broker.router import Route
 from gregor.config import BrokerConfig
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import encode_request
+from gregor.protocol.compression import CompressionType
 from gregor.protocol.errors import ErrorCode
+from gregor.protocol.record_batch import crc32c
 from gregor.protocol.record_codec import Record, decode_records, encode_batch, iter_batches
 
 _SIZE = struct.Struct(">i")
 _MAGIC_OFFSET = 16
+_CRC_OFFSET = 17
 _CRC_REGION_START = 21
+_RECORDS_START = 61
 _CREATE_TOPICS_VERSION = 7
 
 
@@ -325,6 +329,22 @@ def test_produce_malformed_record_set_is_refused(client: RawConnection, topic_na
         "null": None,
     }[mutation]
     assert _produce(client, topic_name, records).error_code in _REFUSED_RECORD_SET
+    _assert_log_holds(client, topic_name, [good])
+
+
+@pytest.mark.parametrize("compression", [CompressionType.NONE, CompressionType.GZIP])
+def test_produce_garbage_records_with_valid_crc_to_compacted_topic(
+        client: RawConnection, topic_name: str, compression: CompressionType) -> None:
+    """A compacted topic is the one place the broker reads records (to require keys):
+    records that do not parse, under a correct CRC, are refused, not a crash."""
+    _new_topic(client, topic_name, {"cleanup.policy": "compact"})
+    good = _batch()
+    assert _produce(client, topic_name, good).error_code == ErrorCode.none
+    batch = bytearray(encode_batch([Record(i, 1_700_000_000_000, b"k", b"v" * 50)
+                                    for i in range(3)], compression=compression))
+    batch[_RECORDS_START:] = bytes(0xA5 for _ in batch[_RECORDS_START:])
+    struct.pack_into(">I", batch, _CRC_OFFSET, crc32c(memoryview(batch)[_CRC_REGION_START:]))
+    assert _produce(client, topic_name, bytes(batch)).error_code in _REFUSED_RECORD_SET
     _assert_log_holds(client, topic_name, [good])
 
 

@@ -271,7 +271,10 @@ class Log:
     def _check_keys(self, data: bytearray, spans: list[tuple[int, int]]) -> None:
         """Compacted topics keep the latest record per key, so a keyless record is refused."""
         for pos, size in spans:
-            _, records = decode_records(memoryview(data)[pos : pos + size])
+            try:
+                _, records = decode_records(memoryview(data)[pos : pos + size])
+            except InvalidRecordBatch as exc:  # records that do not parse under a valid CRC
+                raise LogAppendError(ErrorCode.corrupt_message, str(exc)) from None
             if any(r.key is None for r in records):
                 raise LogAppendError(ErrorCode.invalid_record,
                                      f"compacted topic {self.topic} requires a key on every record")
