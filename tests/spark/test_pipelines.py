@@ -1,0 +1,165 @@
+"""The pipelines end to end: generated input into a real broker, the pipeline in a real
+local SparkSession with ``trigger(availableNow=True)``, and its output topics compared with
+the same result computed in plain Python from the input events."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from datetime import datetime
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from gregor.pipelines import retail
+from gregor.pipelines.generators import CATALOG, Event, publish, retail_events
+from gregor.pipelines.session import build_session
+
+MINUTE = 60_000
+T0 = (int(time.time()) // 3600 - 2) * 3_600_000
+"""Event times start on an hour two hours ago: aligned windows, well inside retention."""
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    """The pipelines' own session (UTC, two shuffle partitions), shared by the module."""
+    session = build_session("gregor-pipeline-tests")
+    yield session
+    session.stop()
+
+
+def create_topics(bootstrap: str, *names: str, partitions: int = 2) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    for future in futures.values():
+        future.result(30)
+
+
+def unique(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def run_to_completion(queries: list[StreamingQuery]) -> None:
+    for query in queries:
+        assert query.awaitTermination(180), f"{query.name} did not finish"
+        assert query.exception() is None
+
+
+def read_json(spark: SparkSession, bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    """The JSON values of ``topic`` in offset order per partition (so per key)."""
+    rows = (
+        spark.read.format("gregor").option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic).load()
+        .orderBy("partition", "offset").selectExpr("CAST(value AS STRING) AS v").collect()
+    )
+    return [json.loads(r.v) for r in rows]
+
+
+def latest_by(records: list[dict[str, Any]], *fields: str) -> dict[Any, dict[str, Any]]:
+    """Changelog semantics: the last record for each key wins."""
+    return {tuple(r[f] for f in fields): r for r in records}
+
+
+def epoch_ms(text: str) -> int:
+    return int(datetime.fromisoformat(text).timestamp() * 1000)
+
+
+# -- retail ----------------------------------------------------------------------------
+
+
+def retail_topics() -> retail.RetailTopics:
+    return retail.RetailTopics(*(unique(n) for n in (
+        "sales", "shipments", "stock", "reorders", "price-adjustments")))
+
+
+def expected_stock(events: list[Event], topics: retail.RetailTopics) -> dict[str, int]:
+    stock = {p.product_id: p.initial_stock for p in CATALOG}
+    for e in events:
+        sign = -1 if e.topic == topics.sales else 1
+        stock[e.value["product_id"]] += sign * e.value["quantity"]
+    return stock
+
+
+def expected_units_per_window(events: list[Event], topics: retail.RetailTopics,
+                              ) -> dict[tuple[str, int], int]:
+    """Units sold per product in 10-minute windows sliding by 5 minutes."""
+    units: Counter[tuple[str, int]] = Counter()
+    for e in events:
+        if e.topic != topics.sales:
+            continue
+        last_start = e.ts_ms - e.ts_ms % (5 * MINUTE)
+        for start in (last_start, last_start - 5 * MINUTE):
+            units[e.value["product_id"], start] += e.value["quantity"]
+    return units
+
+
+def check_retail(spark: SparkSession, bootstrap: str, topics: retail.RetailTopics,
+                 events: list[Event], rule: retail.PriceRule) -> None:
+    stock = expected_stock(events, topics)
+    got_stock = latest_by(read_json(spark, bootstrap, topics.stock), "product_id")
+    assert {k[0]: r["stock"] for k, r in got_stock.items()} == stock
+
+    reorders = read_json(spark, bootstrap, topics.reorders)
+    points = {p.product_id: p.reorder_point for p in CATALOG}
+    assert all(r["stock"] < r["reorder_point"] == points[r["product_id"]] for r in reorders)
+    below = {p for p, s in stock.items() if s < points[p]}
+    assert below, "the input should drive some products below their reorder point"
+    latest_reorders = latest_by(reorders, "product_id")
+    assert {p for (p,) in latest_reorders} >= below
+    assert all(latest_reorders[(p,)]["stock"] == stock[p] for p in below)
+
+    crossed = {k: u for k, u in expected_units_per_window(events, topics).items()
+               if u >= rule.threshold}
+    assert crossed, "the input should cross the price threshold somewhere"
+    adjustments = read_json(spark, bootstrap, topics.price_adjustments)
+    got: dict[tuple[str, int], int] = defaultdict(int)
+    for a in adjustments:
+        key = (a["product_id"], epoch_ms(a["window_start"]))
+        got[key] = max(got[key], a["units_sold"])
+    assert dict(got) == crossed
+
+
+RETAIL_RULE = retail.PriceRule(threshold=50)
+
+
+def make_retail_input(topics: retail.RetailTopics, count: int = 400) -> list[Event]:
+    return list(islice(retail_events(7, T0, 3000, topics.sales, topics.shipments), count))
+
+
+def test_retail_matches_plain_python(spark: SparkSession, broker: Any, tmp_path: Path) -> None:
+    topics = retail_topics()
+    create_topics(broker.bootstrap, *topics.__dict__.values())
+    events = make_retail_input(topics)
+    publish(events, {"bootstrap.servers": broker.bootstrap}, reports_topic=None)
+
+    run_to_completion(retail.start(spark, broker.bootstrap, tmp_path / "checkpoint", topics,
+                                   RETAIL_RULE, available_now=True, max_offsets=150))
+
+    check_retail(spark, broker.bootstrap, topics, events, RETAIL_RULE)
+
+
+def test_retail_stop_and_restart_from_checkpoint(
+    spark: SparkSession, broker: Any, tmp_path: Path
+) -> None:
+    topics = retail_topics()
+    create_topics(broker.bootstrap, *topics.__dict__.values())
+    events = make_retail_input(topics)
+    config = {"bootstrap.servers": broker.bootstrap}
+    checkpoint = tmp_path / "checkpoint"
+
+    publish(events[:200], config, reports_topic=None)
+    run_to_completion(retail.start(spark, broker.bootstrap, checkpoint, topics, RETAIL_RULE,
+                                   available_now=True))
+    publish(events[200:], config, reports_topic=None)
+    run_to_completion(retail.start(spark, broker.bootstrap, checkpoint, topics, RETAIL_RULE,
+                                   available_now=True))
+
+    check_retail(spark, broker.bootstrap, topics, events, RETAIL_RULE)
