@@ -19,8 +19,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from gregor.pipelines import retail
-from gregor.pipelines.generators import CATALOG, Event, publish, retail_events
+from gregor.pipelines import activity, retail
+from gregor.pipelines.generators import (
+    CATALOG,
+    Event,
+    activity_events,
+    publish,
+    retail_events,
+)
 from gregor.pipelines.session import build_session
 
 MINUTE = 60_000
@@ -163,3 +169,63 @@ def test_retail_stop_and_restart_from_checkpoint(
                                    available_now=True))
 
     check_retail(spark, broker.bootstrap, topics, events, RETAIL_RULE)
+
+
+# -- activity --------------------------------------------------------------------------
+
+
+def expected_page_counts(events: list[Event]) -> dict[tuple[str, int], dict[str, int]]:
+    counts: dict[tuple[str, int], Counter[str]] = defaultdict(Counter)
+    for e in events:
+        window = counts[e.value["page"], e.ts_ms - e.ts_ms % MINUTE]
+        window["events"] += 1
+        window[{"view": "views", "click": "clicks", "search": "searches"}[e.value["action"]]] += 1
+    return {k: {c: v[c] for c in ("events", "views", "clicks", "searches")}
+            for k, v in counts.items()}
+
+
+def expected_sessions(events: list[Event], gap_ms: int) -> dict[tuple[str, int], dict[str, Any]]:
+    """Sessions as Spark's session_window makes them: a session ends ``gap_ms`` after its
+    last event; an event before that joins it."""
+    sessions: dict[tuple[str, int], dict[str, Any]] = {}
+    open_session: dict[str, tuple[str, int]] = {}
+    for e in sorted(events, key=lambda e: e.ts_ms):
+        user = e.value["user_id"]
+        key = open_session.get(user)
+        if key is None or sessions[key]["end"] <= e.ts_ms:
+            key = open_session[user] = (user, e.ts_ms)
+            sessions[key] = {"end": 0, "events": 0, "pages": set()}
+        session = sessions[key]
+        session["end"] = e.ts_ms + gap_ms
+        session["events"] += 1
+        session["pages"].add(e.value["page"])
+    return {k: {"end": s["end"], "events": s["events"], "pages": sorted(s["pages"])}
+            for k, s in sessions.items()}
+
+
+def test_activity_matches_plain_python(spark: SparkSession, broker: Any, tmp_path: Path) -> None:
+    settings = activity.ActivitySettings(unique("activity"), unique("activity-summaries"))
+    create_topics(broker.bootstrap, settings.activity_topic, settings.summaries_topic)
+    # 6.5 s apart: no pause equals the 5-minute gap and no session ends exactly at the
+    # final watermark, so there are no boundary cases.
+    events = list(islice(activity_events(3, T0, 6500, settings.activity_topic), 300))
+    publish(events, {"bootstrap.servers": broker.bootstrap}, reports_topic=None)
+
+    run_to_completion(activity.start(spark, broker.bootstrap, tmp_path / "checkpoint",
+                                     settings, available_now=True))
+
+    summaries = read_json(spark, broker.bootstrap, settings.summaries_topic)
+    counts = latest_by([s for s in summaries if s["kind"] == "page_counts"],
+                       "page", "window_start")
+    assert {(page, epoch_ms(start)): {c: r[c] for c in ("events", "views", "clicks", "searches")}
+            for (page, start), r in counts.items()} == expected_page_counts(events)
+    # Sessions are published once closed: ended before the final watermark.
+    watermark = max(e.ts_ms for e in events) - 2 * MINUTE
+    closed = {k: s for k, s in expected_sessions(events, 5 * MINUTE).items()
+              if s["end"] <= watermark}
+    assert closed
+    sessions = [s for s in summaries if s["kind"] == "session"]
+    assert len(sessions) == len(closed)
+    assert {(s["user_id"], epoch_ms(s["session_start"])): {
+        "end": epoch_ms(s["session_end"]), "events": s["events"], "pages": s["pages"]}
+        for s in sessions} == closed
