@@ -15,12 +15,19 @@ order, compact or legacy lengths, tagged fields.
 It stops quietly at the first other malformation: kio then refuses the frame at
 that same spot, with its own message. It runs on every request, so fixed-size
 fields are skipped in runs rather than one by one.
+
+The walk also finds tagged fields the schema does not know. Kafka skips those
+(that is what tags are for: newer clients may add them), while kio refuses them,
+so the walk reports their spans and :func:`strip_unknown_tags` cuts them out of
+the frame before kio reads it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import struct
+import threading
 from collections.abc import Callable
 from functools import cache
 from types import NoneType, UnionType
@@ -47,12 +54,58 @@ class _Malformed(Exception):
     """Something kio will refuse at this spot; nothing after it needs checking."""
 
 
-def check_arrays(schema: type, frame: Buffer, offset: int) -> None:
-    """Raise :class:`InvalidArray` for a bad array in the ``schema`` request at ``offset``."""
-    try:
+# Tag sections holding unknown tags, found by the walk in progress:
+# (section start, section end, the known entries' raw bytes, their count).
+_found = threading.local()
+
+
+def check_arrays(schema: type, frame: Buffer, offset: int) -> Buffer:
+    """Raise :class:`InvalidArray` for a bad array in the ``schema`` request at ``offset``.
+
+    Returns the frame to decode: ``frame`` itself, or a copy without the tagged
+    fields the schema does not know.
+    """
+    _found.sections = []
+    # On a malformation the walk stops; kio then refuses the frame at that spot.
+    with contextlib.suppress(_Malformed, struct.error):
         _entity_walker(schema)(frame, offset)
-    except (_Malformed, struct.error):
-        return  # kio refuses the frame where the walk stopped
+    sections, _found.sections = _found.sections, []
+    return _rewrite(frame, sections) if sections else frame
+
+
+def strip_unknown_tags(frame: Buffer, start: int) -> tuple[Buffer, int]:
+    """Drop every tag of the tag section at ``start`` (a request header's, which
+    defines none); return the frame and the position after the section."""
+    try:
+        count, pos = _uvarint(frame, start)
+        for _ in range(count):
+            _, pos = _uvarint(frame, pos)
+            size, pos = _uvarint(frame, pos)
+            pos += size
+    except _Malformed:
+        return frame, start
+    if count == 0 or pos > len(frame):
+        return frame, start + 1
+    return _rewrite(frame, [(start, pos, b"", 0)]), start + 1
+
+
+def _encode_uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _rewrite(frame: Buffer, sections: list[tuple[int, int, bytes, int]]) -> bytes:
+    parts = []
+    last = 0
+    for start, end, kept, kept_count in sorted(sections):
+        parts += [bytes(frame[last:start]), _encode_uvarint(kept_count), kept]
+        last = end
+    parts.append(bytes(frame[last:]))
+    return b"".join(parts)
 
 
 def _uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
@@ -192,16 +245,27 @@ def _entity_walker(cls: type) -> Walker:
         for step in fixed_steps:
             pos = pos + step if step.__class__ is int else step(buf, pos)
         if flexible:
+            section_start = pos
             count, pos = _uvarint(buf, pos)  # tagged fields: almost always none
+            kept: list[bytes] = []
+            unknown = False
             for _ in range(count):
+                entry_start = pos
                 tag, pos = _uvarint(buf, pos)
-                _, pos = _uvarint(buf, pos)  # the value's size
+                size, pos = _uvarint(buf, pos)  # the value's size
                 known = tagged.get(tag)
                 if known is None:
-                    raise _Malformed  # kio refuses unknown tags
+                    unknown = True
+                    pos += size
+                    if pos > len(buf):
+                        raise _Malformed
+                    continue
                 # Like kio (and Kafka's generated code), a known tag's value is read
                 # from here, and reading goes on from where the value ends.
                 pos = known(buf, pos)
+                kept.append(bytes(buf[entry_start:pos]))
+            if unknown:
+                _found.sections.append((section_start, pos, b"".join(kept), len(kept)))
         return pos
 
     return walk

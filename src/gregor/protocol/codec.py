@@ -18,12 +18,13 @@ from kio.index import load_payload_module, load_request_schema, load_response_sc
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
-from gregor.protocol.array_guard import check_arrays
+from gregor.protocol.array_guard import check_arrays, strip_unknown_tags
 
 T = TypeVar("T")
 
 _FRAME_PREFIX = struct.Struct(">i")
 _API_PREFIX = struct.Struct(">hhi")
+_CLIENT_ID_LENGTH = struct.Struct(">h")
 
 
 class MalformedRequest(ValueError):
@@ -69,6 +70,12 @@ def _response_codec(api_key: int, version: int) -> tuple[bool, Any]:
     return schema.__header_schema__.__flexible__, entity_writer(schema)
 
 
+def _header_tags_position(frame: bytes | memoryview) -> int:
+    """Where header v2's tag section starts: after the legacy (int16) client id."""
+    (client_id_length,) = _CLIENT_ID_LENGTH.unpack_from(frame, _API_PREFIX.size)
+    return _API_PREFIX.size + 2 + max(client_id_length, 0)
+
+
 def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
     """Decode a whole request frame (without its size prefix) into header and body."""
     api_key, version, _ = peek_api(frame)
@@ -80,8 +87,11 @@ def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
         # kio readers return (value, bytes consumed). Trailing bytes are ignored, as
         # Kafka's own parser does: librdkafka's "all topics" Metadata v9+ request
         # leaves a 4-byte array-count placeholder in which only the first byte counts.
+        if schema.__header_schema__.__flexible__:
+            # Header v2 defines no tags; unknown ones are skipped, as Kafka does.
+            frame, _ = strip_unknown_tags(frame, _header_tags_position(frame))
         header, header_size = header_reader(frame, 0)
-        check_arrays(schema, frame, header_size)
+        frame = check_arrays(schema, frame, header_size)
         body, _ = body_reader(frame, header_size)
     except Exception as exc:
         raise MalformedRequest(f"cannot decode api {api_key} v{version}: {exc}") from exc
