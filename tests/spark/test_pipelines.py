@@ -9,7 +9,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from gregor.pipelines import activity, retail
+from gregor.pipelines import activity, retail, warehouse
 from gregor.pipelines.generators import (
     CATALOG,
     Event,
@@ -229,3 +229,65 @@ def test_activity_matches_plain_python(spark: SparkSession, broker: Any, tmp_pat
     assert {(s["user_id"], epoch_ms(s["session_start"])): {
         "end": epoch_ms(s["session_end"]), "events": s["events"], "pages": s["pages"]}
         for s in sessions} == closed
+
+
+# -- warehouse -------------------------------------------------------------------------
+
+DAY = 24 * 60 * MINUTE
+
+
+def warehouse_input(bootstrap: str) -> tuple[str, list[Event]]:
+    """300 events, 6 s apart, from 20 minutes before last midnight (UTC): two dates."""
+    topic = unique("warehouse")
+    create_topics(bootstrap, topic)
+    midnight = int(time.time() * 1000) // DAY * DAY
+    events = list(islice(activity_events(5, midnight - 20 * MINUTE, 6000, topic), 300))
+    publish(events, {"bootstrap.servers": bootstrap}, reports_topic=None)
+    return topic, events
+
+
+def parquet_rows(spark: SparkSession, output: Path) -> Counter[tuple[str, str]]:
+    rows = spark.read.parquet(str(output)).select("value", "date").collect()
+    return Counter((r.value, r.date.isoformat()) for r in rows)
+
+
+def expected_rows(events: list[Event]) -> Counter[tuple[str, str]]:
+    return Counter(
+        (json.dumps(e.value), datetime.fromtimestamp(e.ts_ms / 1000, UTC).date().isoformat())
+        for e in events)
+
+
+def test_warehouse_range_into_parquet_once(spark: SparkSession, broker: Any,
+                                          tmp_path: Path) -> None:
+    topic, events = warehouse_input(broker.bootstrap)
+    start, end = events[50].ts_ms, events[250].ts_ms
+    output = tmp_path / "warehouse"
+
+    assert warehouse.export_range(spark, broker.bootstrap, topic, start, end, output)
+    expected = expected_rows(events[50:250])
+    assert len({date for _, date in expected}) == 2
+    assert parquet_rows(spark, output) == expected
+
+    assert not warehouse.export_range(spark, broker.bootstrap, topic, start, end, output)
+    assert parquet_rows(spark, output) == expected
+
+
+def test_warehouse_stream_replayed_batch_adds_nothing(spark: SparkSession, broker: Any,
+                                                      tmp_path: Path) -> None:
+    topic, events = warehouse_input(broker.bootstrap)
+    output, checkpoint = tmp_path / "warehouse", tmp_path / "checkpoint"
+
+    def run() -> list[int]:
+        """Runs to completion; returns the ids of the micro-batches run."""
+        query = warehouse.start_streaming(spark, broker.bootstrap, topic, output, checkpoint,
+                                          available_now=True, max_offsets=100)
+        run_to_completion([query])
+        return [p["batchId"] for p in query.recentProgress]
+
+    assert run() == [0, 1, 2]
+    assert parquet_rows(spark, output) == expected_rows(events)
+    # Forget that the last micro-batch was committed: Spark runs it again, same batchId.
+    (checkpoint / "commits" / "2").unlink()
+    (checkpoint / "commits" / ".2.crc").unlink(missing_ok=True)
+    assert run() == [2]
+    assert parquet_rows(spark, output) == expected_rows(events)
