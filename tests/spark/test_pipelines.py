@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from gregor.pipelines import activity, retail, warehouse
+from gregor.pipelines import activity, monitoring, retail, warehouse
 from gregor.pipelines.generators import (
     CATALOG,
     Event,
@@ -291,3 +291,34 @@ def test_warehouse_stream_replayed_batch_adds_nothing(spark: SparkSession, broke
     (checkpoint / "commits" / ".2.crc").unlink(missing_ok=True)
     assert run() == [2]
     assert parquet_rows(spark, output) == expected_rows(events)
+
+
+# -- monitoring ------------------------------------------------------------------------
+
+
+def test_monitoring_flags_windows_short_of_what_producers_sent(
+    spark: SparkSession, broker: Any, tmp_path: Path
+) -> None:
+    topics = retail_topics()
+    settings = monitoring.MonitoringSettings(
+        (topics.sales, topics.shipments), unique("producer-reports"), unique("alerts"))
+    create_topics(broker.bootstrap, topics.sales, topics.shipments, settings.reports_topic,
+                  settings.alerts_topic)
+    config = {"bootstrap.servers": broker.bootstrap}
+    events = make_retail_input(topics, 200)
+    sent = publish(events, config, reports_topic=settings.reports_topic)
+    assert sent == Counter((e.topic, e.ts_ms - e.ts_ms % MINUTE) for e in events)
+    # A producer reports 5 records in the third window that never arrived.
+    lossy_window = T0 + 2 * MINUTE
+    lost = Event(settings.reports_topic, topics.sales,
+                 {"topic": topics.sales, "window_start": lossy_window, "sent": 5}, lossy_window)
+    publish([lost], config, reports_topic=None)
+
+    run_to_completion([monitoring.start(spark, broker.bootstrap, tmp_path / "checkpoint",
+                                        settings, available_now=True)])
+
+    alerts = read_json(spark, broker.bootstrap, settings.alerts_topic)
+    received = sent[topics.sales, lossy_window]
+    assert [(a["topic"], epoch_ms(a["window"]["start"]), epoch_ms(a["window"]["end"]),
+             a["sent"], a["received"], a["status"]) for a in alerts] == [
+        (topics.sales, lossy_window, lossy_window + MINUTE, received + 5, received, "loss")]
