@@ -8,7 +8,15 @@ import sys
 
 from confluent_kafka import KafkaException
 
-from gregor.cli import broker_cmd, consume_cmd, groups_cmd, perf_cmd, produce_cmd, topics_cmd
+from gregor.cli import (
+    broker_cmd,
+    consume_cmd,
+    groups_cmd,
+    perf_cmd,
+    pipeline_cmd,
+    produce_cmd,
+    topics_cmd,
+)
 from gregor.cli.errors import CliError, kafka_error_text
 from gregor.config import ConfigError
 
@@ -23,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume_cmd.add_parser(subparsers)
     perf_cmd.add_parser(subparsers)
     groups_cmd.add_parser(subparsers)
+    pipeline_cmd.add_parser(subparsers)
     return parser
 
 

@@ -1,0 +1,158 @@
+"""``gregor pipeline``: feed the data pipelines with generated events, and run them on a
+local Spark (the ``spark`` extra) through the ``gregor`` connector.
+
+Spark is imported only when a pipeline runs, so the rest of the CLI works without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from itertools import islice
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gregor.cli.client_config import (
+    BOOTSTRAP_ENV,
+    DEFAULT_BOOTSTRAP,
+    add_client_arguments,
+    client_config,
+)
+from gregor.cli.errors import CliError
+from gregor.pipelines.generators import Event, activity_events, publish, retail_events
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+GENERATORS = ("retail", "activity")
+PIPELINES = ("retail", "activity", "monitoring", "warehouse")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    pipeline = subparsers.add_parser("pipeline", help="generate input for and run data pipelines")
+    actions = pipeline.add_subparsers(dest="action", required=True)
+
+    generate = actions.add_parser("generate", help="produce a pipeline's input events")
+    generate.add_argument("name", choices=GENERATORS)
+    generate.add_argument("--rate", type=float, required=True, help="events per second")
+    generate.add_argument("--count", type=int, help="stop after COUNT events (default: never)")
+    generate.add_argument("--seed", type=int, default=0,
+                          help="same seed, same events (event times follow the clock)")
+    generate.add_argument("--reports-topic", default="producer-reports",
+                          help="where per-minute sent counts go, for monitoring")
+    add_client_arguments(generate)
+    generate.set_defaults(run=run_generate)
+
+    run = actions.add_parser("run", help="run a pipeline on a local Spark")
+    run.add_argument("name", choices=PIPELINES)
+    run.add_argument(
+        "--bootstrap-server", "-b", metavar="HOST:PORT",
+        default=os.environ.get(BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP),
+        help=f"broker(s) to bootstrap from (default: ${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP})")
+    run.add_argument("--checkpoint", type=Path,
+                     help="Spark checkpoint directory: a restart resumes from it")
+    run.add_argument("--available-now", action="store_true",
+                     help="process what the topics hold now, then exit")
+    run.add_argument("--max-offsets-per-trigger", type=int, help="records per micro-batch")
+    run.add_argument("--topics", help="monitoring: comma-separated topics to watch")
+    run.add_argument("--topic", help="warehouse: the topic to load")
+    run.add_argument("--from", dest="start", type=parse_time,
+                     help="warehouse batch: first timestamp (ISO 8601, UTC if no offset)")
+    run.add_argument("--to", dest="end", type=parse_time,
+                     help="warehouse batch: end timestamp, exclusive")
+    run.add_argument("--output", type=Path, help="warehouse: Parquet output directory")
+    run.set_defaults(run=run_pipeline)
+
+
+def parse_time(text: str) -> int:
+    """ISO 8601 to epoch milliseconds."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    if args.rate <= 0:
+        raise CliError("--rate must be positive")
+    config, _ = client_config(args)
+    start_ms, interval_ms = int(time.time() * 1000), max(1, round(1000 / args.rate))
+    events: Iterator[Event] = (
+        retail_events(args.seed, start_ms, interval_ms) if args.name == "retail"
+        else activity_events(args.seed, start_ms, interval_ms))
+    sent = publish(islice(events, args.count), config, args.rate, args.reports_topic)
+    for topic in sorted({topic for topic, _ in sent}):
+        total = sum(n for (t, _), n in sent.items() if t == topic)
+        print(f"{topic}: {total} events", file=sys.stderr)
+    return 0
+
+
+def run_pipeline(args: argparse.Namespace) -> int:
+    try:
+        from gregor.pipelines.session import build_session
+    except ImportError as exc:
+        raise CliError(
+            f"pipelines need the 'spark' extra (pip install 'gregor[spark]'): {exc}") from exc
+    if args.name == "warehouse" and args.start is not None:
+        return _run_warehouse_range(args, build_session(f"gregor-{args.name}"))
+    if args.checkpoint is None:
+        raise CliError(f"pipeline {args.name} needs --checkpoint DIR")
+    spark = build_session(f"gregor-{args.name}")
+    queries = _start_queries(args, spark)
+    try:
+        if args.available_now:
+            for query in queries:
+                query.awaitTermination()
+        else:
+            spark.streams.awaitAnyTermination()
+    except KeyboardInterrupt:
+        for query in queries:
+            query.stop()
+        raise
+    failed = [q for q in queries if q.exception() is not None]
+    if failed:
+        raise CliError(f"query {failed[0].name} failed: {failed[0].exception()}")
+    return 0
+
+
+def _start_queries(args: argparse.Namespace, spark: SparkSession) -> list[StreamingQuery]:
+    from gregor.pipelines import activity, monitoring, retail, warehouse
+
+    common = {"available_now": args.available_now, "max_offsets": args.max_offsets_per_trigger}
+    if args.name == "retail":
+        return retail.start(spark, args.bootstrap_server, args.checkpoint, **common)
+    if args.name == "activity":
+        return activity.start(spark, args.bootstrap_server, args.checkpoint, **common)
+    if args.name == "monitoring":
+        if not args.topics:
+            raise CliError("monitoring needs --topics TOPIC[,TOPIC...]")
+        settings = monitoring.MonitoringSettings(tuple(args.topics.split(",")))
+        return [monitoring.start(spark, args.bootstrap_server, args.checkpoint, settings,
+                                 **common)]
+    if not (args.topic and args.output):
+        raise CliError("warehouse needs --topic and --output (and --from/--to for a batch run)")
+    return [warehouse.start_streaming(spark, args.bootstrap_server, args.topic, args.output,
+                                      args.checkpoint, **common)]
+
+
+def _run_warehouse_range(args: argparse.Namespace, spark: SparkSession) -> int:
+    from gregor.pipelines import warehouse
+
+    if not (args.topic and args.output and args.end is not None):
+        raise CliError("a warehouse batch run needs --topic, --from, --to and --output")
+    if warehouse.export_range(spark, args.bootstrap_server, args.topic, args.start, args.end,
+                              args.output):
+        print(f"loaded {args.topic} [{args.start}, {args.end}) into {args.output}",
+              file=sys.stderr)
+    else:
+        print(f"{args.topic} [{args.start}, {args.end}) was loaded before: nothing to do",
+              file=sys.stderr)
+    return 0
