@@ -13,7 +13,9 @@ broker's rate limiter, so a misbehaving client cannot flood the log either.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import struct
 from typing import TYPE_CHECKING, NoReturn
 
@@ -128,16 +130,37 @@ class Connection:
                 if isinstance(chunk, bytes):
                     writer.write(chunk)
                 elif isinstance(chunk, FileRegion) and chunk.length >= SENDFILE_THRESHOLD:
-                    if writer.transport.is_closing():
-                        raise ConnectionClosed  # the client left; sendfile would raise
-                    await loop.sendfile(writer.transport, chunk.file, chunk.position,
-                                        chunk.length)
+                    await self._send_region(loop, chunk)
                 else:
                     writer.write(chunk.read())
                     # A fetch may hold many small regions: never buffer more than the
                     # transport's high-water mark of them for a client that is not reading.
                     await writer.drain()
         await writer.drain()
+
+    async def _send_region(self, loop: asyncio.AbstractEventLoop, region: FileRegion) -> None:
+        """Zero-copy a file region to the client.
+
+        When nothing is queued on the transport, ``os.sendfile`` goes straight into
+        the socket; the loop's ``sendfile`` (pause reading, wait for a drain event,
+        resume) is only needed for what the socket buffer cannot take at once.
+        """
+        transport = self.writer.transport
+        if transport.is_closing():
+            raise ConnectionClosed  # the client left; sendfile would raise
+        position, remaining = region.position, region.length
+        sock = transport.get_extra_info("socket")
+        if sock is not None and transport.get_write_buffer_size() == 0:
+            with contextlib.suppress(BlockingIOError):
+                while remaining:
+                    sent = os.sendfile(sock.fileno(), region.file.fileno(), position,
+                                       remaining)
+                    if sent == 0:
+                        break
+                    position += sent
+                    remaining -= sent
+        if remaining:
+            await loop.sendfile(transport, region.file, position, remaining)
 
     def _refuse(self, kind: str, message: str, *args: object) -> NoReturn:
         self.broker.warn_once(kind, "closing %s:%s: " + message, self.client_host,
