@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -36,11 +35,11 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 
-import gregor.spark  # noqa: E402
 from bench.cpu import Stopwatch, Window  # noqa: E402
 from gregor.broker.process import BrokerProcess  # noqa: E402
 from gregor.spark.offset_lookup import OffsetLookup  # noqa: E402
 from gregor.spark.options import Subscription  # noqa: E402
+from gregor.spark.session import build_session  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
 PARTITIONS = 4
@@ -79,19 +78,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def start_spark() -> SparkSession:
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("gregor-spark-bench")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    gregor.spark.register(spark)
-    return spark
+    return build_session("gregor-spark-bench", **{"spark.driver.memory": "2g"})
 
 
 def fill_topic(bootstrap: str, records: int, size: int) -> tuple[str, dict[int, tuple[int, int]]]:

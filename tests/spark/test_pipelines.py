@@ -27,7 +27,7 @@ from gregor.pipelines.generators import (
     publish,
     retail_events,
 )
-from gregor.pipelines.session import build_session
+from gregor.spark.session import build_session
 
 MINUTE = 60_000
 T0 = (int(time.time()) // 3600 - 2) * 3_600_000

@@ -97,7 +97,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def run_pipeline(args: argparse.Namespace) -> int:
     try:
-        from gregor.pipelines.session import build_session
+        from gregor.spark.session import build_session
     except ImportError as exc:
         raise CliError(
             f"pipelines need the 'spark' extra (pip install 'gregor[spark]'): {exc}") from exc

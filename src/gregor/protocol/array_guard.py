@@ -33,6 +33,8 @@ from functools import cache
 from types import NoneType, UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from gregor.protocol.varint import encode_uvarint
+
 Buffer = bytes | bytearray | memoryview
 # Reads one value at a position and returns the position after it.
 Walker = Callable[[Buffer, int], int]
@@ -89,20 +91,11 @@ def strip_unknown_tags(frame: Buffer, start: int) -> tuple[Buffer, int]:
     return _rewrite(frame, [(start, pos, b"", 0)]), start + 1
 
 
-def _encode_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _rewrite(frame: Buffer, sections: list[tuple[int, int, bytes, int]]) -> bytes:
     parts = []
     last = 0
     for start, end, kept, kept_count in sorted(sections):
-        parts += [bytes(frame[last:start]), _encode_uvarint(kept_count), kept]
+        parts += [bytes(frame[last:start]), encode_uvarint(kept_count), kept]
         last = end
     parts.append(bytes(frame[last:]))
     return b"".join(parts)

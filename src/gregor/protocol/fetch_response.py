@@ -12,6 +12,8 @@ import struct
 from dataclasses import dataclass
 from typing import Protocol
 
+from gregor.protocol.varint import encode_uvarint
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION_V4 = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
@@ -41,15 +43,6 @@ class FetchedPartition:
 Chunk = bytes | Region
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def encode_fetch_response(version: int, correlation_id: int, throttle_ms: int, error_code: int,
                           session_id: int,
                           topics: list[tuple[str, list[FetchedPartition]]]) -> list[Chunk]:
@@ -61,11 +54,11 @@ def encode_fetch_response(version: int, correlation_id: int, throttle_ms: int, e
     buf = bytearray()
 
     def array_len(n: int) -> bytes:
-        return _uvarint(n + 1) if flexible else _I32.pack(n)
+        return encode_uvarint(n + 1) if flexible else _I32.pack(n)
 
     def string(s: str) -> bytes:
         raw = s.encode()
-        return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
+        return (encode_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
 
     buf += _I32.pack(correlation_id)
     if flexible:
@@ -90,7 +83,7 @@ def encode_fetch_response(version: int, correlation_id: int, throttle_ms: int, e
                 buf += b"\x01" if flexible else _I32.pack(0)
             else:
                 length = len(records) if isinstance(records, bytes) else records.length
-                buf += _uvarint(length + 1) if flexible else _I32.pack(length)
+                buf += encode_uvarint(length + 1) if flexible else _I32.pack(length)
                 if isinstance(records, bytes):
                     buf += records
                 else:

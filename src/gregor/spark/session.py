@@ -1,4 +1,4 @@
-"""The local SparkSession every pipeline runs in."""
+"""The local SparkSession that pipelines, tests and benchmarks run in."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import sys
 
 from pyspark.sql import SparkSession
 
-import gregor.spark
+from gregor.spark import register
 
 
-def build_session(app_name: str = "gregor-pipeline", master: str = "local[2]") -> SparkSession:
-    """A session with the ``gregor`` source registered.
+def build_session(app_name: str = "gregor-pipeline", master: str = "local[2]",
+                  **configs: str) -> SparkSession:
+    """A session with the ``gregor`` source registered; ``configs`` adds Spark settings.
 
     Spark binds to loopback and its Python workers run this interpreter (so they import
     gregor and confluent-kafka from the same venv). Two shuffle partitions, because the
@@ -21,15 +22,17 @@ def build_session(app_name: str = "gregor-pipeline", master: str = "local[2]") -
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
+    builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
     )
+    for name, value in configs.items():
+        builder = builder.config(name, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    gregor.spark.register(session)
+    register(session)
     return session
