@@ -3,6 +3,6 @@
 # Extra arguments go to pytest (e.g. -k produce -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh test,spark
+scripts/setup.sh test,spark,bench
 .venv/bin/ruff check src tests bench
 exec .venv/bin/python -m pytest -q "$@"
