@@ -58,8 +58,10 @@ class LogManager:
                           recover=not self.had_clean_shutdown,
                           recovery_point=self._recovery_points.get(tp, 0),
                           log_start_offset=self._log_starts.get(tp, 0)))
-        log.info("loaded %d logs in %.2fs (%s shutdown before)", len(self.logs),
-                 time.monotonic() - started, "clean" if self.had_clean_shutdown else "unclean")
+        previous = ("clean shutdown before" if self.had_clean_shutdown
+                    else "unclean shutdown before, recovered" if self.logs else "no logs yet")
+        log.info("loaded %d logs in %.2fs (%s)", len(self.logs), time.monotonic() - started,
+                 previous)
 
     def get_or_create(self, topic: str, partition: int, config: TopicConfig) -> Log:
         tp = (topic, partition)
