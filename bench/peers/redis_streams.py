@@ -8,24 +8,20 @@ off too, as the AOF is the durability under test.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 from bench.clients.redis_streams import RedisStreamsClient
-from bench.processes import Supervisor, wait_for_port
-from gregor.broker.process import free_port
+from bench.peers.supervised_server import SupervisedServer
+from bench.processes import Supervisor
 
 
-class RedisStreamsPeer:
+class RedisStreamsPeer(SupervisedServer):
     name = "Redis Streams"
     storage = "memory + append-only file, fsync every second (appendfsync everysec)"
 
     def __init__(self, workdir: Path, supervisor: Supervisor) -> None:
-        self.workdir = workdir / "redis"
-        self.supervisor = supervisor
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
+        super().__init__(workdir / "redis", supervisor)
 
     def version(self) -> str:
         out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True,
@@ -33,26 +29,11 @@ class RedisStreamsPeer:
         return next(p[2:] for p in out.split() if p.startswith("v="))
 
     def start(self) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        log = self.workdir / "redis.log"
-        self.proc = self.supervisor.spawn(
+        self.launch(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
              "--dir", str(self.workdir), "--appendonly", "yes", "--appendfsync", "everysec",
              "--auto-aof-rewrite-percentage", "0", "--save", "", "--daemonize", "no",
-             "--protected-mode", "no"], log)
-        wait_for_port(self.port, self.proc, 30, log)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.supervisor.stop(self.proc)
-            self.proc = None
-
-    def cleanup(self) -> None:
-        self.stop()
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def server_pids(self) -> list[int]:
-        return [self.proc.pid] if self.proc is not None else []
+             "--protected-mode", "no"], "redis.log")
 
     def client(self) -> RedisStreamsClient:
         return RedisStreamsClient(self.port)
