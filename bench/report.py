@@ -31,9 +31,14 @@ WORKLOADS = [
 ]
 
 METHOD = """\
-- **One system at a time.** Each server runs alone on the machine with its load
-  generator (both share the 2 cores), is started fresh, and is stopped and its
-  data deleted before the next one starts.
+- **One system under load at a time, in interleaved rounds.** All servers are
+  started fresh at the beginning; then each workload is run by every system in
+  turn, repetition by repetition, in an order that rotates with the repetition,
+  so that a neighbour's burst of work or a drift of the machine falls on all
+  systems alike. The measured server shares the 2 cores with its load generator;
+  the others sit idle (their idle CPU is in the notes below). Each workload's
+  topic is deleted after it, and every server is stopped and its data deleted at
+  the end. Latency and the offset lookup run one system at a time.
 - **Produce** sends every record of the run (values drawn in turn from 4,096
   distinct random payloads), round-robin over the partitions, and the clock runs
   from the first send to the last acknowledgement. **Consume** then reads the

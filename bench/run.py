@@ -1,8 +1,12 @@
-"""One benchmark run: limits, then each system in turn, every server stopped afterwards.
+"""One benchmark run: limits, then the systems' workloads in interleaved rounds.
 
-Systems run one at a time, never side by side, so each has both cores to share
-with its load generator. A failure of one workload (including a failed
-verification) is recorded and the run goes on; the exit status reports it.
+Every server is started first; then each workload is run by one system after the
+other, repetition by repetition, so that all systems meet the same machine. Only
+one is ever under load: the others sit idle (their idle CPU is measured and
+reported), so the measured one shares both cores with its load generator alone.
+Latency and the offset lookup follow, one system at a time. A failure of one
+workload (including a failed verification) is recorded and the run goes on; the
+exit status reports it. Every server is stopped and its data deleted at the end.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 from bench import machine
 from bench.clients import StreamClient
 from bench.clients.kafka import KafkaClient
+from bench.cpu import cpu_seconds
 from bench.limits import measure_limits
 from bench.peers import Peer
 from bench.peers.gregor import GregorPeer
@@ -30,7 +35,7 @@ from bench.results import Case, Results
 from bench.workloads.consume import consume, consume_bare
 from bench.workloads.e2e_latency import RATE_CAP, measure_latency
 from bench.workloads.fetch_lookup import measure_lookup, space_for
-from bench.workloads.produce import cases_for, produce
+from bench.workloads.produce import CASES, cases_for, produce
 
 SYSTEMS = ("gregor", "tansu", "redis", "nats")
 LATENCY_CASE = Case(100, 1, "1")
@@ -39,6 +44,7 @@ LATENCY_CASE = Case(100, 1, "1")
 RECORD_SHARE = {"NATS JetStream": 0.25}
 # Disk left free besides the lookup logs: the throughput runs' data and the system's own needs.
 _DISK_RESERVE = 2 * GB
+_IDLE_PROBE_S = 3.0
 
 
 def make_peer(key: str, workdir: Path, supervisor: Supervisor) -> Peer:
@@ -93,6 +99,7 @@ class Run:
 
     def execute(self) -> Results:
         supervisor = Supervisor()
+        peers = [make_peer(key, self.workdir, supervisor) for key in self.systems]
         try:
             self.results.machine = machine.describe(self.workdir)
             self.say("measuring disk and loopback limits")
@@ -100,15 +107,16 @@ class Run:
                                                  self.plan.disk_probe_bytes,
                                                  self.plan.iperf_seconds)
             self.say(f"limits: {self.results.limits}")
-            for key in self.systems:
-                peer = make_peer(key, self.workdir, supervisor)
-                try:
-                    self.say(f"starting {peer.name}")
-                    if self.attempt(f"starting {peer.name}", lambda p=peer: self.start(p)):
-                        self.benchmark(peer)
-                finally:
-                    peer.cleanup()
+            running = [peer for peer in peers
+                       if self.attempt(f"starting {peer.name}", lambda p=peer: self.start(p))]
+            self.note_idle_cpu(running)
+            clients = {peer.name: peer.client() for peer in running}
+            self.throughput_rounds(running, clients)
+            for peer in running:
+                self.single_system(peer, clients[peer.name])
         finally:
+            for peer in peers:
+                peer.cleanup()
             supervisor.close()
         self.results.seconds = time.monotonic() - self.started
         self.results.machine["load average (1 min) at start / end"] = (
@@ -116,15 +124,35 @@ class Run:
         return self.results
 
     def start(self, peer: Peer) -> None:
+        self.say(f"starting {peer.name}")
         peer.start()
         self.results.systems[peer.name] = {"version": peer.version(), "storage": peer.storage}
 
-    def benchmark(self, peer: Peer) -> None:
-        client = peer.client()
-        for case in cases_for(client):
+    def note_idle_cpu(self, peers: list[Peer]) -> None:
+        """All servers stay up during the throughput rounds, each idle while another is
+        measured: say what the idle ones cost the measured one."""
+        before = {peer.name: cpu_seconds(peer.server_pids()) for peer in peers}
+        time.sleep(_IDLE_PROBE_S)
+        used = {peer.name: cpu_seconds(peer.server_pids()) - before[peer.name] for peer in peers}
+        idle = ", ".join(f"{name} {cpu / _IDLE_PROBE_S:.3f}" for name, cpu in used.items())
+        self.note(f"idle servers, cores used over {_IDLE_PROBE_S:.0f} s: {idle}")
+
+    def throughput_rounds(self, peers: list[Peer], clients: dict[str, StreamClient]) -> None:
+        """Every system runs each workload before any runs the next repetition, in an
+        order that rotates: a neighbour's burst of work or a drift of the machine
+        then falls on all systems alike instead of on whichever ran at that minute."""
+        for case in CASES:
             for repetition in range(self.plan.repetitions):
-                self.attempt(f"{peer.name} {case.label} #{repetition + 1}",
-                             lambda c=case, r=repetition: self.throughput(peer, client, c, r))
+                shift = repetition % max(len(peers), 1)
+                for peer in peers[shift:] + peers[:shift]:
+                    client = clients[peer.name]
+                    if case in cases_for(client):
+                        self.attempt(f"{peer.name} {case.label} #{repetition + 1}",
+                                     lambda p=peer, c=client, k=case, r=repetition:
+                                     self.throughput(p, c, k, r))
+
+    def single_system(self, peer: Peer, client: StreamClient) -> None:
+        """Latency, and gregor's offset lookup: one system at a time, the others idle."""
         rate = self.max_rate(peer.name)
         if rate:
             self.attempt(f"{peer.name} latency",

@@ -96,22 +96,27 @@ class KafkaClient:
                              "on_delivery": on_delivery})
         producer.list_topics(name, timeout=10)  # connect before the clock starts
         # produce_batch() takes a list of messages in one C call: with produce()
-        # per record the Python load generator, not the broker, sets the pace.
-        # The messages cycle through the pool, each with its round-robin partition.
-        cycle = [{"value": value, "partition": k % partitions}
-                 for k, value in enumerate(records.pool)] * 2
+        # per record the Python load generator, not the broker, sets the pace. It
+        # ignores a message's own "partition" (confluent-kafka 2.16: the sticky
+        # partitioner put every record of a run on one or two partitions), so
+        # record k is sent in a call for partition k % partitions: the records of
+        # each block of the pool are handed over one partition at a time.
+        lanes = [[{"value": value} for value in records.pool[p::partitions]]
+                 for p in range(partitions)]
         pool = len(records.pool)
         watch.start()
         sent = 0
         while sent < records.count:
-            batch = cycle[sent % pool : sent % pool + min(pool, records.count - sent)]
-            while len(producer) + len(batch) > _QUEUE_LIMIT:
-                producer.poll(0.001)
-            accepted = producer.produce_batch(name, batch)
-            if accepted != len(batch):
-                raise VerificationError(f"{name}: producer queue refused "
-                                        f"{len(batch) - accepted} records")
-            sent += accepted
+            block = min(pool, records.count - sent)
+            for partition, lane in enumerate(lanes):
+                batch = lane[:len(range(partition, block, partitions))]
+                while len(producer) + len(batch) > _QUEUE_LIMIT:
+                    producer.poll(0.001)
+                accepted = producer.produce_batch(name, batch, partition=partition)
+                if accepted != len(batch):
+                    raise VerificationError(f"{name}: producer queue refused "
+                                            f"{len(batch) - accepted} records")
+                sent += accepted
             producer.poll(0)
         remaining = producer.flush(_STALL_TIMEOUT_S)
         window = watch.stop()
