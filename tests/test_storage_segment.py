@@ -54,10 +54,26 @@ def test_read_returns_whole_batches_up_to_max_bytes(tmp_path: Path) -> None:
     batch_size = segment.size // 10
     region = segment.read(BASE, max_bytes=3 * batch_size)
     assert batch_offsets(region) == spans[:3]
-    # A limit inside a batch cuts it; clients drop the partial batch at the end.
+    # A limit inside a batch, with no index entry to end on, cuts it; clients drop
+    # the partial batch at the end.
+    assert segment.offset_index.batch_start_at_or_before(3 * batch_size + 10) is None
     region = segment.read(BASE, max_bytes=3 * batch_size + 10)
     assert region is not None and region.length == 3 * batch_size + 10
     assert batch_offsets(region) == spans[:3]
+
+
+def test_a_cut_read_ends_on_the_last_indexed_batch_start(tmp_path: Path) -> None:
+    segment = new_segment(tmp_path, index_interval_bytes=300)
+    spans = fill(segment, 20, count=2, value_size=50)
+    ends = [batch.position + batch.size for batch in segment.iter_batches()]
+    # From the first indexed batch start on (index.interval.bytes in), reads are trimmed.
+    for max_bytes in range(ends[3], ends[11]):
+        region = segment.read(BASE, max_bytes=max_bytes)
+        assert region is not None and region.length <= max_bytes
+        # Whole batches only, and at most an index interval (plus a batch) short of the limit.
+        assert region.length in ends
+        assert batch_offsets(region) == spans[:ends.index(region.length) + 1]
+        assert max_bytes - region.length < 300 + ends[0]
 
 
 def test_first_batch_is_whole_even_above_max_bytes_only_with_min_one_batch(

@@ -76,6 +76,12 @@ class OffsetIndex(IndexFile):
             return self.base_offset, 0
         return self.base_offset + self._relative[i], self._positions[i]
 
+    def batch_start_at_or_before(self, position: int) -> int | None:
+        """The last indexed batch start at or before byte ``position``, if any: where a
+        read cut at ``position`` can end on a batch boundary without reading a header."""
+        i = bisect.bisect_right(self._positions, position) - 1
+        return self._positions[i] if i >= 0 else None
+
     def truncate_to(self, offset: int) -> None:
         """Drop entries for ``offset`` and beyond (after a log truncation)."""
         i = bisect.bisect_left(self._relative, offset - self.base_offset)

@@ -273,8 +273,11 @@ class LogSegment:
         """File range starting at the batch that holds ``offset``.
 
         The whole first batch is returned even if it exceeds ``max_bytes`` (KIP-74)
-        when ``min_one_batch`` is set; later batches may be cut at ``max_bytes``, which
-        clients expect and discard.
+        when ``min_one_batch`` is set. A range cut by ``max_bytes`` ends at the last
+        indexed batch start before the cut: Kafka sends the cut batch's head too, which
+        clients drop and fetch again, costing a partial batch of transfer and parsing
+        per partition per fetch. Only without such an index entry (a ``max_bytes``
+        below ``index.interval.bytes``) is the cut batch sent partially.
         """
         end = self.size if max_position is None else max_position
         batch = self.find_batch(offset)
@@ -282,6 +285,10 @@ class LogSegment:
             return None
         available = end - batch.position
         length = min(available, max_bytes)
+        if length < available:
+            boundary = self.offset_index.batch_start_at_or_before(batch.position + length)
+            if boundary is not None and boundary > batch.position:
+                length = boundary - batch.position
         if min_one_batch:
             length = max(length, min(batch.size, available))
         if length <= 0:
