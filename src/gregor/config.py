@@ -202,6 +202,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("delete.topic.enable", ConfigType.BOOLEAN, True, "allow DeleteTopics"),
         ConfigDef("socket.request.max.bytes", ConfigType.INT, 100 * 1024 * 1024,
                   "largest request frame accepted before closing the connection", minimum=1),
+        # Kafka's default is 100 KiB. A fetch answer here is megabytes sent with
+        # sendfile, and with a small buffer each piece waits for the client to wake
+        # and read the previous one: 4 MiB halved librdkafka's fetch round trip on 8 MB
+        # answers. The kernel caps it at net.core.wmem_max; -1 leaves it to the OS.
+        ConfigDef("socket.send.buffer.bytes", ConfigType.INT, 4 * 1024 * 1024,
+                  "SO_SNDBUF of client connections (-1: the OS default)", minimum=-1),
+        ConfigDef("socket.receive.buffer.bytes", ConfigType.INT, -1,
+                  "SO_RCVBUF of client connections (-1: the OS default, which "
+                  "grows with the connection)", minimum=-1),
         ConfigDef("log.retention.check.interval.ms", ConfigType.LONG, 300000,
                   "how often retention runs", minimum=1),
         ConfigDef("log.cleaner.backoff.ms", ConfigType.LONG, 15000,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Awaitable, Callable
 
@@ -111,10 +112,20 @@ class Broker:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        self._size_socket_buffers(writer.get_extra_info("socket"))
         try:
             await Connection(self, reader, writer).run()
         finally:
             self._connections.discard(task)
+
+    def _size_socket_buffers(self, sock: socket.socket | None) -> None:
+        """Kafka's socket.send/receive.buffer.bytes, -1 keeping the OS's own sizing."""
+        if sock is None:
+            return
+        for option, name in ((socket.SO_SNDBUF, "socket.send.buffer.bytes"),
+                             (socket.SO_RCVBUF, "socket.receive.buffer.bytes")):
+            if self.config[name] >= 0:
+                sock.setsockopt(socket.SOL_SOCKET, option, self.config[name])
 
     def _every(self, interval_s: float, action: Callable[[], object | Awaitable[object]]
                ) -> asyncio.Task:
