@@ -22,6 +22,7 @@ from pyspark.sql.streaming import StreamingQuery
 from gregor.pipelines import activity, monitoring, retail, warehouse
 from gregor.pipelines.generators import (
     CATALOG,
+    PRODUCTS,
     Event,
     activity_events,
     publish,
@@ -80,97 +81,250 @@ def epoch_ms(text: str) -> int:
 
 # -- retail ----------------------------------------------------------------------------
 
+RETAIL = retail.RetailSettings(velocity_threshold=60)
+WATERMARK_MS = MINUTE
+"""``RETAIL.watermark``."""
+WINDOW_MS, SLIDE_MS = 10 * MINUTE, 5 * MINUTE
+TOO_LATE_MS = 16 * MINUTE
+"""How far the test's too-late sales lag the sales around them: more than the watermark
+delay, the event time one micro-batch of at most ``MAX_RETAIL_BATCH`` records spans (about
+3.4 minutes) and a velocity window together, so that whatever the micro-batches, every
+window they fall in is closed and the stock ledger has moved past them when they are read."""
+MAX_RETAIL_BATCH = 60
+ID_FIELDS = {"stock": "event_id", "reorders": "reorder_id", "price-adjustments": "adjustment_id"}
+TIME_FIELDS = ("event_time", "window_start", "window_end")
+
 
 def retail_topics() -> retail.RetailTopics:
     return retail.RetailTopics(*(unique(n) for n in (
         "sales", "shipments", "stock", "reorders", "price-adjustments")))
 
 
-def expected_stock(events: list[Event], topics: retail.RetailTopics) -> dict[str, int]:
-    stock = {p.product_id: p.initial_stock for p in CATALOG}
-    for e in events:
-        sign = -1 if e.topic == topics.sales else 1
-        stock[e.value["product_id"]] += sign * e.value["quantity"]
-    return stock
-
-
-def expected_units_per_window(events: list[Event], topics: retail.RetailTopics,
-                              ) -> dict[tuple[str, int], int]:
-    """Units sold per product in 10-minute windows sliding by 5 minutes."""
-    units: Counter[tuple[str, int]] = Counter()
-    for e in events:
-        if e.topic != topics.sales:
-            continue
-        last_start = e.ts_ms - e.ts_ms % (5 * MINUTE)
-        for start in (last_start, last_start - 5 * MINUTE):
-            units[e.value["product_id"], start] += e.value["quantity"]
-    return units
-
-
-def check_retail(spark: SparkSession, bootstrap: str, topics: retail.RetailTopics,
-                 events: list[Event], rule: retail.PriceRule) -> None:
-    stock = expected_stock(events, topics)
-    got_stock = latest_by(read_json(spark, bootstrap, topics.stock), "product_id")
-    assert {k[0]: r["stock"] for k, r in got_stock.items()} == stock
-
-    reorders = read_json(spark, bootstrap, topics.reorders)
-    points = {p.product_id: p.reorder_point for p in CATALOG}
-    assert all(r["stock"] < r["reorder_point"] == points[r["product_id"]] for r in reorders)
-    below = {p for p, s in stock.items() if s < points[p]}
-    assert below, "the input should drive some products below their reorder point"
-    latest_reorders = latest_by(reorders, "product_id")
-    assert {p for (p,) in latest_reorders} >= below
-    assert all(latest_reorders[(p,)]["stock"] == stock[p] for p in below)
-
-    crossed = {k: u for k, u in expected_units_per_window(events, topics).items()
-               if u >= rule.threshold}
-    assert crossed, "the input should cross the price threshold somewhere"
-    adjustments = read_json(spark, bootstrap, topics.price_adjustments)
-    got: dict[tuple[str, int], int] = defaultdict(int)
-    for a in adjustments:
-        key = (a["product_id"], epoch_ms(a["window_start"]))
-        got[key] = max(got[key], a["units_sold"])
-    assert dict(got) == crossed
-
-
-RETAIL_RULE = retail.PriceRule(threshold=50)
-
-
 def make_retail_input(topics: retail.RetailTopics, count: int = 400) -> list[Event]:
     return list(islice(retail_events(7, T0, 3000, topics.sales, topics.shipments), count))
 
 
-def test_retail_matches_plain_python(spark: SparkSession, broker: Any, tmp_path: Path) -> None:
+def with_too_late_sales(events: list[Event], topics: retail.RetailTopics) -> list[Event]:
+    """``events`` with a sale ``TOO_LATE_MS`` behind its neighbours after the 330th and
+    390th event: far enough in that no first micro-batch of either run reaches them."""
+    out = list(events)
+    for position, product in ((390, CATALOG[0]), (330, CATALOG[1])):
+        ts = events[position].ts_ms - TOO_LATE_MS
+        value = {"event_id": f"too-late-{position}", "product_id": product.product_id,
+                 "quantity": 6, "price": product.price, "ts": ts}
+        out.insert(position + 1, Event(topics.sales, product.product_id, value, ts))
+    return out
+
+
+def counted(events: list[Event]) -> list[Event]:
+    """The events that count: those at most the watermark delay behind the newest event
+    before them in their topic (the generator's late events are; the too-late sales not)."""
+    newest: dict[str, int] = {}
+    kept = []
+    for e in events:
+        if e.ts_ms >= newest.get(e.topic, e.ts_ms) - WATERMARK_MS:
+            kept.append(e)
+        newest[e.topic] = max(newest.get(e.topic, e.ts_ms), e.ts_ms)
+    return kept
+
+
+def price_change(price: float, pct: float) -> float:
+    return round(price * (1 + pct / 100), 2)
+
+
+def expected_stock_records(events: list[Event], topics: retail.RetailTopics,
+                           ) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """(output topic, record) per product, in order: the counted movements up to the final
+    watermark (the newest sale's time minus the delay) applied in event-time order; a
+    reorder when a sale takes stock below the reorder point and a discount when a shipment
+    takes it above the overstock level, once per crossing."""
+    watermark = max(e.ts_ms for e in events if e.topic == topics.sales) - WATERMARK_MS
+    moves = sorted((e.ts_ms, "sale" if e.topic == topics.sales else "shipment",
+                    e.value["event_id"], e) for e in events if e.ts_ms <= watermark)
+    stock = {p.product_id: p.initial_stock for p in CATALOG}
+    low: set[str] = set()
+    high: set[str] = set()
+    out: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    for ts, kind, event_id, e in moves:
+        product = PRODUCTS[e.key]
+        change = e.value["quantity"] * (-1 if kind == "sale" else 1)
+        stock[e.key] += change
+        level = stock[e.key]
+        cause = {"product_id": e.key, "event_id": event_id, "event_time": ts}
+        out[e.key].append(("stock", {**cause, "stock": level, "change": change}))
+        if level >= product.reorder_point:
+            low.discard(e.key)
+        elif kind == "sale" and e.key not in low:
+            low.add(e.key)
+            out[e.key].append(("reorders", {
+                **cause, "reorder_id": f"reorder-{event_id}", "stock": level,
+                "reorder_point": product.reorder_point,
+                "reorder_quantity": product.reorder_quantity}))
+        if level <= product.overstock_level:
+            high.discard(e.key)
+        elif kind == "shipment" and e.key not in high:
+            high.add(e.key)
+            out[e.key].append(("price-adjustments", {
+                **cause, "adjustment_id": f"overstock-{event_id}", "reason": "overstock",
+                "stock": level, "overstock_level": product.overstock_level,
+                "price": product.price, "change_pct": RETAIL.overstock_change_pct,
+                "new_price": price_change(product.price, RETAIL.overstock_change_pct)}))
+    return out
+
+
+def expected_velocity_records(sales: list[Event]) -> dict[str, list[dict[str, Any]]]:
+    """Per product, by window start: windows of 10 minutes sliding by 5 that the final
+    watermark (newest sale minus the delay) has closed and in which at least the
+    threshold of units sold."""
+    units: Counter[tuple[str, int]] = Counter()
+    for e in sales:
+        first = e.ts_ms - e.ts_ms % SLIDE_MS - WINDOW_MS + SLIDE_MS
+        for start in range(first, e.ts_ms + 1, SLIDE_MS):
+            units[e.key, start] += e.value["quantity"]
+    watermark = max(e.ts_ms for e in sales) - WATERMARK_MS
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for (product_id, start), sold in sorted(units.items()):
+        if start + WINDOW_MS <= watermark and sold >= RETAIL.velocity_threshold:
+            price = PRODUCTS[product_id].price
+            out[product_id].append({
+                "adjustment_id": f"velocity-{product_id}-{start}", "product_id": product_id,
+                "reason": "sales-velocity", "units_sold": sold,
+                "threshold": RETAIL.velocity_threshold, "window_start": start,
+                "window_end": start + WINDOW_MS, "price": price,
+                "change_pct": RETAIL.velocity_change_pct,
+                "new_price": price_change(price, RETAIL.velocity_change_pct)})
+    return out
+
+
+def expected_retail(events: list[Event], topics: retail.RetailTopics,
+                    ) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Per output topic and product, the records in the order they must come (velocity
+    adjustments, which follow no order among themselves, sorted by window start)."""
+    events = counted(events)
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {t: defaultdict(list) for t in ID_FIELDS}
+    for product_id, records in expected_stock_records(events, topics).items():
+        for topic, record in records:
+            out[topic][product_id].append(record)
+    for product_id, records in expected_velocity_records(
+            [e for e in events if e.topic == topics.sales]).items():
+        out["price-adjustments"][product_id].extend(records)
+    return out
+
+
+def adjustments_in_order(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Overstock discounts in the order written, then sales-velocity raises by window:
+    the two queries write independently, and one micro-batch may close several windows."""
+    overstock = [r for r in records if r["reason"] == "overstock"]
+    velocity = [r for r in records if r["reason"] == "sales-velocity"]
+    return overstock + sorted(velocity, key=lambda r: r["window_start"])
+
+
+def retail_output(spark: SparkSession, bootstrap: str, topics: retail.RetailTopics,
+                  ) -> tuple[dict[str, dict[str, list[dict[str, Any]]]], int]:
+    """What the pipeline wrote, like :func:`expected_retail`, and how many records were
+    written twice: delivery is at-least-once, and a micro-batch replayed after a stop writes
+    the same records again (same id, same content), which are dropped here."""
+    names = {"stock": topics.stock, "reorders": topics.reorders,
+             "price-adjustments": topics.price_adjustments}
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    duplicates = 0
+    for name, topic in names.items():
+        seen: dict[str, dict[str, Any]] = {}
+        per_product: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for record in read_json(spark, bootstrap, topic):
+            record.update({f: epoch_ms(record[f]) for f in TIME_FIELDS if f in record})
+            record_id = record[ID_FIELDS[name]]
+            if record_id in seen:
+                assert record == seen[record_id], "a replay wrote a different record"
+                duplicates += 1
+                continue
+            seen[record_id] = record
+            per_product[record["product_id"]].append(record)
+        out[name] = per_product
+    out["price-adjustments"] = {p: adjustments_in_order(records)
+                                for p, records in out["price-adjustments"].items()}
+    return out, duplicates
+
+
+@pytest.fixture(scope="module")
+def retail_input(broker: Any) -> tuple[retail.RetailTopics, list[Event]]:
+    """The input both retail tests read, published once. One partition per input topic:
+    the connector shares a micro-batch's budget evenly among partitions, so partitions of
+    one topic keyed by products of unequal popularity would drift apart in event time by
+    more than the watermark delay when a backlog is read in small slices (see retail)."""
     topics = retail_topics()
-    create_topics(broker.bootstrap, *topics.__dict__.values())
-    events = make_retail_input(topics)
+    create_topics(broker.bootstrap, topics.sales, topics.shipments, partitions=1)
+    events = with_too_late_sales(make_retail_input(topics), topics)
     publish(events, {"bootstrap.servers": broker.bootstrap}, reports_topic=None)
+    return topics, events
+
+
+def with_new_outputs(bootstrap: str, topics: retail.RetailTopics) -> retail.RetailTopics:
+    outputs = retail.RetailTopics(topics.sales, topics.shipments, unique("stock"),
+                                  unique("reorders"), unique("price-adjustments"))
+    create_topics(bootstrap, outputs.stock, outputs.reorders, outputs.price_adjustments)
+    return outputs
+
+
+def check_retail_output(spark: SparkSession, bootstrap: str, topics: retail.RetailTopics,
+                        events: list[Event]) -> int:
+    """Asserts the output equals what plain Python computes; returns the duplicates."""
+    expected = expected_retail(events, topics)
+    assert len(counted(events)) == len(events) - 2, "the two too-late sales should not count"
+    reasons = Counter(r["reason"] for rs in expected["price-adjustments"].values() for r in rs)
+    reorders = sum(len(rs) for rs in expected["reorders"].values())
+    assert reorders >= 5 and reasons["overstock"] >= 2 and reasons["sales-velocity"] >= 3, (
+        "the input should drive reorders, overstock and velocity adjustments", reorders,
+        reasons)
+    got, duplicates = retail_output(spark, bootstrap, topics)
+    for name in ID_FIELDS:
+        for product_id in sorted(set(got[name]) | set(expected[name])):
+            assert got[name].get(product_id, []) == expected[name].get(product_id, []), (
+                name, product_id)
+    return duplicates
+
+
+def test_retail_matches_plain_python(spark: SparkSession, broker: Any, tmp_path: Path,
+                                     retail_input: tuple[retail.RetailTopics, list[Event]],
+                                     ) -> None:
+    topics, events = retail_input
+    topics = with_new_outputs(broker.bootstrap, topics)
 
     run_to_completion(retail.start(spark, broker.bootstrap, tmp_path / "checkpoint", topics,
-                                   RETAIL_RULE, available_now=True, max_offsets=150))
+                                   RETAIL, available_now=True, max_offsets=MAX_RETAIL_BATCH))
 
-    check_retail(spark, broker.bootstrap, topics, events, RETAIL_RULE)
+    assert check_retail_output(spark, broker.bootstrap, topics, events) == 0
 
 
-def test_retail_stop_and_restart_from_checkpoint(
-    spark: SparkSession, broker: Any, tmp_path: Path
+def input_batches(query: StreamingQuery) -> int:
+    return sum(1 for p in query.recentProgress if p["numInputRows"])
+
+
+def test_retail_stopped_mid_stream_and_restarted_gives_the_same_output(
+    spark: SparkSession, broker: Any, tmp_path: Path,
+    retail_input: tuple[retail.RetailTopics, list[Event]],
 ) -> None:
-    topics = retail_topics()
-    create_topics(broker.bootstrap, *topics.__dict__.values())
-    events = make_retail_input(topics)
-    config = {"bootstrap.servers": broker.bootstrap}
+    topics, events = retail_input
+    topics = with_new_outputs(broker.bootstrap, topics)
     checkpoint = tmp_path / "checkpoint"
 
-    publish(events[:200], config, reports_topic=None)
-    run_to_completion(retail.start(spark, broker.bootstrap, checkpoint, topics, RETAIL_RULE,
-                                   available_now=True))
-    publish(events[200:], config, reports_topic=None)
-    run_to_completion(retail.start(spark, broker.bootstrap, checkpoint, topics, RETAIL_RULE,
-                                   available_now=True))
+    # Micro-batches of 20 records run back to back; stop both queries, mid-batch if that
+    # is where they are, once the stock query has run three with input.
+    queries = retail.start(spark, broker.bootstrap, checkpoint, topics, RETAIL,
+                           max_offsets=20)
+    deadline = time.monotonic() + 120
+    while input_batches(queries[0]) < 3:
+        assert time.monotonic() < deadline, "the stock query made no progress"
+        time.sleep(0.05)
+    for query in queries:
+        query.stop()
+    read = sum(p["numInputRows"] for p in queries[0].recentProgress)
+    assert read < len(events) / 2, "the stop should come in the middle of the input"
 
-    check_retail(spark, broker.bootstrap, topics, events, RETAIL_RULE)
+    run_to_completion(retail.start(spark, broker.bootstrap, checkpoint, topics, RETAIL,
+                                   available_now=True, max_offsets=20))
 
-
+    check_retail_output(spark, broker.bootstrap, topics, events)
 # -- activity --------------------------------------------------------------------------
 
 
