@@ -1,6 +1,7 @@
 """The pipelines end to end: generated input into a real broker, the pipeline in a real
-local SparkSession with ``trigger(availableNow=True)``, and its output topics compared with
-the same result computed in plain Python from the input events."""
+local SparkSession (mostly with ``trigger(availableNow=True)``; retail is also stopped
+mid-stream and restarted), and its output topics compared with the same result computed
+in plain Python from the input events."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import json
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
@@ -28,19 +28,10 @@ from gregor.pipelines.generators import (
     publish,
     retail_events,
 )
-from gregor.spark.session import build_session
 
 MINUTE = 60_000
 T0 = (int(time.time()) // 3600 - 2) * 3_600_000
 """Event times start on an hour two hours ago: aligned windows, well inside retention."""
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    """The pipelines' own session (UTC, two shuffle partitions), shared by the module."""
-    session = build_session("gregor-pipeline-tests")
-    yield session
-    session.stop()
 
 
 def create_topics(bootstrap: str, *names: str, partitions: int = 2) -> None:
