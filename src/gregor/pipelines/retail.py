@@ -19,11 +19,12 @@ watermark is the newest sale time read minus ``watermark``. Shipments, much rare
 no watermark of their own: Spark would take the older of two, which stalls after a
 restart until the next shipment (Spark does not checkpoint per-source watermarks), and
 forever if none comes. A sale counts if it is at most ``watermark`` behind the newest
-sale read before it, a shipment if it is read before the watermark passes it. The
-connector shares a micro-batch's budget (``max_offsets``) evenly among partitions, so
-the rare shipments are read ahead of the sales, never behind; but the partitions of one
-topic keyed by products of unequal popularity drift apart in event time when a backlog
-is read in small slices, and a partition read ahead can then make another's events late.
+sale read before it, a shipment if it is read before the watermark passes it. Each
+topic is read by a source of its own, with its own budget of records per micro-batch
+(``max_offsets``), so the rarer shipments are read ahead of the sales, never behind. The
+connector shares a source's budget evenly among its partitions, though, so partitions of
+one topic keyed by products of unequal popularity drift apart in event time when a
+backlog is read in small slices, and one read ahead can make another's events late.
 
 Outputs are at-least-once, as with Spark's Kafka sink: a micro-batch replayed after a
 crash or stop writes its records again. Every record carries an id (``reorder_id``,
