@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     ArrayType,
@@ -464,3 +465,91 @@ def test_stream_to_stream_through_the_sink(
     assert Counter((r.partition, r.key, r.value, r.headers) for r in back) == Counter(
         (r.partition, r.key, r.value.upper(), r.headers) for r in produced
     )
+
+
+def counts_per_partition(df: DataFrame) -> DataFrame:
+    """A streaming aggregation as sink rows: key = partition, value = records so far."""
+    counts = df.groupBy("partition").count()
+    return counts.selectExpr("CAST(partition AS STRING) AS key", "CAST(count AS STRING) AS value")
+
+
+def aggregate_rows(records: list[Record], partitions: set[int] | None = None) -> Counter:
+    """The (key, value) rows of :func:`counts_per_partition` after ``records``, for the
+    given partitions only (all by default)."""
+    counts = Counter(r.partition for r in records)
+    return Counter(
+        (str(p).encode(), str(n).encode())
+        for p, n in counts.items()
+        if partitions is None or p in partitions
+    )
+
+
+def written_rows(spark: SparkSession, bootstrap: str, topic: str) -> Counter:
+    return Counter((r.key, r.value) for r in as_records(source(spark, bootstrap, subscribe=topic)))
+
+
+def run_aggregation(query: Any) -> None:
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+
+
+def test_complete_mode_appends_the_whole_aggregate_at_every_micro_batch(
+    spark: SparkSession, broker: Any, tmp_path: Path
+) -> None:
+    source_topic, target_topic = new_topic(broker.bootstrap), new_topic(broker.bootstrap)
+    writer = (
+        counts_per_partition(stream(spark, broker.bootstrap, subscribe=source_topic))
+        .writeStream.format("gregor")
+        .outputMode("complete")
+        .option("kafka.bootstrap.servers", broker.bootstrap)
+        .option("topic", target_topic)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+    )
+    first = produce(broker.bootstrap, source_topic, 200)
+    run_aggregation(writer.start())
+    # Only partition 0 changes, but Complete mode writes every partition's count again.
+    second = first + produce(broker.bootstrap, source_topic, 50, partitions=1, first=200)
+    run_aggregation(writer.start())
+
+    expected = aggregate_rows(first) + aggregate_rows(second)
+    assert written_rows(spark, broker.bootstrap, target_topic) == expected
+
+
+def test_update_mode_is_refused_by_spark_and_done_with_foreach_batch(
+    spark: SparkSession, broker: Any, tmp_path: Path
+) -> None:
+    source_topic, target_topic = new_topic(broker.bootstrap), new_topic(broker.bootstrap)
+    counts = counts_per_partition(stream(spark, broker.bootstrap, subscribe=source_topic))
+    refused = (
+        counts.writeStream.format("gregor")
+        .outputMode("update")
+        .option("kafka.bootstrap.servers", broker.bootstrap)
+        .option("topic", target_topic)
+        .option("checkpointLocation", str(tmp_path / "refused"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    # Spark's own check (V2Writes.buildWriteForMicroBatch); see the writer module.
+    with pytest.raises(StreamingQueryException, match="gregor does not support Update mode"):
+        refused.awaitTermination(120)
+
+    def write_batch(batch: DataFrame, _batch_id: int) -> None:
+        batch.write.format("gregor").mode("append").option(
+            "kafka.bootstrap.servers", broker.bootstrap
+        ).option("topic", target_topic).save()
+
+    workaround = (
+        counts.writeStream.foreachBatch(write_batch)
+        .outputMode("update")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+    )
+    first = produce(broker.bootstrap, source_topic, 200)
+    run_aggregation(workaround.start())
+    second = first + produce(broker.bootstrap, source_topic, 50, partitions=1, first=200)
+    run_aggregation(workaround.start())
+
+    # Update mode writes only the rows that changed: partition 0's.
+    expected = aggregate_rows(first) + aggregate_rows(second, partitions={0})
+    assert written_rows(spark, broker.bootstrap, target_topic) == expected

@@ -44,6 +44,8 @@ class GregorDataSource(DataSource):
         return GregorArrowWriter(options, sink_columns(schema, options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        # Complete/update output modes also just append to the topic, as Spark's Kafka sink.
+        # overwrite is True in Complete mode; a topic is append-only, so each micro-batch's
+        # whole result is appended, as Spark's Kafka sink does. Update mode never gets here:
+        # Spark refuses it for every Python data source (see the writer module).
         options = parse_sink_options(self.options)
         return GregorStreamArrowWriter(options, sink_columns(schema, options))

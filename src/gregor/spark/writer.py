@@ -7,6 +7,15 @@ Other columns are ignored, and names match case-insensitively, as in Spark.  Bat
 writes need ``.mode("append")``: Spark refuses its default ErrorIfExists mode for every
 Python data source, and a topic cannot be overwritten.
 
+Streaming output modes: Append, and Complete, which appends the whole result table at
+every micro-batch (as Spark's Kafka sink does).  Update mode, which Spark's Kafka sink
+also accepts, is refused by Spark itself for every Python data source ("gregor does not
+support Update mode"): Spark requires the JVM write builder to implement its internal
+``SupportsStreamingUpdateAsAppend``, PySpark's ``PythonWriteBuilder`` does not, and the
+output mode never reaches Python, so neither the message nor the check can be changed
+here.  Instead, write each micro-batch with ``foreachBatch`` and the batch writer
+(``df.write.format("gregor").mode("append")``), or use Complete mode.
+
 Delivery is at-least-once.  Each task flushes its producer before it reports success,
 because the producer lives in the executor process: the driver-side ``commit`` runs in
 another process and has nothing to flush.  A failed delivery fails the task, so Spark
