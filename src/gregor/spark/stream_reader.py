@@ -81,10 +81,18 @@ class GregorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = self._latest_offsets(begin)
         self._latest_seen = latest
         new = [tp for tp in latest if tp not in begin]
-        begin.update(self._lookup.earliest(new))
         if isinstance(limit, ReadMaxRows):
-            capped = cap_offsets(begin, latest, limit.max_rows)
+            earliest = self._lookup.earliest(latest)
+            begin.update({tp: earliest[tp] for tp in new})
+            # Share the budget among offsets that still exist.  Counted from ``begin``,
+            # offsets deleted by retention would use it up: with failOnDataLoss=false the
+            # query would creep through the deleted range one empty micro-batch (and one
+            # warning) at a time instead of skipping it in one.  partitions() still sees
+            # ``begin`` below the log start and reports the loss.
+            base = {tp: max(begin[tp], min(earliest[tp], latest[tp])) for tp in latest}
+            capped = cap_offsets(base, latest, limit.max_rows)
         else:
+            begin.update(self._lookup.earliest(new))
             capped = latest
         # Never move backwards, even if a log was truncated: partitions() reports that.
         return offsets_to_json({tp: max(begin[tp], capped[tp]) for tp in latest})
