@@ -10,7 +10,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 from gregor.broker import group_routes
-from gregor.broker.connection import Connection
+from gregor.broker.allocator import keep_large_buffers_in_heap
+from gregor.broker.connection import MIN_REQUEST_SIZE, Connection
+from gregor.broker.frame_protocol import FrameProtocol
 from gregor.broker.request import Request
 from gregor.broker.router import Router
 from gregor.cluster.controller import Controller
@@ -59,9 +61,12 @@ class Broker:
     async def start(self) -> None:
         self.load()
         self.group_coordinator.start()
+        loop = asyncio.get_running_loop()
+        max_request = self.config["socket.request.max.bytes"]
         for host, port in self.config.listener_addresses():
-            server = await asyncio.start_server(self._on_connect, host or None, port,
-                                                reuse_address=True, backlog=1024)
+            server = await loop.create_server(
+                lambda: FrameProtocol(MIN_REQUEST_SIZE, max_request, self._on_connect),
+                host or None, port, reuse_address=True, backlog=1024)
             self._servers.append(server)
             bound = server.sockets[0].getsockname()
             if port == 0 and not self.config["advertised.listeners"]:
@@ -107,16 +112,12 @@ class Broker:
             await self.stop()
 
     # --------------------------------------------------------------- internals
-    async def _on_connect(self, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
+    def _on_connect(self, frames: FrameProtocol) -> None:
+        assert frames.transport is not None
+        self._size_socket_buffers(frames.transport.get_extra_info("socket"))
+        task = asyncio.create_task(Connection(self, frames).run())
         self._connections.add(task)
-        self._size_socket_buffers(writer.get_extra_info("socket"))
-        try:
-            await Connection(self, reader, writer).run()
-        finally:
-            self._connections.discard(task)
+        task.add_done_callback(self._connections.discard)
 
     def _size_socket_buffers(self, sock: socket.socket | None) -> None:
         """Kafka's socket.send/receive.buffer.bytes, -1 keeping the OS's own sizing."""
@@ -178,6 +179,7 @@ async def run_broker(config: BrokerConfig) -> None:
     """Run until SIGINT/SIGTERM, then stop cleanly (flush, checkpoint, clean-shutdown marker)."""
     import signal
 
+    keep_large_buffers_in_heap()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

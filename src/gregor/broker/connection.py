@@ -1,9 +1,10 @@
 """One client connection: read size-prefixed frames, dispatch in order, write responses.
 
 Requests on a connection are handled one at a time, in order, as Kafka does, so
-responses never need reordering, and the next request is not read before the
-previous response is written: a client that sends without reading is held back
-by TCP flow control instead of making the broker buffer its answers.
+responses never need reordering. The socket is read only a bounded distance ahead
+of the handler (:mod:`gregor.broker.frame_protocol`), so a client that sends without
+reading is held back by TCP flow control instead of making the broker buffer its
+requests or its answers.
 
 Whatever a client sends, the worst outcome is that its own connection is
 closed: every other client keeps being served. Refusals are logged through the
@@ -16,10 +17,10 @@ import asyncio
 import contextlib
 import logging
 import os
-import struct
 from typing import TYPE_CHECKING, NoReturn
 
 from gregor.broker import api_versions
+from gregor.broker.frame_protocol import ClientGone, FrameProtocol, FrameSizeError
 from gregor.broker.request import RawResponse, Request
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import MalformedRequest, decode_request, encode_response, peek_api
@@ -30,9 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_SIZE = struct.Struct(">i")
 # api key, api version and correlation id: the least needed to route or refuse a request.
-_MIN_REQUEST_SIZE = 8
+MIN_REQUEST_SIZE = 8
 # Below this, copying a region through user space is cheaper than sendfile's
 # pause-drain-resume dance on the transport.
 SENDFILE_THRESHOLD = 64 * 1024
@@ -44,21 +44,19 @@ class ConnectionClosed(Exception):
 
 
 class Connection:
-    def __init__(self, broker: Broker, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+    def __init__(self, broker: Broker, frames: FrameProtocol) -> None:
         self.broker = broker
-        self.reader = reader
-        self.writer = writer
-        peer = writer.get_extra_info("peername") or ("?", 0)
+        self.frames = frames
+        assert frames.transport is not None
+        self.transport = frames.transport
+        peer = self.transport.get_extra_info("peername") or ("?", 0)
         self.client_host, self.client_port = peer[0], peer[1]
-        self.max_request_size = broker.config["socket.request.max.bytes"]
 
     async def run(self) -> None:
         """Serve requests until the client leaves, is refused, or the broker stops.
 
-        Never raises, not even when cancelled by the broker's shutdown: on Python
-        3.11 asyncio's ``start_server`` calls ``task.exception()`` on the finished
-        connection task, which raises for a cancelled task and prints a traceback.
+        Never raises, not even when cancelled by the broker's shutdown: whatever
+        happens, only this connection ends.
         """
         try:
             while True:
@@ -66,7 +64,7 @@ class Connection:
                 response = await self.dispatch(frame)
                 if response is not None:
                     await self.send(response)
-        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError, ConnectionClosed):
+        except (ConnectionError, TimeoutError, ConnectionClosed):
             pass  # the client left (possibly mid-frame), or was refused and that was logged
         except asyncio.CancelledError:
             pass  # broker shutdown
@@ -74,17 +72,17 @@ class Connection:
             self.broker.warn_once(f"send-{type(exc).__name__}", "closing %s:%s: sending failed",
                                   self.client_host, self.client_port, exc_info=exc)
         finally:
-            self.writer.close()
+            self.transport.close()
 
-    async def _read_frame(self) -> bytes:
-        (size,) = _SIZE.unpack(await self.reader.readexactly(_SIZE.size))
-        # Checked before reading (or allocating) anything of the body, as Kafka does.
-        if not _MIN_REQUEST_SIZE <= size <= self.max_request_size:
+    async def _read_frame(self) -> bytes | memoryview:
+        try:
+            return await self.frames.read_frame()
+        except FrameSizeError as exc:
+            # Checked before reading (or allocating) anything of the body, as Kafka does.
             self._refuse("frame-size", "request size %d outside [%d, socket.request.max.bytes=%d]",
-                         size, _MIN_REQUEST_SIZE, self.max_request_size)
-        return await self.reader.readexactly(size)
+                         exc.size, self.frames.min_frame, self.frames.max_frame)
 
-    async def dispatch(self, frame: bytes) -> bytes | RawResponse | None:
+    async def dispatch(self, frame: bytes | memoryview) -> bytes | RawResponse | None:
         """Handle one request frame; return the response to send, if any."""
         api_key, version, correlation_id = peek_api(frame)
         router = self.broker.router
@@ -121,22 +119,22 @@ class Connection:
             raise ConnectionClosed from None
 
     async def send(self, response: bytes | RawResponse) -> None:
-        writer = self.writer
+        transport = self.transport
         if isinstance(response, bytes):
-            writer.write(response)
+            transport.write(response)
         else:
             loop = asyncio.get_running_loop()
             for chunk in response.chunks:
                 if isinstance(chunk, bytes):
-                    writer.write(chunk)
+                    transport.write(chunk)
                 elif isinstance(chunk, FileRegion) and chunk.length >= SENDFILE_THRESHOLD:
                     await self._send_region(loop, chunk)
                 else:
-                    writer.write(chunk.read())
+                    transport.write(chunk.read())
                     # A fetch may hold many small regions: never buffer more than the
                     # transport's high-water mark of them for a client that is not reading.
-                    await writer.drain()
-        await writer.drain()
+                    await self.frames.drain()
+        await self.frames.drain()
 
     async def _send_region(self, loop: asyncio.AbstractEventLoop, region: FileRegion) -> None:
         """Zero-copy a file region to the client.
@@ -145,9 +143,9 @@ class Connection:
         the socket; the loop's ``sendfile`` (pause reading, wait for a drain event,
         resume) is only needed for what the socket buffer cannot take at once.
         """
-        transport = self.writer.transport
+        transport = self.transport
         if transport.is_closing():
-            raise ConnectionClosed  # the client left; sendfile would raise
+            raise ClientGone("the client left")  # sendfile would raise
         position, remaining = region.position, region.length
         sock = transport.get_extra_info("socket")
         if sock is not None and transport.get_write_buffer_size() == 0:
