@@ -21,7 +21,7 @@ class Plan:
     iperf_seconds: int
 
 
-FULL = Plan(quick=False, repetitions=3, records={100: 1_000_000, 1024: 300_000},
+FULL = Plan(quick=False, repetitions=5, records={100: 1_000_000, 1024: 300_000},
             latency_seconds=6.0, lookup_small=100 * MB, lookup_large=5 * GB, lookup_samples=150,
             disk_probe_bytes=1024 * 1024 * 1024, iperf_seconds=4)
 

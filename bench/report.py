@@ -39,7 +39,11 @@ METHOD = """\
   systems alike. The measured server shares the 2 cores with its load generator;
   the others sit idle (their idle CPU is in the notes below). Each workload's
   topic is deleted after it, and every server is stopped and its data deleted at
-  the end. Latency and the offset lookup run one system at a time.
+  the end. Latency and the offset lookup run one system at a time. Before the
+  rounds each system does one small unrecorded produce and consume (first-use
+  work, such as gregor creating `__consumer_offsets`, is not charged to a run),
+  and before every timed phase the page cache is written back (`sync`), so that
+  no run pays for the disk writeback of the one before it.
 - **Produce** sends every record of the run (values drawn in turn from 4,096
   distinct random payloads), round-robin over the partitions, and the clock runs
   from the first send to the last acknowledgement. **Consume** then reads the
