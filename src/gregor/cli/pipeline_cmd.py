@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gregor.cli.client_config import (
     BOOTSTRAP_ENV,
@@ -88,11 +90,20 @@ def run_generate(args: argparse.Namespace) -> int:
     events: Iterator[Event] = (
         retail_events(args.seed, start_ms, interval_ms) if args.name == "retail"
         else activity_events(args.seed, start_ms, interval_ms))
-    sent = publish(islice(events, args.count), config, args.rate, args.reports_topic)
+    stop = threading.Event()
+
+    def on_sigint(signum: int, frame: object) -> None:
+        """First Ctrl-C: finish cleanly (flush, report the last windows); second: now."""
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_sigint)
+    sent = publish(islice(events, args.count), config, args.rate, args.reports_topic, stop)
     for topic in sorted({topic for topic, _ in sent}):
         total = sum(n for (t, _), n in sent.items() if t == topic)
         print(f"{topic}: {total} events", file=sys.stderr)
-    return 0
+    return 130 if stop.is_set() else 0
 
 
 def run_pipeline(args: argparse.Namespace) -> int:
@@ -102,25 +113,84 @@ def run_pipeline(args: argparse.Namespace) -> int:
         raise CliError(
             f"pipelines need the 'spark' extra (pip install 'gregor[spark]'): {exc}") from exc
     if args.name == "warehouse" and args.start is not None:
-        return _run_warehouse_range(args, build_session(f"gregor-{args.name}"))
+        if not (args.topic and args.output and args.end is not None):
+            raise CliError("a warehouse batch run needs --topic, --from, --to and --output")
+        spark = build_session(f"gregor-{args.name}")
+        return _until_interrupted(spark, lambda: _run_warehouse_range(args, spark))
     if args.checkpoint is None:
         raise CliError(f"pipeline {args.name} needs --checkpoint DIR")
     spark = build_session(f"gregor-{args.name}")
     queries = _start_queries(args, spark)
+
+    def wait() -> int:
+        from pyspark.errors import StreamingQueryException
+
+        try:
+            if args.available_now:
+                for query in queries:
+                    query.awaitTermination()
+            else:
+                spark.streams.awaitAnyTermination()
+        except StreamingQueryException as exc:
+            raise CliError(f"pipeline {args.name} failed: {exc}") from exc
+        failed = [q for q in queries if q.exception() is not None]
+        if failed:
+            raise CliError(f"query {failed[0].name} failed: {failed[0].exception()}")
+        return 0
+
+    return _until_interrupted(spark, wait)
+
+
+def _until_interrupted(spark: SparkSession, work: Callable[[], int]) -> int:
+    """Run ``work`` (which blocks in the JVM) until it ends or Ctrl-C; on Ctrl-C stop the
+    streaming queries and the session and return 130 after one line on stderr.
+
+    PySpark's own SIGINT handler calls into the JVM from inside the handler while the
+    main thread is blocked in a py4j call on the same connection, which ends in py4j
+    tracebacks and leaves the queries running until the JVM dies.  So ``work`` runs on
+    a helper thread, the main thread only waits for it (a wait Python's default SIGINT
+    handler interrupts cleanly), and the queries are stopped from the main thread:
+    ``StreamingQuery.stop()`` waits for the running micro-batch to be interrupted, and
+    the checkpoint keeps only what was committed, so a restart resumes from there.  A
+    second Ctrl-C during that stop exits at once.
+    """
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    done = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["result"] = work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="gregor-pipeline", daemon=True).start()
     try:
-        if args.available_now:
-            for query in queries:
-                query.awaitTermination()
-        else:
-            spark.streams.awaitAnyTermination()
+        done.wait()
     except KeyboardInterrupt:
-        for query in queries:
-            query.stop()
-        raise
-    failed = [q for q in queries if q.exception() is not None]
-    if failed:
-        raise CliError(f"query {failed[0].name} failed: {failed[0].exception()}")
-    return 0
+        print("gregor: interrupted; stopping the pipeline (a restart with the same "
+              "--checkpoint resumes)", file=sys.stderr, flush=True)
+        _stop(spark)
+        return 130
+    _stop(spark)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def _stop(spark: SparkSession) -> None:
+    """Stop every query (each waits for its micro-batch to be cancelled), then Spark.
+
+    Spark's log is silenced first: a query stopped mid-batch logs cancelled tasks as
+    ERRORs, which say nothing about the pipeline.
+    """
+    spark.sparkContext.setLogLevel("OFF")
+    for query in spark.streams.active:
+        query.stop()
+    spark.sparkContext.cancelAllJobs()
+    spark.stop()
 
 
 def _start_queries(args: argparse.Namespace, spark: SparkSession) -> list[StreamingQuery]:
@@ -146,8 +216,6 @@ def _start_queries(args: argparse.Namespace, spark: SparkSession) -> list[Stream
 def _run_warehouse_range(args: argparse.Namespace, spark: SparkSession) -> int:
     from gregor.pipelines import warehouse
 
-    if not (args.topic and args.output and args.end is not None):
-        raise CliError("a warehouse batch run needs --topic, --from, --to and --output")
     if warehouse.export_range(spark, args.bootstrap_server, args.topic, args.start, args.end,
                               args.output):
         print(f"loaded {args.topic} [{args.start}, {args.end}) into {args.output}",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -159,10 +160,15 @@ def publish(
     config: dict[str, Any],
     rate: float | None = None,
     reports_topic: str | None = "producer-reports",
+    stop: threading.Event | None = None,
 ) -> Counter[tuple[str, int]]:
     """Produce ``events`` (at most ``rate`` per second when given) and report to
     ``reports_topic`` how many records each topic got per window, once the window is
     over; returns those counts.
+
+    Setting ``stop`` (Ctrl-C in ``gregor pipeline generate``) ends the run as if the
+    events had run out: what was produced is flushed and its windows reported, so the
+    monitoring pipeline does not count the records queued at that moment as lost.
 
     Events come in time order give or take ``MAX_LATENESS_MS``, so a window is reported
     once an event at least that far past its end is produced (no event of the window can
@@ -191,7 +197,12 @@ def publish(
         if rate:
             ahead = started + index / rate - time.monotonic()
             if ahead > 0:
-                time.sleep(ahead)
+                if stop is None:
+                    time.sleep(ahead)
+                elif stop.wait(ahead):
+                    break
+        if stop is not None and stop.is_set():
+            break
         newest_ms = event.ts_ms if newest_ms is None else max(newest_ms, event.ts_ms)
         report(report_window(newest_ms - MAX_LATENESS_MS))
         window = report_window(event.ts_ms)

@@ -180,12 +180,16 @@ class GregorStreamArrowWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         """Records cannot be taken back out of a topic: say how many stay and will be
-        written again when Spark retries the micro-batch."""
-        log.warning(
+        written again when Spark retries the micro-batch.  Stopping a query (Ctrl-C)
+        aborts its running micro-batch, mostly before anything was written: that is no
+        news worth a warning."""
+        delivered = _delivered(messages)
+        log.log(
+            logging.WARNING if delivered else logging.INFO,
             "micro-batch %d aborted; %d records from tasks that finished remain in the "
             "topic and may be duplicated by the retry",
             batchId,
-            _delivered(messages),
+            delivered,
         )
 
 
