@@ -23,7 +23,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StringType, StructType
 
-from gregor.pipelines.topic_io import parse_json, read_stream, with_trigger, write_json
+from gregor.pipelines.topic_io import (
+    ensure_topics,
+    parse_json,
+    read_stream,
+    with_trigger,
+    write_json,
+)
 
 EVENT_SCHEMA = (
     StructType()
@@ -94,6 +100,7 @@ def start(spark: SparkSession, bootstrap: str, checkpoint: Path,
           max_offsets: int | None = None) -> list[StreamingQuery]:
     """Two queries (Spark runs one stateful aggregation per query), each with its own
     directory under ``checkpoint``."""
+    ensure_topics(bootstrap, [settings.summaries_topic])
     events = _events(spark, bootstrap, settings, max_offsets)
     return [
         _start_query(page_counts(events, settings), "page", "update", "page-counts", bootstrap,

@@ -23,7 +23,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StringType, StructType
 
 from gregor.pipelines.generators import REPORT_WINDOW_MS
-from gregor.pipelines.topic_io import read_stream, with_trigger, write_json
+from gregor.pipelines.topic_io import ensure_topics, read_stream, with_trigger, write_json
 
 REPORT_SCHEMA = (
     StructType().add("topic", StringType()).add("window_start", LongType()).add("sent", LongType())
@@ -75,6 +75,7 @@ def alerts(counts: DataFrame, grace_ms: int, now_ms: int) -> DataFrame:
 
 def start(spark: SparkSession, bootstrap: str, checkpoint: Path, settings: MonitoringSettings,
           available_now: bool = False, max_offsets: int | None = None) -> StreamingQuery:
+    ensure_topics(bootstrap, [settings.alerts_topic])
     raw = read_stream(spark, bootstrap, [*settings.topics, settings.reports_topic], max_offsets)
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:

@@ -49,7 +49,7 @@ from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, Str
 
 from gregor.pipelines.generators import CATALOG, PRODUCTS, Product
 from gregor.pipelines.stock_ledger import SALE, SHIPMENT, Settled, StockLedger, StockMovement
-from gregor.pipelines.topic_io import parse_json, read_stream, with_trigger
+from gregor.pipelines.topic_io import ensure_topics, parse_json, read_stream, with_trigger
 
 EVENT_SCHEMA = (
     StructType()
@@ -220,6 +220,7 @@ def start(spark: SparkSession, bootstrap: str, checkpoint: Path,
           topics: RetailTopics = RetailTopics(), settings: RetailSettings = RetailSettings(),
           available_now: bool = False, max_offsets: int | None = None) -> list[StreamingQuery]:
     """Both queries, each with its own directory under ``checkpoint``."""
+    ensure_topics(bootstrap, [topics.stock, topics.reorders, topics.price_adjustments])
     return [
         _start_query(stock_records(spark, bootstrap, topics, settings, max_offsets), "stock",
                      bootstrap, checkpoint, available_now),

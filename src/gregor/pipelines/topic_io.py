@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
@@ -58,3 +62,22 @@ def with_trigger(writer: DataStreamWriter, available_now: bool) -> DataStreamWri
     """``available_now``: process what the topics hold now, then stop (Spark's
     ``trigger(availableNow=True)``); otherwise micro-batches run until the query is stopped."""
     return writer.trigger(availableNow=True) if available_now else writer
+
+
+def ensure_topics(bootstrap: str, topics: Iterable[str]) -> None:
+    """Create the output topics that do not exist yet, with the broker's default
+    partitions and configs.
+
+    Outputs otherwise appear with their first record, and some may have none for a long
+    time (``monitoring-alerts`` while nothing is lost, ``reorders`` while stock is high):
+    ``gregor consume`` and other clients refuse an unknown topic, so a user watching an
+    output as soon as the pipeline starts would get an error instead of waiting.
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic) for topic in topics], request_timeout=30)
+    for future in futures.values():
+        try:
+            future.result(60)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
