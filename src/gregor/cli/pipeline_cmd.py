@@ -115,16 +115,20 @@ def run_pipeline(args: argparse.Namespace) -> int:
     if args.name == "warehouse" and args.start is not None:
         if not (args.topic and args.output and args.end is not None):
             raise CliError("a warehouse batch run needs --topic, --from, --to and --output")
-        spark = build_session(f"gregor-{args.name}")
-        return _until_interrupted(spark, lambda: _run_warehouse_range(args, spark))
+        return _until_interrupted(
+            lambda spark: _run_warehouse_range(args, spark),
+            lambda: build_session(f"gregor-{args.name}"))
     if args.checkpoint is None:
         raise CliError(f"pipeline {args.name} needs --checkpoint DIR")
-    spark = build_session(f"gregor-{args.name}")
-    queries = _start_queries(args, spark)
+    if args.name == "monitoring" and not args.topics:
+        raise CliError("monitoring needs --topics TOPIC[,TOPIC...]")
+    if args.name == "warehouse" and not (args.topic and args.output):
+        raise CliError("warehouse needs --topic and --output (and --from/--to for a batch run)")
 
-    def wait() -> int:
+    def run(spark: SparkSession) -> int:
         from pyspark.errors import StreamingQueryException
 
+        queries = _start_queries(args, spark)
         try:
             if args.available_now:
                 for query in queries:
@@ -138,29 +142,36 @@ def run_pipeline(args: argparse.Namespace) -> int:
             raise CliError(f"query {failed[0].name} failed: {failed[0].exception()}")
         return 0
 
-    return _until_interrupted(spark, wait)
+    return _until_interrupted(run, lambda: build_session(f"gregor-{args.name}"))
 
 
-def _until_interrupted(spark: SparkSession, work: Callable[[], int]) -> int:
-    """Run ``work`` (which blocks in the JVM) until it ends or Ctrl-C; on Ctrl-C stop the
-    streaming queries and the session and return 130 after one line on stderr.
+def _until_interrupted(
+    work: Callable[[SparkSession], int], session: Callable[[], SparkSession]
+) -> int:
+    """Start Spark and run ``work`` (which blocks in the JVM) until it ends or Ctrl-C; on
+    Ctrl-C stop the streaming queries and the session and return 130 after one line on
+    stderr.
 
-    PySpark's own SIGINT handler calls into the JVM from inside the handler while the
-    main thread is blocked in a py4j call on the same connection, which ends in py4j
-    tracebacks and leaves the queries running until the JVM dies.  So ``work`` runs on
-    a helper thread, the main thread only waits for it (a wait Python's default SIGINT
-    handler interrupts cleanly), and the queries are stopped from the main thread:
+    Any py4j call that Ctrl-C interrupts in the main thread logs a traceback, and
+    PySpark's own SIGINT handler (installed when a session starts in the main thread)
+    makes another py4j call from inside the handler.  So the session is started and
+    ``work`` runs on a helper thread, and the main thread only waits for it (a wait that
+    Python's default SIGINT handler interrupts cleanly) and then stops the queries:
     ``StreamingQuery.stop()`` waits for the running micro-batch to be interrupted, and
     the checkpoint keeps only what was committed, so a restart resumes from there.  A
-    second Ctrl-C during that stop exits at once.
+    second Ctrl-C during that stop exits at once; Spark's JVM ends with this process.
     """
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    done = threading.Event()
+    done, interrupted = threading.Event(), threading.Event()
+    started: list[SparkSession] = []
     outcome: dict[str, Any] = {}
 
     def target() -> None:
         try:
-            outcome["result"] = work()
+            started.append(session())
+            if interrupted.is_set():
+                return  # Ctrl-C while Spark was starting: start no query
+            outcome["result"] = work(started[0])
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             outcome["error"] = exc
         finally:
@@ -170,11 +181,14 @@ def _until_interrupted(spark: SparkSession, work: Callable[[], int]) -> int:
     try:
         done.wait()
     except KeyboardInterrupt:
+        interrupted.set()
         print("gregor: interrupted; stopping the pipeline (a restart with the same "
               "--checkpoint resumes)", file=sys.stderr, flush=True)
-        _stop(spark)
+        if started:
+            _stop(started[0])
         return 130
-    _stop(spark)
+    if started:
+        _stop(started[0])
     if "error" in outcome:
         raise outcome["error"]
     return outcome["result"]
@@ -202,13 +216,9 @@ def _start_queries(args: argparse.Namespace, spark: SparkSession) -> list[Stream
     if args.name == "activity":
         return activity.start(spark, args.bootstrap_server, args.checkpoint, **common)
     if args.name == "monitoring":
-        if not args.topics:
-            raise CliError("monitoring needs --topics TOPIC[,TOPIC...]")
         settings = monitoring.MonitoringSettings(tuple(args.topics.split(",")))
         return [monitoring.start(spark, args.bootstrap_server, args.checkpoint, settings,
                                  **common)]
-    if not (args.topic and args.output):
-        raise CliError("warehouse needs --topic and --output (and --from/--to for a batch run)")
     return [warehouse.start_streaming(spark, args.bootstrap_server, args.topic, args.output,
                                       args.checkpoint, **common)]
 
