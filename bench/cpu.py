@@ -15,13 +15,14 @@ from dataclasses import dataclass
 import psutil
 
 
-def cpu_seconds(pids: Iterable[int]) -> float:
-    """User + system CPU of each process and all of its descendants."""
+def cpu_seconds(pids: Iterable[int], descendants: bool = True) -> float:
+    """User + system CPU of each process (all its threads) and, unless told otherwise,
+    of all of its descendants."""
     total = 0.0
     for pid in pids:
         try:
             root = psutil.Process(pid)
-            family = [root, *root.children(recursive=True)]
+            family = [root, *root.children(recursive=True)] if descendants else [root]
         except psutil.NoSuchProcess:
             continue
         for proc in family:
@@ -54,7 +55,9 @@ class Stopwatch:
         self._start: tuple[float, float, float] | None = None
 
     def _sample(self) -> tuple[float, float, float]:
-        return (time.perf_counter(), cpu_seconds(self._client_pids()),
+        # The servers are children of the harness process: counting the client's
+        # descendants would charge every server's CPU to the load generator.
+        return (time.perf_counter(), cpu_seconds(self._client_pids(), descendants=False),
                 cpu_seconds(self._server_pids()))
 
     def start(self) -> None:
