@@ -52,10 +52,8 @@ def settle() -> None:
 
     Three of the four systems write to disk (gregor its segments, Redis its
     append-only file, NATS its file store) and the kernel writes those pages back
-    in the background, on the same two cores. Without this, a run pays for the
-    writeback of whichever system ran just before it: consume runs that followed
-    the Redis and NATS produce runs measured up to a third slower for gregor and
-    Tansu alike.
+    in the background, on the same two cores: without this, a run could pay for
+    the writeback of the one before it.
     """
     os.sync()
 
