@@ -15,9 +15,21 @@ from dataclasses import dataclass
 import psutil
 
 
-def cpu_seconds(pids: Iterable[int], descendants: bool = True) -> float:
+def family_pids(pids: Iterable[int]) -> set[int]:
+    """The processes and all their descendants."""
+    found = set()
+    for pid in pids:
+        try:
+            found |= {pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))}
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def cpu_seconds(pids: Iterable[int], descendants: bool = True,
+                exclude: set[int] | frozenset[int] = frozenset()) -> float:
     """User + system CPU of each process (all its threads) and, unless told otherwise,
-    of all of its descendants."""
+    of all of its descendants but those in ``exclude``."""
     total = 0.0
     for pid in pids:
         try:
@@ -26,6 +38,8 @@ def cpu_seconds(pids: Iterable[int], descendants: bool = True) -> float:
         except psutil.NoSuchProcess:
             continue
         for proc in family:
+            if proc.pid in exclude:
+                continue
             try:
                 times = proc.cpu_times()
             except psutil.NoSuchProcess:
@@ -49,16 +63,22 @@ class Stopwatch:
     """Started right before the first send, stopped right after the last acknowledgement."""
 
     def __init__(self, server_pids: Callable[[], list[int]],
-                 client_pids: Callable[[], list[int]] = lambda: [os.getpid()]) -> None:
+                 client_pids: Callable[[], list[int]] = lambda: [os.getpid()],
+                 client_descendants: bool = False) -> None:
+        """``client_descendants``: the client works in child processes too (Spark's JVM
+        and Python workers). The servers are children of the harness process as well,
+        so their families are always left out of the client's CPU."""
         self._server_pids = server_pids
         self._client_pids = client_pids
+        self._client_descendants = client_descendants
         self._start: tuple[float, float, float] | None = None
 
     def _sample(self) -> tuple[float, float, float]:
-        # The servers are children of the harness process: counting the client's
-        # descendants would charge every server's CPU to the load generator.
-        return (time.perf_counter(), cpu_seconds(self._client_pids(), descendants=False),
-                cpu_seconds(self._server_pids()))
+        servers = self._server_pids()
+        client = cpu_seconds(self._client_pids(), descendants=self._client_descendants,
+                             exclude=family_pids(servers) if self._client_descendants
+                             else frozenset())
+        return time.perf_counter(), client, cpu_seconds(servers)
 
     def start(self) -> None:
         self._start = self._sample()

@@ -1,7 +1,6 @@
 """Spark through the ``gregor`` data source: how fast is a topic as a Spark table?
 
-Run with ``python -m bench.spark_bench`` or ``python bench/spark_bench.py`` (``--help``
-for sizes).  For 100-byte and
+Run with ``python -m bench.spark_bench`` (``--help`` for sizes).  For 100-byte and
 1 KiB records it measures, with a warmed-up local[2] SparkSession:
 
 * source: a topic aggregated by Spark (count and bytes per partition) through the source;
@@ -22,20 +21,13 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-if not __package__:
-    # Run as a file (``python bench/spark_bench.py``), bench/ is sys.path[0], and
-    # bench/profile.py shadows the standard library's ``profile``, which pyspark imports
-    # through cProfile; the repository root instead also makes ``bench`` importable.
-    sys.path[0] = str(Path(__file__).resolve().parents[1])
-
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
@@ -265,7 +257,7 @@ def main() -> None:
         def broker_pids() -> list[int]:
             return [broker.proc.pid] if broker is not None and broker.proc is not None else []
 
-        watch = Stopwatch(broker_pids)
+        watch = Stopwatch(broker_pids, client_descendants=True)
         results: list[Measurement] = []
         for size in SIZES:
             records = args.records if size == 100 else args.records // 4
