@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
@@ -407,6 +407,23 @@ def test_pattern_subscription_picks_up_new_topics_from_earliest(
     new_records += produce(broker.bootstrap, first, 5, partitions=1, first=30)
     assert sum(run_available_now(df, out, checkpoint)) == 45
     assert sink_keys(spark, out) == keys(new_records)
+
+
+def test_partitions_added_to_a_topic_are_read_from_their_earliest_offset(
+    spark: SparkSession, broker: Any, tmp_path: Path
+) -> None:
+    topic = new_topic(broker.bootstrap, partitions=1)
+    produced = produce(broker.bootstrap, topic, 20, partitions=1)
+    df = stream(spark, broker.bootstrap, subscribe=topic)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    assert sum(run_available_now(df, out, checkpoint)) == 20
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+    produced += produce(broker.bootstrap, topic, 30, partitions=3, first=20)
+    assert {r.partition for r in produced} == {0, 1, 2}
+    assert sum(run_available_now(df, out, checkpoint)) == 30
+    assert sink_keys(spark, out) == keys(produced)
 
 
 def test_stop_and_restart_from_checkpoint_loses_and_duplicates_nothing(
