@@ -24,12 +24,15 @@ def framed(body: bytes) -> bytes:
     return struct.pack(">i", len(body)) + body
 
 
-async def serve() -> tuple[asyncio.AbstractServer, asyncio.Queue[FrameProtocol]]:
+async def connect() -> tuple[asyncio.AbstractServer, asyncio.StreamWriter, FrameProtocol]:
+    """A server speaking FrameProtocol, a client connected to it, and the server's side."""
     connected: asyncio.Queue[FrameProtocol] = asyncio.Queue()
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
         lambda: FrameProtocol(8, MAX_FRAME, connected.put_nowait), "127.0.0.1", 0)
-    return server, connected
+    port = server.sockets[0].getsockname()[1]
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    return server, writer, await connected.get()
 
 
 async def read_all(frames: FrameProtocol, count: int) -> list[bytes]:
@@ -47,10 +50,7 @@ def bodies(seed: int) -> list[bytes]:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_frames_arrive_whole_and_in_order_however_the_stream_is_cut(seed: int) -> None:
     async def scenario() -> None:
-        server, connected = await serve()
-        port = server.sockets[0].getsockname()[1]
-        _, writer = await asyncio.open_connection("127.0.0.1", port)
-        frames = await connected.get()
+        server, writer, frames = await connect()
         sent = bodies(seed)
         stream = b"".join(map(framed, sent))
         rng = random.Random(seed)
@@ -75,10 +75,7 @@ def test_frames_arrive_whole_and_in_order_however_the_stream_is_cut(seed: int) -
 
 def test_a_size_outside_the_limits_fails_after_the_frames_before_it() -> None:
     async def scenario() -> None:
-        server, connected = await serve()
-        port = server.sockets[0].getsockname()[1]
-        _, writer = await asyncio.open_connection("127.0.0.1", port)
-        frames = await connected.get()
+        server, writer, frames = await connect()
         writer.write(framed(b"a" * 10) + struct.pack(">i", MAX_FRAME + 1) + b"x" * 100)
         await writer.drain()
         assert bytes(await frames.read_frame()) == b"a" * 10
@@ -93,10 +90,7 @@ def test_a_size_outside_the_limits_fails_after_the_frames_before_it() -> None:
 
 def test_the_client_leaving_mid_frame_ends_the_frames() -> None:
     async def scenario() -> None:
-        server, connected = await serve()
-        port = server.sockets[0].getsockname()[1]
-        _, writer = await asyncio.open_connection("127.0.0.1", port)
-        frames = await connected.get()
+        server, writer, frames = await connect()
         writer.write(framed(b"whole frame") + framed(b"b" * 100_000)[:5000])
         await writer.drain()
         writer.close()
@@ -110,10 +104,7 @@ def test_the_client_leaving_mid_frame_ends_the_frames() -> None:
 
 def test_reading_pauses_once_the_read_ahead_is_full_and_resumes_when_consumed() -> None:
     async def scenario() -> None:
-        server, connected = await serve()
-        port = server.sockets[0].getsockname()[1]
-        _, writer = await asyncio.open_connection("127.0.0.1", port)
-        frames = await connected.get()
+        server, writer, frames = await connect()
         body = b"p" * 1_000_000
         count = 8 * READ_AHEAD_BYTES // len(body)  # beyond what socket buffers hold
         sending = asyncio.create_task(_send(writer, [framed(body)] * count))
