@@ -8,6 +8,7 @@ import asyncio
 import random
 import struct
 
+import psutil
 import pytest
 
 from gregor.broker.frame_protocol import (
@@ -17,7 +18,7 @@ from gregor.broker.frame_protocol import (
     FrameSizeError,
 )
 
-MAX_FRAME = 8 * 1024 * 1024
+MAX_FRAME = 192 * 1024 * 1024
 
 
 def framed(body: bytes) -> bytes:
@@ -42,7 +43,8 @@ async def read_all(frames: FrameProtocol, count: int) -> list[bytes]:
 
 def bodies(seed: int) -> list[bytes]:
     rng = random.Random(seed)
-    sizes = [8, 9, 100, 31 * 1024, 32 * 1024, 70 * 1024, 1_000_000, 12, 3 * 1024 * 1024, 5000]
+    sizes = [8, 9, 100, 31 * 1024, 32 * 1024, 70 * 1024, 1_000_000, 12, 3 * 1024 * 1024, 5000,
+             9 * 1024 * 1024, 11, 20 * 1024 * 1024]
     sizes += [rng.choice([8, 200, 20_000, 40_000, 600_000]) for _ in range(60)]
     return [rng.randbytes(size) for size in sizes]
 
@@ -82,6 +84,24 @@ def test_a_size_outside_the_limits_fails_after_the_frames_before_it() -> None:
         with pytest.raises(FrameSizeError) as refused:
             await asyncio.wait_for(frames.read_frame(), 5)
         assert refused.value.size == MAX_FRAME + 1
+        writer.close()
+        server.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_announced_frame_holds_only_the_memory_of_what_was_sent() -> None:
+    """A client may announce up to socket.request.max.bytes and then send nothing."""
+    async def scenario() -> None:
+        server, writer, frames = await connect()
+        before = psutil.Process().memory_info().rss
+        writer.write(struct.pack(">i", MAX_FRAME) + b"x" * 1000)
+        await writer.drain()
+        reading = asyncio.create_task(frames.read_frame())
+        await asyncio.sleep(0.2)  # nothing to wait for: the frame never completes
+        assert not reading.done()
+        assert psutil.Process().memory_info().rss - before < MAX_FRAME // 4
+        reading.cancel()
         writer.close()
         server.close()
 
