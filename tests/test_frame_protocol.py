@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import struct
+from collections.abc import Awaitable, Callable
 
 import psutil
 import pytest
@@ -25,15 +26,27 @@ def framed(body: bytes) -> bytes:
     return struct.pack(">i", len(body)) + body
 
 
-async def connect() -> tuple[asyncio.AbstractServer, asyncio.StreamWriter, FrameProtocol]:
-    """A server speaking FrameProtocol, a client connected to it, and the server's side."""
-    connected: asyncio.Queue[FrameProtocol] = asyncio.Queue()
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        lambda: FrameProtocol(8, MAX_FRAME, connected.put_nowait), "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    _, writer = await asyncio.open_connection("127.0.0.1", port)
-    return server, writer, await connected.get()
+Scenario = Callable[[asyncio.StreamWriter, FrameProtocol], Awaitable[None]]
+
+
+def run_connected(scenario: Scenario) -> None:
+    """Run ``scenario`` with a client (its writer) connected to a server speaking
+    FrameProtocol (the server's side of that connection), then close both."""
+    async def main() -> None:
+        connected: asyncio.Queue[FrameProtocol] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: FrameProtocol(8, MAX_FRAME, connected.put_nowait), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            await scenario(writer, await connected.get())
+        finally:
+            writer.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())
 
 
 async def read_all(frames: FrameProtocol, count: int) -> list[bytes]:
@@ -51,8 +64,7 @@ def bodies(seed: int) -> list[bytes]:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_frames_arrive_whole_and_in_order_however_the_stream_is_cut(seed: int) -> None:
-    async def scenario() -> None:
-        server, writer, frames = await connect()
+    async def scenario(writer: asyncio.StreamWriter, frames: FrameProtocol) -> None:
         sent = bodies(seed)
         stream = b"".join(map(framed, sent))
         rng = random.Random(seed)
@@ -68,32 +80,25 @@ def test_frames_arrive_whole_and_in_order_however_the_stream_is_cut(seed: int) -
         received = await asyncio.wait_for(reader_task, 30)
         assert [len(b) for b in received] == [len(b) for b in sent]
         assert received == sent
-        writer.close()
-        server.close()
-        await server.wait_closed()
 
-    asyncio.run(scenario())
+    run_connected(scenario)
 
 
 def test_a_size_outside_the_limits_fails_after_the_frames_before_it() -> None:
-    async def scenario() -> None:
-        server, writer, frames = await connect()
+    async def scenario(writer: asyncio.StreamWriter, frames: FrameProtocol) -> None:
         writer.write(framed(b"a" * 10) + struct.pack(">i", MAX_FRAME + 1) + b"x" * 100)
         await writer.drain()
         assert bytes(await frames.read_frame()) == b"a" * 10
         with pytest.raises(FrameSizeError) as refused:
             await asyncio.wait_for(frames.read_frame(), 5)
         assert refused.value.size == MAX_FRAME + 1
-        writer.close()
-        server.close()
 
-    asyncio.run(scenario())
+    run_connected(scenario)
 
 
 def test_an_announced_frame_holds_only_the_memory_of_what_was_sent() -> None:
     """A client may announce up to socket.request.max.bytes and then send nothing."""
-    async def scenario() -> None:
-        server, writer, frames = await connect()
+    async def scenario(writer: asyncio.StreamWriter, frames: FrameProtocol) -> None:
         before = psutil.Process().memory_info().rss
         writer.write(struct.pack(">i", MAX_FRAME) + b"x" * 1000)
         await writer.drain()
@@ -102,29 +107,24 @@ def test_an_announced_frame_holds_only_the_memory_of_what_was_sent() -> None:
         assert not reading.done()
         assert psutil.Process().memory_info().rss - before < MAX_FRAME // 4
         reading.cancel()
-        writer.close()
-        server.close()
 
-    asyncio.run(scenario())
+    run_connected(scenario)
 
 
 def test_the_client_leaving_mid_frame_ends_the_frames() -> None:
-    async def scenario() -> None:
-        server, writer, frames = await connect()
+    async def scenario(writer: asyncio.StreamWriter, frames: FrameProtocol) -> None:
         writer.write(framed(b"whole frame") + framed(b"b" * 100_000)[:5000])
         await writer.drain()
         writer.close()
         assert bytes(await frames.read_frame()) == b"whole frame"
         with pytest.raises(ClientGone):
             await asyncio.wait_for(frames.read_frame(), 5)
-        server.close()
 
-    asyncio.run(scenario())
+    run_connected(scenario)
 
 
 def test_reading_pauses_once_the_read_ahead_is_full_and_resumes_when_consumed() -> None:
-    async def scenario() -> None:
-        server, writer, frames = await connect()
+    async def scenario(writer: asyncio.StreamWriter, frames: FrameProtocol) -> None:
         body = b"p" * 1_000_000
         count = 8 * READ_AHEAD_BYTES // len(body)  # beyond what socket buffers hold
         sending = asyncio.create_task(_send(writer, [framed(body)] * count))
@@ -139,10 +139,8 @@ def test_reading_pauses_once_the_read_ahead_is_full_and_resumes_when_consumed() 
             assert bytes(await asyncio.wait_for(frames.read_frame(), 10)) == body
         await asyncio.wait_for(sending, 10)
         assert frames.transport.is_reading()
-        writer.close()
-        server.close()
 
-    asyncio.run(scenario())
+    run_connected(scenario)
 
 
 async def _send(writer: asyncio.StreamWriter, chunks: list[bytes]) -> None:

@@ -27,15 +27,14 @@ TRIM_THRESHOLD_BYTES = 64 * 1024 * 1024
 _ENVIRONMENT = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 
 
-def keep_large_buffers_in_heap() -> bool:
-    """Set the thresholds unless the environment sets them; False where not glibc."""
+def keep_large_buffers_in_heap() -> None:
+    """Set the thresholds unless the environment sets them (or the C library is not
+    glibc, which has no ``mallopt``)."""
     if any(name in os.environ for name in _ENVIRONMENT):
-        return False
+        return
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
     if mallopt is None:
-        return False
-    done = (mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
-            and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1)
-    if not done:
+        return
+    if not (mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
+            and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1):
         log.info("malloc thresholds not set; large requests may cost page faults")
-    return done

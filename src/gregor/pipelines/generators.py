@@ -175,6 +175,7 @@ def publish(
     follow), and the rest at the end, after a flush, so a report never precedes the
     records it counts.
     """
+    stop = threading.Event() if stop is None else stop
     producer = Producer({"linger.ms": 5, **config})
     sent: Counter[tuple[str, int]] = Counter()
     reported: set[tuple[str, int]] = set()
@@ -197,11 +198,8 @@ def publish(
         if rate:
             ahead = started + index / rate - time.monotonic()
             if ahead > 0:
-                if stop is None:
-                    time.sleep(ahead)
-                elif stop.wait(ahead):
-                    break
-        if stop is not None and stop.is_set():
+                stop.wait(ahead)  # sleeps, unless stop is set meanwhile
+        if stop.is_set():
             break
         newest_ms = event.ts_ms if newest_ms is None else max(newest_ms, event.ts_ms)
         report(report_window(newest_ms - MAX_LATENESS_MS))
