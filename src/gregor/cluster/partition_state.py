@@ -1,0 +1,40 @@
+"""PartitionState: who leads a partition, at which epoch, and which replicas are in sync.
+
+This is Kafka's LeaderAndIsr: the record the controller writes (in ZooKeeper, at
+``/brokers/topics/<topic>/partitions/<p>/state``) and every broker applies. Two
+counters order its versions:
+
+- ``leader_epoch`` grows with every change of leader. Replicas stamp it on the
+  batches they append, truncate by it when they return (KIP-101), and clients
+  send it so a stale leader or follower is detected (FENCED_LEADER_EPOCH).
+- ``partition_epoch`` grows with every change at all (leader or ISR). It is the
+  version of the state znode, so a write conditioned on it fails if anyone wrote
+  in between: a leader whose view is stale cannot shrink or expand the ISR.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+NO_LEADER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    partition_epoch: int = 0
+    controller_epoch: int = 0
+    # Replicas that the controller knows to be down (on a broker with no live
+    # registration): Metadata reports them as offline replicas.
+    offline_replicas: tuple[int, ...] = field(default=())
+
+    @property
+    def has_leader(self) -> bool:
+        return self.leader != NO_LEADER
+
+    def with_isr(self, isr: tuple[int, ...]) -> PartitionState:
+        """The same leadership with another ISR: what a leader asks the controller for."""
+        return replace(self, isr=isr)
