@@ -1,0 +1,193 @@
+"""Kafka's classic ZooKeeper layout: the paths and the JSON stored at each.
+
+Following Kafka's own znodes (ZooKeeper mode, Kafka 2.x-3.x) keeps the cluster
+state readable with the usual ZooKeeper tools and familiar to Kafka operators:
+
+- ``/brokers/ids/<id>``: ephemeral registration (endpoints, rack); its creation
+  zxid is the broker epoch (KIP-380).
+- ``/controller`` (ephemeral, the controller's id) and ``/controller_epoch``
+  (bumped at each election; every controller write is conditioned on it).
+- ``/brokers/topics/<topic>``: replica assignment and topic id;
+  ``.../partitions/<p>/state``: leader, leader epoch, ISR. The state znode's
+  version is the partition epoch that conditional ISR and leader writes name.
+- ``/config/topics/<topic>``: topic config overrides.
+- ``/admin/delete_topics/<topic>``: pending deletions, carried out by the controller.
+- ``/latest_producer_id_block``: cluster-unique producer id blocks.
+- ``/cluster/id``: the cluster id.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from gregor.cluster.partition_state import PartitionState
+
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+TOPIC_CONFIGS = "/config/topics"
+DELETE_TOPICS = "/admin/delete_topics"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+CLUSTER_ID = "/cluster/id"
+
+# Every path a fresh cluster needs before brokers register and watch.
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS, "/cluster")
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}/partitions"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{TOPIC_CONFIGS}/{topic}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+def _dump(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def _load(data: bytes) -> dict[str, Any]:
+    return json.loads(data.decode())
+
+
+# ------------------------------------------------------------------------- brokers
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    # The czxid of the registration znode (KIP-380): a restarted broker has a newer one.
+    epoch: int = -1
+
+    def encode(self) -> bytes:
+        payload: dict[str, Any] = {
+            "version": 5, "host": self.host, "port": self.port, "jmx_port": -1,
+            "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"],
+            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+            "timestamp": str(int(time.time() * 1000)), "features": {},
+        }
+        if self.rack is not None:
+            payload["rack"] = self.rack
+        return _dump(payload)
+
+    @classmethod
+    def decode(cls, broker_id: int, data: bytes, epoch: int = -1) -> BrokerRegistration:
+        raw = _load(data)
+        host, port = raw.get("host"), raw.get("port", -1)
+        for endpoint in raw.get("endpoints", []):
+            # "PLAINTEXT://host:port": the listener clients and replicas use.
+            address = endpoint.split("://", 1)[-1]
+            host, _, port_text = address.rpartition(":")
+            port = int(port_text)
+            break
+        return cls(broker_id, str(host), int(port), raw.get("rack"), epoch)
+
+
+# -------------------------------------------------------------------------- topics
+def kafka_uuid(topic_id: str) -> str:
+    """Kafka prints a Uuid as 16 bytes of URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.UUID(topic_id).bytes).decode().rstrip("=")
+
+
+def parse_kafka_uuid(text: str) -> str:
+    return str(uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))))
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    topic_id: str  # str(uuid.UUID), as TopicMetadata keeps it
+    replicas: tuple[tuple[int, ...], ...]  # per partition, in assignment (preference) order
+
+    def encode(self) -> bytes:
+        return _dump({
+            "version": 3, "topic_id": kafka_uuid(self.topic_id),
+            "partitions": {str(i): list(r) for i, r in enumerate(self.replicas)},
+            "adding_replicas": {}, "removing_replicas": {},
+        })
+
+    @classmethod
+    def decode(cls, data: bytes) -> TopicAssignment:
+        raw = _load(data)
+        partitions = raw["partitions"]
+        return cls(parse_kafka_uuid(raw["topic_id"]),
+                   tuple(tuple(partitions[str(i)]) for i in range(len(partitions))))
+
+
+def encode_partition_state(state: PartitionState) -> bytes:
+    return _dump({"controller_epoch": state.controller_epoch, "leader": state.leader,
+                  "version": 1, "leader_epoch": state.leader_epoch, "isr": list(state.isr)})
+
+
+def decode_partition_state(data: bytes, replicas: tuple[int, ...], version: int
+                           ) -> PartitionState:
+    """The state znode's JSON; its znode ``version`` is the partition epoch."""
+    raw = _load(data)
+    return PartitionState(leader=raw["leader"], leader_epoch=raw["leader_epoch"],
+                          isr=tuple(raw["isr"]), replicas=replicas, partition_epoch=version,
+                          controller_epoch=raw["controller_epoch"])
+
+
+def encode_topic_config(configs: dict[str, str]) -> bytes:
+    return _dump({"version": 1, "config": configs})
+
+
+def decode_topic_config(data: bytes) -> dict[str, str]:
+    return {str(k): str(v) for k, v in _load(data).get("config", {}).items()}
+
+
+# ---------------------------------------------------------------------- controller
+def encode_controller(broker_id: int) -> bytes:
+    return _dump({"version": 1, "brokerid": broker_id,
+                  "timestamp": str(int(time.time() * 1000))})
+
+
+def decode_controller(data: bytes) -> int:
+    return int(_load(data)["brokerid"])
+
+
+# ----------------------------------------------------------------- producer ids
+@dataclass(frozen=True, slots=True)
+class ProducerIdBlock:
+    broker_id: int
+    start: int
+    end: int  # inclusive, as Kafka writes it
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "broker": self.broker_id,
+                      "block_start": str(self.start), "block_end": str(self.end)})
+
+    @classmethod
+    def decode(cls, data: bytes) -> ProducerIdBlock:
+        raw = _load(data)
+        return cls(int(raw["broker"]), int(raw["block_start"]), int(raw["block_end"]))
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dump({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    return str(_load(data)["id"])

@@ -1,0 +1,228 @@
+"""ZooKeeperSession: kazoo's ZooKeeper client, seen from the broker's asyncio loop.
+
+kazoo runs its IO, callbacks and watches on threads of its own and has no asyncio
+handler, so every call here is kazoo's ``*_async`` variant whose completion is
+handed to the loop with ``call_soon_threadsafe``: the event loop never blocks on
+ZooKeeper, and watches and session-state changes arrive as plain callbacks on it.
+
+A ``zookeeper.connect`` string may end with a chroot (``host:port/gregor``), as in
+Kafka; the chroot is created when missing, as Kafka's brokers do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.protocol.states import ZnodeStat
+
+log = logging.getLogger(__name__)
+
+Watch = Callable[[], None]
+
+
+class ZooKeeperError(Exception):
+    """A ZooKeeper operation failed; ``cause`` is kazoo's exception."""
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class TransactionFailed(ZooKeeperError):
+    """A multi-op was refused as a whole: a check or a version did not match."""
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    path: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    path: str
+    data: bytes
+    ephemeral: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SetData:
+    path: str
+    data: bytes
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    path: str
+    version: int = -1
+
+
+Op = Check | Create | SetData | Delete
+
+
+def split_connect(connect: str) -> tuple[str, str]:
+    """``"h1:2181,h2:2181/chroot"`` to ``("h1:2181,h2:2181", "/chroot")``."""
+    hosts, slash, chroot = connect.partition("/")
+    return hosts, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
+
+
+class ZooKeeperSession:
+    def __init__(self, connect: str, session_timeout_ms: int,
+                 on_state: Callable[[str], None] | None = None) -> None:
+        self.hosts, self.chroot = split_connect(connect)
+        self.session_timeout_s = session_timeout_ms / 1000
+        self._on_state = on_state
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client = KazooClient(hosts=self.hosts + self.chroot,
+                                   timeout=self.session_timeout_s)
+        self._client.add_listener(self._state_changed)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self, timeout: float = 15.0) -> None:
+        """Connect (creating the chroot first if it is missing)."""
+        self._loop = asyncio.get_running_loop()
+        if self.chroot:
+            await asyncio.to_thread(self._ensure_chroot, timeout)
+        await asyncio.to_thread(self._client.start, timeout)
+
+    def _ensure_chroot(self, timeout: float) -> None:
+        root = KazooClient(hosts=self.hosts, timeout=self.session_timeout_s)
+        root.start(timeout)
+        try:
+            root.ensure_path(self.chroot)
+        finally:
+            root.stop()
+            root.close()
+
+    async def close(self) -> None:
+        """End the session at once: its ephemeral nodes go with it."""
+        await asyncio.to_thread(self._stop_client)
+
+    def _stop_client(self) -> None:
+        self._client.stop()
+        self._client.close()
+
+    @property
+    def session_id(self) -> int | None:
+        session = self._client.client_id
+        return session[0] if session else None
+
+    @property
+    def connected(self) -> bool:
+        return self._client.state == KazooState.CONNECTED
+
+    def _state_changed(self, state: str) -> None:
+        # Called on kazoo's thread; the loop decides what a lost session means.
+        if self._on_state is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._on_state, state)
+
+    # ---------------------------------------------------------------- operations
+    def _await(self, start: Callable[[], Any]) -> asyncio.Future:
+        """Run a kazoo ``*_async`` call and resolve a loop future with its outcome."""
+        loop = self._loop or asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+
+        def done(result: Any) -> None:
+            try:
+                value, error = result.get(block=False), None
+            except Exception as exc:  # kazoo reports failures by raising from get()
+                value, error = None, exc
+            loop.call_soon_threadsafe(_settle, future, value, error)
+
+        start().rawlink(done)
+        return future
+
+    def _watcher(self, watch: Watch | None) -> Callable[[Any], None] | None:
+        if watch is None:
+            return None
+        loop = self._loop or asyncio.get_running_loop()
+        return lambda _event: loop.call_soon_threadsafe(watch)
+
+    async def get(self, path: str, watch: Watch | None = None
+                  ) -> tuple[bytes, ZnodeStat] | None:
+        """The node's data and stat, or None if it does not exist (the watch is then an
+        existence watch: it fires when the node is created)."""
+        try:
+            return await self._await(lambda: self._client.get_async(path, self._watcher(watch)))
+        except NoNodeError:
+            if watch is not None and await self.exists(path, watch):
+                return await self.get(path, watch)
+            return None
+
+    async def exists(self, path: str, watch: Watch | None = None) -> ZnodeStat | None:
+        return await self._await(lambda: self._client.exists_async(path, self._watcher(watch)))
+
+    async def children(self, path: str, watch: Watch | None = None) -> list[str] | None:
+        """The node's children, or None if it does not exist."""
+        try:
+            return await self._await(
+                lambda: self._client.get_children_async(path, self._watcher(watch)))
+        except NoNodeError:
+            if watch is not None:
+                await self.exists(path, watch)
+            return None
+
+    async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False,
+                     makepath: bool = False) -> str:
+        """Create a node; raises kazoo's NodeExistsError if it is there."""
+        return await self._await(lambda: self._client.create_async(
+            path, data, ephemeral=ephemeral, makepath=makepath))
+
+    async def ensure(self, path: str) -> None:
+        """Create ``path`` and its parents as empty nodes where missing."""
+        with contextlib.suppress(NodeExistsError):
+            await self.create(path, makepath=True)
+
+    async def set(self, path: str, data: bytes, version: int = -1) -> ZnodeStat:
+        return await self._await(lambda: self._client.set_async(path, data, version))
+
+    async def delete(self, path: str, version: int = -1, recursive: bool = False) -> None:
+        if recursive:
+            await asyncio.to_thread(self._client.delete, path, version, True)
+            return
+        await self._await(lambda: self._client.delete_async(path, version))
+
+    async def multi(self, ops: Sequence[Op]) -> list[Any]:
+        """Apply ``ops`` atomically; raise TransactionFailed if any was refused.
+
+        kazoo's commit does not raise for a refused transaction: it returns one
+        exception per op, which is turned into one error here.
+        """
+        transaction = self._client.transaction()
+        for op in ops:
+            if isinstance(op, Check):
+                transaction.check(op.path, op.version)
+            elif isinstance(op, Create):
+                transaction.create(op.path, op.data, ephemeral=op.ephemeral)
+            elif isinstance(op, SetData):
+                transaction.set_data(op.path, op.data, op.version)
+            else:
+                transaction.delete(op.path, op.version)
+        results = await self._await(transaction.commit_async)
+        failures = [(op, r) for op, r in zip(ops, results, strict=True)
+                    if isinstance(r, BaseException)]
+        # ZooKeeper marks the ops after the failing one as rolled back: name the cause.
+        causes = [(op, r) for op, r in failures
+                  if type(r).__name__ not in ("RolledBackError", "RuntimeInconsistency")]
+        if failures:
+            op, cause = (causes or failures)[0]
+            raise TransactionFailed(f"{type(op).__name__} {op.path}: {type(cause).__name__}",
+                                    cause)
+        return results
+
+
+def _settle(future: asyncio.Future, value: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
