@@ -234,6 +234,49 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
                   "largest metadata string an offset commit may carry", minimum=0),
         ConfigDef("max.incremental.fetch.session.cache.slots", ConfigType.INT, 1000,
                   "fetch sessions (KIP-227) kept by the broker", minimum=0),
+        # ---- cluster mode (ZooKeeper); without zookeeper.connect the broker runs alone
+        ConfigDef("zookeeper.connect", ConfigType.STRING, "",
+                  "ZooKeeper hosts, with an optional chroot (127.0.0.1:2181/gregor); "
+                  "empty: a single broker with no ZooKeeper"),
+        ConfigDef("zookeeper.session.timeout.ms", ConfigType.INT, 18000,
+                  "ZooKeeper session timeout: how long a silent broker keeps its leaderships",
+                  minimum=1),
+        ConfigDef("zookeeper.connection.timeout.ms", ConfigType.INT, 18000,
+                  "how long the broker waits for ZooKeeper at start-up", minimum=1),
+        ConfigDef("broker.rack", ConfigType.STRING, "",
+                  "rack of this broker; replicas of a partition are spread over racks"),
+        ConfigDef("offsets.topic.replication.factor", ConfigType.SHORT, 3,
+                  "replicas of __consumer_offsets (capped at the live brokers when it is "
+                  "created, so a single broker works)", minimum=1),
+        ConfigDef("replica.lag.time.max.ms", ConfigType.LONG, 30000,
+                  "a follower not caught up for this long leaves the ISR", minimum=1),
+        ConfigDef("replica.fetch.max.bytes", ConfigType.INT, 1024 * 1024,
+                  "bytes a follower asks for per partition and fetch", minimum=0),
+        ConfigDef("replica.fetch.response.max.bytes", ConfigType.INT, 10 * 1024 * 1024,
+                  "bytes a follower asks for per fetch", minimum=0),
+        ConfigDef("replica.fetch.wait.max.ms", ConfigType.INT, 500,
+                  "how long a follower's fetch waits on the leader for data", minimum=0),
+        ConfigDef("replica.fetch.min.bytes", ConfigType.INT, 1,
+                  "bytes a follower's fetch waits for", minimum=1),
+        ConfigDef("replica.fetch.backoff.ms", ConfigType.INT, 1000,
+                  "pause after a follower's fetch failed", minimum=0),
+        ConfigDef("replica.socket.timeout.ms", ConfigType.INT, 30000,
+                  "timeout of a follower's requests to the leader", minimum=1),
+        ConfigDef("num.replica.fetchers", ConfigType.INT, 1,
+                  "fetcher connections per source broker", minimum=1),
+        ConfigDef("controlled.shutdown.enable", ConfigType.BOOLEAN, True,
+                  "move leaderships away before stopping on SIGTERM"),
+        ConfigDef("controlled.shutdown.max.retries", ConfigType.INT, 3,
+                  "attempts at a controlled shutdown before stopping anyway", minimum=0),
+        ConfigDef("controlled.shutdown.retry.backoff.ms", ConfigType.LONG, 5000,
+                  "pause between controlled shutdown attempts", minimum=0),
+        ConfigDef("auto.leader.rebalance.enable", ConfigType.BOOLEAN, True,
+                  "give leaderships back to preferred replicas"),
+        ConfigDef("leader.imbalance.check.interval.seconds", ConfigType.LONG, 300,
+                  "how often the controller checks for non-preferred leaders", minimum=1),
+        ConfigDef("leader.imbalance.per.broker.percentage", ConfigType.INT, 10,
+                  "share of a broker's partitions led elsewhere that triggers a rebalance",
+                  minimum=0),
     )
 }
 
@@ -252,6 +295,8 @@ _BROKER_ALIASES = {
     "log.retention.hours": ("log.retention.ms", 3600 * 1000),
     "log.roll.hours": ("log.roll.ms", 3600 * 1000),
     "log.dir": ("log.dirs", None),
+    # ZooKeeper-mode Kafka names the broker's id broker.id; KRaft calls it node.id.
+    "broker.id": ("node.id", None),
 }
 
 
@@ -329,6 +374,14 @@ class BrokerConfig:
     @property
     def node_id(self) -> int:
         return int(self.values["node.id"])
+
+    @property
+    def zookeeper_mode(self) -> bool:
+        return bool(self.values["zookeeper.connect"])
+
+    @property
+    def rack(self) -> str | None:
+        return self.values["broker.rack"] or None
 
     @property
     def log_dir(self) -> Path:

@@ -15,9 +15,10 @@ from gregor.broker.connection import MIN_REQUEST_SIZE, Connection
 from gregor.broker.frame_protocol import FrameProtocol
 from gregor.broker.request import Request
 from gregor.broker.router import Router
-from gregor.cluster.controller import Controller
+from gregor.cluster.controller import SingleNodeController
 from gregor.cluster.metadata_image import MetadataImage
 from gregor.cluster.replica_manager import ReplicaManager
+from gregor.cluster.znodes import BrokerRegistration
 from gregor.config import BrokerConfig, TopicConfig
 from gregor.groups.coordinator import GroupCoordinator
 from gregor.storage.cleaner import LogCleaner
@@ -37,7 +38,7 @@ class Broker:
         self.image = MetadataImage.load(config.log_dir)
         self.log_manager = LogManager(config.log_dir)
         self.replica_manager = ReplicaManager(config, self.log_manager)
-        self.controller = Controller(config, self.image, self.replica_manager)
+        self.controller = SingleNodeController(config, self.image, self.replica_manager)
         self.router = Router()
         self.group_coordinator = GroupCoordinator(config, self.controller, self.replica_manager)
         group_routes.register(self.router)
@@ -73,6 +74,11 @@ class Broker:
                 # Ephemeral port (tests): advertise what was actually bound.
                 self.advertised_address = (self.advertised_address[0], bound[1])
             log.info("listening on %s:%s", bound[0], bound[1])
+        host, port = self.advertised_address
+        # Alone, the broker is the cluster's only live broker and its controller.
+        self.image.brokers = {self.broker_id: BrokerRegistration(
+            self.broker_id, host, port, self.config.rack)}
+        self.image.controller_id = self.broker_id
         self._tasks = [
             self._every(self.config["log.retention.check.interval.ms"] / 1000,
                         self._apply_retention),
@@ -88,7 +94,6 @@ class Broker:
                 p.high_watermark if (p := self.replica_manager.get(*tp)) else None))
             self._tasks.append(asyncio.create_task(cleaner.run(
                 self.config["log.cleaner.backoff.ms"])))
-        host, port = self.advertised_address
         log.info("broker %d started; advertising %s:%d; data in %s", self.broker_id, host, port,
                  self.config.log_dir)
 

@@ -36,7 +36,7 @@ async def handle(broker: Broker, request: Request):
         error_message=None,
         endpoint_type=endpoint_type,
         cluster_id=broker.image.cluster_id,
-        controller_id=broker.broker_id,
+        controller_id=broker.image.controller_id,
         brokers=broker_entries(broker, nested(_KEY, version, "DescribeClusterBroker")),
         cluster_authorized_operations=authorized_operations(
             request.body.include_cluster_authorized_operations, CLUSTER_OPERATIONS),

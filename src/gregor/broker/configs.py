@@ -157,7 +157,7 @@ async def _alter(broker: Broker, request: Request, key: ApiKey, incremental: boo
                 else:
                     set_values = {c.name: c.value or "" for c in resource.configs}
                     deleted = []
-                broker.controller.alter_topic_configs(
+                await broker.controller.alter_topic_configs(
                     topic.name, set_values, deleted, validate_only=request.body.validate_only,
                     replace=not incremental)
             except ConfigError as exc:

@@ -23,7 +23,7 @@ _GROUP_KEY_TYPE = 0
 _TRANSACTION_KEY_TYPE = 1
 
 
-def _lookup(broker: Broker, key_type: int) -> dict:
+async def _lookup(broker: Broker, key_type: int, key: str) -> dict:
     """Fields of one answer: the coordinator's address, or an error with no node."""
     error, message = ErrorCode.none, None
     if key_type == _TRANSACTION_KEY_TYPE:
@@ -32,15 +32,20 @@ def _lookup(broker: Broker, key_type: int) -> dict:
         error, message = ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
     else:
         try:
-            broker.group_coordinator.store.ensure_topic()
+            await broker.group_coordinator.store.ensure_topic()
         except StoreError as exc:
             error, message = exc.error, str(exc)
-    if error != ErrorCode.none:
+    coordinator = None
+    if error == ErrorCode.none:
+        coordinator = broker.group_coordinator.store.coordinator_for(key)
+        if coordinator is None:
+            error = ErrorCode.coordinator_not_available
+            message = "the group's partition has no leader"
+    if coordinator is None:
         return {"error_code": error, "error_message": message, "node_id": -1, "host": "",
                 "port": -1}
-    host, port = broker.advertised_address
-    return {"error_code": error, "error_message": None, "node_id": broker.broker_id,
-            "host": host, "port": port}
+    return {"error_code": error, "error_message": None, "node_id": coordinator.broker_id,
+            "host": coordinator.host, "port": coordinator.port}
 
 
 async def handle(broker: Broker, request: Request):
@@ -50,7 +55,9 @@ async def handle(broker: Broker, request: Request):
     schema = response_schema(_KEY, version)
     if version >= 4:
         coordinator_cls = nested(_KEY, version, "Coordinator")
-        return build(schema, throttle_time=datetime.timedelta(0), coordinators=tuple(
-            build(coordinator_cls, key=key, **_lookup(broker, key_type))
-            for key in body.coordinator_keys))
-    return build(schema, throttle_time=datetime.timedelta(0), **_lookup(broker, key_type))
+        coordinators = [build(coordinator_cls, key=key, **await _lookup(broker, key_type, key))
+                        for key in body.coordinator_keys]
+        return build(schema, throttle_time=datetime.timedelta(0),
+                     coordinators=tuple(coordinators))
+    return build(schema, throttle_time=datetime.timedelta(0),
+                 **await _lookup(broker, key_type, body.key))

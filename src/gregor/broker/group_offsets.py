@@ -72,9 +72,10 @@ async def handle_commit(broker: Broker, request: Request):
                     leader_epoch=getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),
                     metadata=metadata, commit_timestamp=now, expire_timestamp=expire)
                 errors.append((tp, ErrorCode.none))
-    group_error = broker.group_coordinator.commit_offsets(
-        body.group_id, body.generation_id_or_member_epoch, body.member_id,
-        getattr(body, "group_instance_id", None), valid)
+    group_error = await broker.group_coordinator.ensure_store() or (
+        broker.group_coordinator.commit_offsets(
+            body.group_id, body.generation_id_or_member_epoch, body.member_id,
+            getattr(body, "group_instance_id", None), valid))
     errors = [(tp, group_error if tp in valid else error) for tp, error in errors]
     partition_cls = nested(ApiKey.OFFSET_COMMIT, version, "OffsetCommitResponsePartition")
     topic_cls = nested(ApiKey.OFFSET_COMMIT, version, "OffsetCommitResponseTopic")

@@ -37,23 +37,27 @@ def authorized_operations(requested: bool, operations: int) -> int:
 
 
 def broker_entries(broker: Broker, cls: type) -> tuple:
-    host, port = broker.advertised_address
-    return (build(cls, node_id=broker.broker_id, broker_id=broker.broker_id, host=host,
-                  port=port, rack=None),)
+    """Every live broker, as registered (in a cluster: in ZooKeeper)."""
+    return tuple(build(cls, node_id=b.broker_id, broker_id=b.broker_id, host=b.host,
+                       port=b.port, rack=b.rack)
+                 for _, b in sorted(broker.image.brokers.items()))
 
 
 def _topic_entry(broker: Broker, version: int, topic: TopicMetadata, operations: int):
     partition_cls = nested(_KEY, version, "MetadataResponsePartition")
+    live = broker.image.brokers
     partitions = []
-    for index, assignment in enumerate(topic.partitions):
-        partition = broker.replica_manager.get(topic.name, index)
-        leader_epoch = partition.leader_epoch if partition else assignment.leader_epoch
+    for index, state in enumerate(topic.partitions):
+        # LEADER_NOT_AVAILABLE while no replica may lead (the whole ISR is down and
+        # unclean election is off): clients retry until one returns.
+        error = (ErrorCode.none if state.leader in live
+                 else ErrorCode.leader_not_available)
         partitions.append(build(
-            partition_cls, error_code=ErrorCode.none, partition_index=index,
-            leader_id=assignment.leader, leader_epoch=leader_epoch,
-            replica_nodes=tuple(assignment.replicas),
-            isr_nodes=tuple(partition.isr if partition else assignment.isr),
-            offline_replicas=()))
+            partition_cls, error_code=error, partition_index=index,
+            leader_id=state.leader if error == ErrorCode.none else -1,
+            leader_epoch=state.leader_epoch, replica_nodes=state.replicas,
+            isr_nodes=state.isr,
+            offline_replicas=tuple(r for r in state.replicas if r not in live)))
     return build(nested(_KEY, version, "MetadataResponseTopic"), error_code=ErrorCode.none,
                  name=topic.name, topic_id=topic.uuid, is_internal=topic.internal,
                  partitions=tuple(partitions), topic_authorized_operations=operations)
@@ -103,7 +107,7 @@ async def handle(broker: Broker, request: Request):
                 continue
             topic = broker.image.topics.get(name)
             if topic is None and allow_auto_create:
-                topic = _auto_create(broker, name)
+                topic = await _auto_create(broker, name)
             if topic is not None:
                 entries.append(_topic_entry(broker, version, topic, topic_operations))
             elif invalid_topic_reason(name):
@@ -115,14 +119,14 @@ async def handle(broker: Broker, request: Request):
         throttle_time=datetime.timedelta(0),
         brokers=broker_entries(broker, nested(_KEY, version, "MetadataResponseBroker")),
         cluster_id=broker.image.cluster_id,
-        controller_id=broker.broker_id,
+        controller_id=broker.image.controller_id,
         topics=tuple(entries),
         cluster_authorized_operations=authorized_operations(
             getattr(body, "include_cluster_authorized_operations", False), CLUSTER_OPERATIONS),
     )
 
 
-def _auto_create(broker: Broker, name: str) -> TopicMetadata | None:
+async def _auto_create(broker: Broker, name: str) -> TopicMetadata | None:
     if invalid_topic_reason(name):
         return None
     if name == OFFSETS_TOPIC:
@@ -130,12 +134,12 @@ def _auto_create(broker: Broker, name: str) -> TopicMetadata | None:
         # its own settings -- internal, compacted, offsets.topic.num.partitions -- since
         # the group coordinator would otherwise inherit a client's defaults for good.
         try:
-            broker.group_coordinator.store.ensure_topic()
+            await broker.group_coordinator.store.ensure_topic()
         except StoreError as exc:
             log.info("auto-creating topic %r failed: %s", name, exc)
         return broker.image.topics.get(name)
     try:
-        return broker.controller.create_topic(name)
+        return await broker.controller.create_topic(name)
     except ControllerError as exc:
         log.info("auto-creating topic %r failed: %s", name, exc)
         return None

@@ -30,6 +30,6 @@ async def handle(broker: Broker, request: Request):
         # of the id it has, so the broker can tell its new batches from old retries.
         producer_id, epoch = producer_id, epoch + 1
     else:
-        producer_id, epoch = broker.image.allocate_producer_id(), 0
+        producer_id, epoch = await broker.controller.allocate_producer_id(), 0
     return build(schema, throttle_time=datetime.timedelta(0), error_code=ErrorCode.none,
                  producer_id=producer_id, producer_epoch=epoch)

@@ -20,35 +20,24 @@ if TYPE_CHECKING:
 _NO_THROTTLE = datetime.timedelta(0)
 
 
-def _create_topic(broker: Broker, topic, validate_only: bool) -> TopicMetadata:
-    """Create one CreateTopics entry through the controller (or only validate it).
-
-    A manual replica assignment is accepted when it is the placement the controller
-    would choose itself (on one broker, the only possible one); any other placement
-    would be silently different from what was asked, so it is refused.
-    """
+async def _create_topic(broker: Broker, topic, validate_only: bool) -> TopicMetadata:
+    """Create one CreateTopics entry through the controller (or only validate it),
+    with the replica assignment it names, if any."""
     configs = {c.name: c.value for c in topic.configs if c.value is not None}
-    if not topic.assignments:
-        return broker.controller.create_topic(topic.name, topic.num_partitions,
-                                              topic.replication_factor, configs,
-                                              validate_only=validate_only)
-    if topic.num_partitions != -1 or topic.replication_factor != -1:
-        raise ControllerError(ErrorCode.invalid_request, "a replica assignment was given "
-                              "together with a partition count or replication factor")
-    assignments = sorted(topic.assignments, key=lambda a: a.partition_index)
-    if [a.partition_index for a in assignments] != list(range(len(assignments))):
-        raise ControllerError(ErrorCode.invalid_replica_assignment,
-                              "assigned partitions must be numbered 0, 1, 2, ...")
-    wanted = [list(a.broker_ids) for a in assignments]
-    planned = broker.controller.create_topic(topic.name, len(wanted), len(wanted[0]), configs,
-                                             validate_only=True)
-    if [p.replicas for p in planned.partitions] != wanted:
-        raise ControllerError(
-            ErrorCode.invalid_replica_assignment,
-            f"only the controller's own placement can be requested: "
-            f"{[p.replicas for p in planned.partitions]}")
-    return planned if validate_only else broker.controller.create_topic(
-        topic.name, len(wanted), len(wanted[0]), configs)
+    assignment = None
+    if topic.assignments:
+        if topic.num_partitions != -1 or topic.replication_factor != -1:
+            raise ControllerError(ErrorCode.invalid_request, "a replica assignment was given "
+                                  "together with a partition count or replication factor")
+        ordered = sorted(topic.assignments, key=lambda a: a.partition_index)
+        if [a.partition_index for a in ordered] != list(range(len(ordered))):
+            raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                  "assigned partitions must be numbered 0, 1, 2, ...")
+        assignment = [tuple(a.broker_ids) for a in ordered]
+    return await broker.controller.create_topic(topic.name, topic.num_partitions,
+                                                topic.replication_factor, configs,
+                                                assignment=assignment,
+                                                validate_only=validate_only)
 
 
 async def handle_create_topics(broker: Broker, request: Request):
@@ -66,7 +55,7 @@ async def handle_create_topics(broker: Broker, request: Request):
             if listed[topic.name] > 1:
                 raise ControllerError(ErrorCode.invalid_request,
                                       "topic listed more than once in one request")
-            created = _create_topic(broker, topic, request.body.validate_only)
+            created = await _create_topic(broker, topic, request.body.validate_only)
         except ControllerError as exc:
             error, message = exc.error, str(exc)
         configs = None
@@ -103,7 +92,7 @@ async def handle_delete_topics(broker: Broker, request: Request):
             error, message = ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}"
         else:
             try:
-                deleted = broker.controller.delete_topic(name)
+                deleted = await broker.controller.delete_topic(name)
                 topic_id = deleted.uuid
             except ControllerError as exc:
                 error, message = exc.error, str(exc)
@@ -124,8 +113,8 @@ async def handle_create_partitions(broker: Broker, request: Request):
             if topic.assignments:
                 raise ControllerError(ErrorCode.invalid_replica_assignment,
                                       "manual replica assignment is not supported")
-            broker.controller.create_partitions(topic.name, topic.count,
-                                                validate_only=request.body.validate_only)
+            await broker.controller.create_partitions(topic.name, topic.count,
+                                                      validate_only=request.body.validate_only)
         except ControllerError as exc:
             error, message = exc.error, str(exc)
         results.append(build(result_cls, name=topic.name, error_code=error,

@@ -1,8 +1,11 @@
-"""Controller: the single writer of the metadata image (topics, partitions, configs).
+"""ClusterAdmin and the single-node controller: how handlers change cluster metadata.
 
-On one node the broker is its own controller. With a cluster this role moves to
-whichever broker wins the ZooKeeper election; handlers already go through it so
-they will not change.
+Handlers create and delete topics, add partitions, change configs and hand out
+producer ids through a ``ClusterAdmin``, without knowing where metadata lives. On
+one node the broker is its own controller and writes its local image at once
+(``SingleNodeController``); in a cluster any broker writes the request to
+ZooKeeper and the elected controller carries it out (``cluster.zk_admin``). Its
+methods are coroutines because in a cluster they wait on ZooKeeper.
 """
 
 from __future__ import annotations
@@ -10,8 +13,12 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
 
-from gregor.cluster.metadata_image import MetadataImage, PartitionAssignment, TopicMetadata
+from gregor.cluster.election import AssignmentError, assign_replicas
+from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
+from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.replica_manager import ReplicaManager
 from gregor.cluster.topic_names import invalid_topic_reason
 from gregor.config import BrokerConfig, ConfigError, TopicConfig, format_value
@@ -28,7 +35,128 @@ class ControllerError(Exception):
         self.error = error
 
 
-class Controller:
+class ClusterAdmin(Protocol):
+    image: MetadataImage
+
+    @property
+    def live_brokers(self) -> list[int]: ...
+
+    async def create_topic(self, name: str, num_partitions: int = -1,
+                           replication_factor: int = -1,
+                           configs: Mapping[str, str] | None = None, *,
+                           assignment: list[tuple[int, ...]] | None = None,
+                           internal: bool = False,
+                           validate_only: bool = False) -> TopicMetadata: ...
+
+    async def delete_topic(self, name: str) -> TopicMetadata: ...
+
+    async def create_partitions(self, name: str, count: int,
+                                validate_only: bool = False) -> None: ...
+
+    async def alter_topic_configs(self, name: str, set_values: Mapping[str, str],
+                                  deleted: list[str], validate_only: bool = False,
+                                  replace: bool = False) -> None: ...
+
+    async def allocate_producer_id(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """A validated CreateTopics entry: what to write, wherever metadata lives."""
+
+    name: str
+    replicas: list[tuple[int, ...]]  # per partition
+    configs: dict[str, str]  # normalized overrides
+
+
+def validate_new_topic(config: BrokerConfig, image: MetadataImage, racks: Mapping[int, str | None],
+                       name: str, num_partitions: int, replication_factor: int,
+                       configs: Mapping[str, str],
+                       assignment: list[tuple[int, ...]] | None) -> NewTopic:
+    """Check a CreateTopics entry against Kafka's rules and place its replicas on the
+    live brokers ``racks`` names (or check the placement the client gave)."""
+    reason = invalid_topic_reason(name)
+    if reason:
+        raise ControllerError(ErrorCode.invalid_topic_exception, reason)
+    if name in image.topics:
+        raise ControllerError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+    if assignment is not None:
+        _check_assignment(assignment, racks)
+        num_partitions, replication_factor = len(assignment), len(assignment[0])
+    if num_partitions == -1:
+        num_partitions = config["num.partitions"]
+    if replication_factor == -1:
+        replication_factor = config["default.replication.factor"]
+    if num_partitions <= 0 or num_partitions > MAX_PARTITIONS:
+        raise ControllerError(ErrorCode.invalid_partitions,
+                              f"partition count must be between 1 and {MAX_PARTITIONS}")
+    if replication_factor <= 0:
+        raise ControllerError(ErrorCode.invalid_replication_factor,
+                              "replication factor must be positive")
+    try:
+        normalized = {k: format_value(v) for k, v in
+                      TopicConfig(config, configs).overrides.items()}
+    except ConfigError as exc:
+        raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
+    replicas = assignment or place_replicas(num_partitions, replication_factor, racks)
+    return NewTopic(name, replicas, normalized)
+
+
+def place_replicas(partitions: int, replication_factor: int, racks: Mapping[int, str | None],
+                   first_partition: int = 0) -> list[tuple[int, ...]]:
+    try:
+        return assign_replicas(partitions, replication_factor, racks,
+                               first_partition=first_partition)
+    except AssignmentError as exc:
+        raise ControllerError(ErrorCode.invalid_replication_factor, str(exc)) from None
+
+
+def _check_assignment(assignment: list[tuple[int, ...]], live: Mapping[int, object]) -> None:
+    sizes = {len(replicas) for replicas in assignment}
+    if len(sizes) != 1 or 0 in sizes:
+        raise ControllerError(ErrorCode.invalid_replica_assignment,
+                              "every partition needs the same, non-zero number of replicas")
+    for replicas in assignment:
+        if len(set(replicas)) != len(replicas):
+            raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                  f"replica list {list(replicas)} names a broker twice")
+        unknown = [b for b in replicas if b not in live]
+        if unknown:
+            raise ControllerError(ErrorCode.invalid_replica_assignment,
+                                  f"unknown or offline broker(s) {unknown}")
+
+
+def check_new_partition_count(topic: TopicMetadata | None, name: str, count: int
+                              ) -> TopicMetadata:
+    if topic is None:
+        raise ControllerError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
+    current = len(topic.partitions)
+    if count <= current:
+        raise ControllerError(
+            ErrorCode.invalid_partitions,
+            f"topic {name!r} has {current} partitions; the new count must be larger")
+    if count > MAX_PARTITIONS:
+        raise ControllerError(ErrorCode.invalid_partitions,
+                              f"partition count must not exceed {MAX_PARTITIONS}")
+    return topic
+
+
+def changed_topic_configs(config: BrokerConfig, topic: TopicMetadata | None, name: str,
+                          set_values: Mapping[str, str], deleted: list[str],
+                          replace: bool) -> dict[str, str]:
+    """A topic's overrides after an (Incremental)AlterConfigs, validated."""
+    if topic is None:
+        raise ControllerError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
+    current = TopicConfig(config, {} if replace else topic.configs)
+    try:
+        return current.with_changes(set_values, deleted).raw_overrides()
+    except ConfigError as exc:
+        raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
+
+
+class SingleNodeController:
+    """The broker alone: it is every partition's only replica and its own controller."""
+
     def __init__(self, config: BrokerConfig, image: MetadataImage,
                  replica_manager: ReplicaManager) -> None:
         self.config = config
@@ -40,59 +168,30 @@ class Controller:
     def live_brokers(self) -> list[int]:
         return [self.broker_id]
 
-    def validate_new_topic(self, name: str, num_partitions: int, replication_factor: int,
-                           configs: Mapping[str, str]) -> tuple[int, int, dict[str, str]]:
-        """Check a CreateTopics entry; return the resolved partition count, RF and configs."""
-        reason = invalid_topic_reason(name)
-        if reason:
-            raise ControllerError(ErrorCode.invalid_topic_exception, reason)
-        if name in self.image.topics:
-            raise ControllerError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
-        if num_partitions == -1:
-            num_partitions = self.config["num.partitions"]
-        if replication_factor == -1:
-            replication_factor = self.config["default.replication.factor"]
-        if num_partitions <= 0 or num_partitions > MAX_PARTITIONS:
-            raise ControllerError(ErrorCode.invalid_partitions,
-                                  f"partition count must be between 1 and {MAX_PARTITIONS}")
-        if replication_factor <= 0:
-            raise ControllerError(ErrorCode.invalid_replication_factor,
-                                  "replication factor must be positive")
-        if replication_factor > len(self.live_brokers):
-            raise ControllerError(
-                ErrorCode.invalid_replication_factor,
-                f"replication factor {replication_factor} is larger than the "
-                f"{len(self.live_brokers)} available broker(s)")
-        try:
-            TopicConfig(self.config, configs)
-        except ConfigError as exc:
-            raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
-        return num_partitions, replication_factor, dict(configs)
+    @property
+    def _racks(self) -> dict[int, str | None]:
+        return {self.broker_id: self.config.rack}
 
-    def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
-                     configs: Mapping[str, str] | None = None, *, internal: bool = False,
-                     validate_only: bool = False) -> TopicMetadata:
-        num_partitions, replication_factor, resolved = self.validate_new_topic(
-            name, num_partitions, replication_factor, configs or {})
-        normalized = {k: format_value(v) for k, v in
-                      TopicConfig(self.config, resolved).overrides.items()}
+    async def create_topic(self, name: str, num_partitions: int = -1,
+                           replication_factor: int = -1,
+                           configs: Mapping[str, str] | None = None, *,
+                           assignment: list[tuple[int, ...]] | None = None,
+                           internal: bool = False,
+                           validate_only: bool = False) -> TopicMetadata:
+        new = validate_new_topic(self.config, self.image, self._racks, name, num_partitions,
+                                 replication_factor, configs or {}, assignment)
         topic = TopicMetadata(
-            name=name, topic_id=str(uuid.uuid4()), configs=normalized, internal=internal,
-            partitions=[self._assign(i) for i in range(num_partitions)])
+            name=name, topic_id=str(uuid.uuid4()), configs=new.configs, internal=internal,
+            partitions=[_led_by_first(replicas) for replicas in new.replicas])
         if validate_only:
             return topic
         self.image.topics[name] = topic
         self.image.save()
         self.replica_manager.make_partitions(topic)
-        log.info("created topic %s with %d partition(s)", name, num_partitions)
+        log.info("created topic %s with %d partition(s)", name, len(new.replicas))
         return topic
 
-    def _assign(self, index: int) -> PartitionAssignment:
-        brokers = self.live_brokers
-        leader = brokers[index % len(brokers)]
-        return PartitionAssignment(replicas=[leader], leader=leader, isr=[leader])
-
-    def delete_topic(self, name: str) -> TopicMetadata:
+    async def delete_topic(self, name: str) -> TopicMetadata:
         if not self.config["delete.topic.enable"]:
             raise ControllerError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
         topic = self.image.topics.get(name)
@@ -104,37 +203,31 @@ class Controller:
         log.info("deleted topic %s", name)
         return topic
 
-    def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
-        topic = self.image.topics.get(name)
-        if topic is None:
-            raise ControllerError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
+    async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+        topic = check_new_partition_count(self.image.topics.get(name), name, count)
         current = len(topic.partitions)
-        if count <= current:
-            raise ControllerError(
-                ErrorCode.invalid_partitions,
-                f"topic {name!r} has {current} partitions; the new count must be larger")
-        if count > MAX_PARTITIONS:
-            raise ControllerError(ErrorCode.invalid_partitions,
-                                  f"partition count must not exceed {MAX_PARTITIONS}")
+        replicas = place_replicas(count - current, len(topic.partitions[0].replicas),
+                                  self._racks, first_partition=current)
         if validate_only:
             return
-        topic.partitions.extend(self._assign(i) for i in range(current, count))
+        topic.partitions.extend(_led_by_first(r) for r in replicas)
         self.image.save()
         self.replica_manager.make_partitions(topic)
 
-    def alter_topic_configs(self, name: str, set_values: Mapping[str, str],
-                            deleted: list[str], validate_only: bool = False,
-                            replace: bool = False) -> None:
+    async def alter_topic_configs(self, name: str, set_values: Mapping[str, str],
+                                  deleted: list[str], validate_only: bool = False,
+                                  replace: bool = False) -> None:
         topic = self.image.topics.get(name)
-        if topic is None:
-            raise ControllerError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
-        current = TopicConfig(self.config, {} if replace else topic.configs)
-        try:
-            updated = current.with_changes(set_values, deleted)
-        except ConfigError as exc:
-            raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
-        if validate_only:
+        overrides = changed_topic_configs(self.config, topic, name, set_values, deleted, replace)
+        if validate_only or topic is None:
             return
-        topic.configs = updated.raw_overrides()
+        topic.configs = overrides
         self.image.save()
         self.replica_manager.update_config(topic)
+
+    async def allocate_producer_id(self) -> int:
+        return self.image.allocate_producer_id()
+
+
+def _led_by_first(replicas: tuple[int, ...]) -> PartitionState:
+    return PartitionState(leader=replicas[0], leader_epoch=0, isr=replicas, replicas=replicas)

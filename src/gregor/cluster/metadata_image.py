@@ -1,8 +1,9 @@
-"""MetadataImage: topics, their ids, partition assignments and configs, persisted locally.
+"""MetadataImage: brokers, controller, topics, their ids, partition states and configs.
 
-In Kafka this lives in ZooKeeper or the KRaft metadata log; a single node keeps
-it in one JSON file in the first log directory, replaced atomically on change.
-The cluster controller (ZooKeeper-elected) will become its writer later.
+A single node keeps it in one JSON file in the first log directory, replaced
+atomically on change, and is its own only broker and controller. In a cluster it
+lives in ZooKeeper, and each broker's image is the copy its metadata listener
+keeps up to date from there (``path`` is then None: nothing is stored locally).
 """
 
 from __future__ import annotations
@@ -13,22 +14,17 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gregor.cluster.partition_state import PartitionState
+from gregor.cluster.znodes import BrokerRegistration
+
 METADATA_FILE = "gregor-metadata.json"
-
-
-@dataclass
-class PartitionAssignment:
-    replicas: list[int]
-    leader: int
-    leader_epoch: int = 0
-    isr: list[int] = field(default_factory=list)
 
 
 @dataclass
 class TopicMetadata:
     name: str
     topic_id: str
-    partitions: list[PartitionAssignment]
+    partitions: list[PartitionState]
     configs: dict[str, str] = field(default_factory=dict)
     internal: bool = False
 
@@ -39,16 +35,18 @@ class TopicMetadata:
 
 @dataclass
 class MetadataImage:
-    path: Path
+    path: Path | None
     cluster_id: str
     topics: dict[str, TopicMetadata] = field(default_factory=dict)
     next_producer_id: int = 1000
+    brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
+    controller_id: int = -1
 
     @classmethod
     def load(cls, log_dir: Path) -> MetadataImage:
         path = log_dir / METADATA_FILE
         if not path.exists():
-            image = cls(path, cluster_id=_new_cluster_id())
+            image = cls(path, cluster_id=new_cluster_id())
             image.save()
             return image
         raw = json.loads(path.read_text())
@@ -56,12 +54,14 @@ class MetadataImage:
             name: TopicMetadata(
                 name=name, topic_id=t["topic_id"], configs=t.get("configs", {}),
                 internal=t.get("internal", False),
-                partitions=[PartitionAssignment(**p) for p in t["partitions"]])
+                partitions=[_partition_state(p) for p in t["partitions"]])
             for name, t in raw["topics"].items()
         }
         return cls(path, raw["cluster_id"], topics, raw.get("next_producer_id", 1000))
 
     def save(self) -> None:
+        if self.path is None:
+            return
         payload = {
             "cluster_id": self.cluster_id,
             "next_producer_id": self.next_producer_id,
@@ -82,7 +82,14 @@ class MetadataImage:
         return producer_id
 
 
-def _new_cluster_id() -> str:
+def _partition_state(raw: dict) -> PartitionState:
+    return PartitionState(leader=raw["leader"], leader_epoch=raw.get("leader_epoch", 0),
+                          isr=tuple(raw.get("isr") or raw["replicas"]),
+                          replicas=tuple(raw["replicas"]),
+                          partition_epoch=raw.get("partition_epoch", 0))
+
+
+def new_cluster_id() -> str:
     """Kafka cluster ids are 16 random bytes in URL-safe base64 without padding."""
     import base64
 

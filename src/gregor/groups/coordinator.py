@@ -21,7 +21,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from gregor.cluster.controller import Controller
+from gregor.cluster.controller import ClusterAdmin
 from gregor.cluster.replica_manager import ReplicaManager
 from gregor.config import BrokerConfig
 from gregor.groups import records
@@ -80,7 +80,7 @@ class SyncResult:
 
 
 class GroupCoordinator:
-    def __init__(self, config: BrokerConfig, controller: Controller,
+    def __init__(self, config: BrokerConfig, controller: ClusterAdmin,
                  replica_manager: ReplicaManager) -> None:
         self.config = config
         self.store = OffsetsStore(config, controller, replica_manager)
@@ -120,8 +120,20 @@ class GroupCoordinator:
         return None
 
     # ---------------------------------------------------------------- JoinGroup
+    async def ensure_store(self) -> ErrorCode | None:
+        """Create ``__consumer_offsets`` on first use; the error to answer if it cannot be.
+
+        Clients look up their coordinator first, which creates it, but a client that
+        talks to the broker directly may join or commit first.
+        """
+        try:
+            await self.store.ensure_topic()
+        except StoreError as exc:
+            return exc.error
+        return None
+
     async def join_group(self, request: JoinRequest) -> JoinResult:
-        error = self.check_group(request.group_id)
+        error = self.check_group(request.group_id) or await self.ensure_store()
         if error is None and not (
                 self.config["group.min.session.timeout.ms"] <= request.session_timeout_ms
                 <= self.config["group.max.session.timeout.ms"]):

@@ -13,8 +13,9 @@ import logging
 import time
 from collections.abc import Iterator
 
-from gregor.cluster.controller import Controller, ControllerError
+from gregor.cluster.controller import ClusterAdmin, ControllerError
 from gregor.cluster.replica_manager import ReplicaManager
+from gregor.cluster.znodes import BrokerRegistration
 from gregor.config import BrokerConfig
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.record_batch import InvalidRecordBatch, read_header
@@ -60,11 +61,12 @@ def partition_for(group_id: str, num_partitions: int) -> int:
 
 
 class OffsetsStore:
-    def __init__(self, config: BrokerConfig, controller: Controller,
+    def __init__(self, config: BrokerConfig, controller: ClusterAdmin,
                  replica_manager: ReplicaManager) -> None:
         self.controller = controller
         self.replica_manager = replica_manager
         self._configured_partitions = config["offsets.topic.num.partitions"]
+        self._replication_factor = config["offsets.topic.replication.factor"]
 
     @property
     def num_partitions(self) -> int:
@@ -75,17 +77,29 @@ class OffsetsStore:
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
 
+    def coordinator_for(self, group_id: str) -> BrokerRegistration | None:
+        """The broker leading the group's partition: the group's coordinator."""
+        topic = self.controller.image.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            return None
+        leader = topic.partitions[self.partition_for(group_id)].leader
+        return self.controller.image.brokers.get(leader)
+
     def exists(self) -> bool:
         return OFFSETS_TOPIC in self.controller.image.topics
 
-    def ensure_topic(self) -> None:
+    async def ensure_topic(self) -> None:
         """Create the topic on first use, as Kafka does when a group first looks up its
         coordinator, so brokers that never see a group carry no empty partitions."""
         if self.exists():
             return
+        # Kafka refuses to create it until offsets.topic.replication.factor brokers are
+        # up; capping it at the live brokers lets a single broker (and a cluster
+        # started one broker at a time) serve groups at once.
+        replication = min(self._replication_factor, len(self.controller.live_brokers))
         try:
-            self.controller.create_topic(OFFSETS_TOPIC, self._configured_partitions, -1,
-                                         _TOPIC_CONFIGS, internal=True)
+            await self.controller.create_topic(OFFSETS_TOPIC, self._configured_partitions,
+                                               replication, _TOPIC_CONFIGS, internal=True)
         except ControllerError as exc:
             raise StoreError(ErrorCode.coordinator_not_available,
                              f"cannot create {OFFSETS_TOPIC}: {exc}") from exc
@@ -94,7 +108,6 @@ class OffsetsStore:
         """Write ``(key, value)`` records (value None: tombstone) to the group's partition."""
         if not records:
             return
-        self.ensure_topic()
         index = self.partition_for(group_id)
         partition = self.replica_manager.get(OFFSETS_TOPIC, index)
         if partition is None:
