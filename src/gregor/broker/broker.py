@@ -15,9 +15,11 @@ from gregor.broker.connection import MIN_REQUEST_SIZE, Connection
 from gregor.broker.frame_protocol import FrameProtocol
 from gregor.broker.request import Request
 from gregor.broker.router import Router
-from gregor.cluster.controller import SingleNodeController
-from gregor.cluster.metadata_image import MetadataImage
+from gregor.cluster.controller import ClusterAdmin, SingleNodeController
+from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
+from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.replica_manager import ReplicaManager
+from gregor.cluster.zk_cluster import ZkClusterMember
 from gregor.cluster.znodes import BrokerRegistration
 from gregor.config import BrokerConfig, TopicConfig
 from gregor.groups.coordinator import GroupCoordinator
@@ -28,6 +30,8 @@ log = logging.getLogger(__name__)
 
 _CHECKPOINT_INTERVAL_S = 5.0
 _WARN_WINDOW_S = 60.0
+# How long a stopping broker waits for the controller to move its leaderships.
+_CONTROLLED_SHUTDOWN_TIMEOUT_S = 15.0
 
 
 class Broker:
@@ -35,10 +39,20 @@ class Broker:
         self.config = config
         self.broker_id = config.node_id
         config.log_dir.mkdir(parents=True, exist_ok=True)
-        self.image = MetadataImage.load(config.log_dir)
         self.log_manager = LogManager(config.log_dir)
-        self.replica_manager = ReplicaManager(config, self.log_manager)
-        self.controller = SingleNodeController(config, self.image, self.replica_manager)
+        # In a cluster, metadata lives in ZooKeeper; alone, in a file beside the logs.
+        self.cluster = ZkClusterMember(config) if config.zookeeper_mode else None
+        self.controller: ClusterAdmin
+        if self.cluster is not None:
+            self.image = self.cluster.image
+            self.replica_manager = ReplicaManager(
+                config, self.log_manager, broker_address=self.cluster.broker_address,
+                alter_isr=self.cluster.admin.alter_isr)
+            self.controller = self.cluster.admin
+        else:
+            self.image = MetadataImage.load(config.log_dir)
+            self.replica_manager = ReplicaManager(config, self.log_manager)
+            self.controller = SingleNodeController(config, self.image, self.replica_manager)
         self.router = Router()
         self.group_coordinator = GroupCoordinator(config, self.controller, self.replica_manager)
         group_routes.register(self.router)
@@ -57,10 +71,29 @@ class Broker:
 
         self.log_manager.load_logs(config_for)
         for topic in self.image.topics.values():
-            self.replica_manager.make_partitions(topic)
+            if self.cluster is None:
+                self.replica_manager.make_partitions(topic)
+            else:
+                for index, state in enumerate(topic.partitions):
+                    self._partition_changed(topic, index, state)
+
+    def _partition_changed(self, topic: TopicMetadata, index: int, state: PartitionState) -> None:
+        """Follow the controller's decision for one partition: lead, follow, or drop it."""
+        if self.broker_id in state.replicas:
+            if state.partition_epoch >= 0:
+                self.replica_manager.apply_partition_state(topic, index, state)
+        elif self.replica_manager.get(topic.name, index) is not None:
+            self.replica_manager.remove_partition(topic.name, index)
 
     async def start(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.connect()
         self.load()
+        if self.cluster is not None:
+            self.cluster.follow(
+                self._partition_changed,
+                topic_deleted=lambda topic: self.replica_manager.remove_topic(topic.name),
+                topic_config_changed=self.replica_manager.update_config)
         self.group_coordinator.start()
         loop = asyncio.get_running_loop()
         max_request = self.config["socket.request.max.bytes"]
@@ -75,10 +108,13 @@ class Broker:
                 self.advertised_address = (self.advertised_address[0], bound[1])
             log.info("listening on %s:%s", bound[0], bound[1])
         host, port = self.advertised_address
-        # Alone, the broker is the cluster's only live broker and its controller.
-        self.image.brokers = {self.broker_id: BrokerRegistration(
-            self.broker_id, host, port, self.config.rack)}
-        self.image.controller_id = self.broker_id
+        if self.cluster is not None:
+            await self.cluster.register(host, port)
+        else:
+            # Alone, the broker is the cluster's only live broker and its controller.
+            self.image.brokers = {self.broker_id: BrokerRegistration(
+                self.broker_id, host, port, self.config.rack)}
+            self.image.controller_id = self.broker_id
         self._tasks = [
             self._every(self.config["log.retention.check.interval.ms"] / 1000,
                         self._apply_retention),
@@ -98,6 +134,8 @@ class Broker:
                  self.config.log_dir)
 
     async def stop(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.controlled_shutdown(_CONTROLLED_SHUTDOWN_TIMEOUT_S)
         for server in self._servers:
             server.close()
         for task in [*self._tasks, *self._connections]:
@@ -107,6 +145,8 @@ class Broker:
             await server.wait_closed()
         await self.group_coordinator.shutdown()
         self.log_manager.shutdown(self.replica_manager.high_watermarks())
+        if self.cluster is not None:
+            await self.cluster.close()
         log.info("broker %d stopped cleanly", self.broker_id)
 
     async def serve_forever(self, stop: asyncio.Event) -> None:

@@ -14,7 +14,7 @@ counters order its versions:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 NO_LEADER = -1
 
@@ -27,9 +27,6 @@ class PartitionState:
     replicas: tuple[int, ...]
     partition_epoch: int = 0
     controller_epoch: int = 0
-    # Replicas that the controller knows to be down (on a broker with no live
-    # registration): Metadata reports them as offline replicas.
-    offline_replicas: tuple[int, ...] = field(default=())
 
     @property
     def has_leader(self) -> bool:

@@ -1,0 +1,197 @@
+"""ZkClusterAdmin: metadata changes asked of any broker of a cluster, written to ZooKeeper.
+
+As Kafka's AdminZkClient does, the broker that receives CreateTopics writes the
+replica assignment (and config) itself; the controller sees the new topic and
+elects its first leaders. Deletions are requests under ``/admin/delete_topics``
+that the controller carries out. Producer ids come in blocks claimed with a
+conditional write, so they are unique across the cluster. ISR changes by a leader
+are written here too, conditioned on the partition epoch its view was based on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import replace
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from gregor.cluster import znodes
+from gregor.cluster.controller import (
+    ControllerError,
+    changed_topic_configs,
+    check_new_partition_count,
+    place_replicas,
+    validate_new_topic,
+)
+from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
+from gregor.cluster.partition_state import NO_LEADER, PartitionState
+from gregor.cluster.zk_metadata import INTERNAL_TOPICS, ZkMetadataCache
+from gregor.cluster.zookeeper import Create, TransactionFailed, ZooKeeperSession
+from gregor.config import BrokerConfig
+from gregor.protocol.errors import ErrorCode
+from gregor.storage.log_manager import TopicPartition
+
+log = logging.getLogger(__name__)
+
+PRODUCER_ID_BLOCK_SIZE = 1000
+# How long CreateTopics waits for the controller to elect the new partitions' first
+# leaders, so that a client producing right after it finds them led.
+_LEADERS_WAIT_S = 5.0
+
+
+class ZkClusterAdmin:
+    def __init__(self, config: BrokerConfig, zk: ZooKeeperSession, image: MetadataImage,
+                 cache: ZkMetadataCache) -> None:
+        self.config = config
+        self.zk = zk
+        self.image = image
+        self.cache = cache
+        self.broker_id = config.node_id
+        self._producer_ids: tuple[int, int] = (0, -1)  # next, last of the claimed block
+        self._producer_id_lock = asyncio.Lock()
+
+    @property
+    def live_brokers(self) -> list[int]:
+        return sorted(self.image.brokers)
+
+    @property
+    def _racks(self) -> dict[int, str | None]:
+        return {b.broker_id: b.rack for b in self.image.brokers.values()}
+
+    # -------------------------------------------------------------------- topics
+    async def create_topic(self, name: str, num_partitions: int = -1,
+                           replication_factor: int = -1,
+                           configs: Mapping[str, str] | None = None, *,
+                           assignment: list[tuple[int, ...]] | None = None,
+                           internal: bool = False,
+                           validate_only: bool = False) -> TopicMetadata:
+        new = validate_new_topic(self.config, self.image, self._racks, name, num_partitions,
+                                 replication_factor, configs or {}, assignment)
+        topic_id = str(uuid.uuid4())
+        topic = TopicMetadata(
+            name=name, topic_id=topic_id, configs=new.configs,
+            internal=internal or name in INTERNAL_TOPICS,
+            partitions=[PartitionState(leader=NO_LEADER, leader_epoch=-1, isr=(), replicas=r)
+                        for r in new.replicas])
+        if validate_only:
+            return topic
+        try:
+            await self.zk.multi([
+                Create(znodes.topic_config_path(name), znodes.encode_topic_config(new.configs)),
+                Create(znodes.topic_path(name),
+                       znodes.TopicAssignment(topic_id, tuple(new.replicas)).encode()),
+            ])
+        except TransactionFailed as exc:
+            if isinstance(exc.cause, NodeExistsError):
+                raise ControllerError(ErrorCode.topic_already_exists,
+                                      f"topic {name!r} already exists") from None
+            raise ControllerError(ErrorCode.unknown_server_error, str(exc)) from None
+        log.info("created topic %s with %d partition(s), replicas %s", name, len(new.replicas),
+                 new.replicas)
+        return await self._wait_for_leaders(name) or topic
+
+    async def _wait_for_leaders(self, name: str) -> TopicMetadata | None:
+        deadline = time.monotonic() + _LEADERS_WAIT_S
+        while (remaining := deadline - time.monotonic()) > 0:
+            topic = self.image.topics.get(name)
+            if topic is not None and all(p.has_leader for p in topic.partitions):
+                return topic
+            await self.cache.wait_for_change(remaining)
+        return self.image.topics.get(name)
+
+    async def delete_topic(self, name: str) -> TopicMetadata:
+        if not self.config["delete.topic.enable"]:
+            raise ControllerError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
+        topic = self.image.topics.get(name)
+        if topic is None:
+            raise ControllerError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
+        # Asked twice: it is already being deleted.
+        with contextlib.suppress(NodeExistsError):
+            await self.zk.create(znodes.delete_topic_path(name))
+        return topic
+
+    async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+        topic = check_new_partition_count(self.image.topics.get(name), name, count)
+        current = len(topic.partitions)
+        replicas = place_replicas(count - current, len(topic.partitions[0].replicas),
+                                  self._racks, first_partition=current)
+        if validate_only:
+            return
+        found = await self.zk.get(znodes.topic_path(name))
+        if found is None:
+            raise ControllerError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
+        assignment = znodes.TopicAssignment.decode(found[0])
+        if len(assignment.replicas) != current:
+            raise ControllerError(ErrorCode.reassignment_in_progress,
+                                  f"topic {name!r} is being changed by another request")
+        try:
+            await self.zk.set(znodes.topic_path(name), znodes.TopicAssignment(
+                assignment.topic_id, assignment.replicas + tuple(replicas)).encode(),
+                found[1].version)
+        except BadVersionError:
+            raise ControllerError(ErrorCode.reassignment_in_progress,
+                                  f"topic {name!r} is being changed by another request") from None
+
+    async def alter_topic_configs(self, name: str, set_values: Mapping[str, str],
+                                  deleted: list[str], validate_only: bool = False,
+                                  replace: bool = False) -> None:
+        topic = self.image.topics.get(name)
+        overrides = changed_topic_configs(self.config, topic, name, set_values, deleted, replace)
+        if validate_only:
+            return
+        await self.zk.set(znodes.topic_config_path(name), znodes.encode_topic_config(overrides))
+
+    # --------------------------------------------------------------- producer ids
+    async def allocate_producer_id(self) -> int:
+        async with self._producer_id_lock:
+            next_id, last = self._producer_ids
+            if next_id > last:
+                next_id, last = await self._claim_producer_id_block()
+            self._producer_ids = (next_id + 1, last)
+            return next_id
+
+    async def _claim_producer_id_block(self) -> tuple[int, int]:
+        """Take the next block after the latest one claimed, conditioned on its version."""
+        while True:
+            found = await self.zk.get(znodes.PRODUCER_ID_BLOCK)
+            if found is None:
+                block = znodes.ProducerIdBlock(self.broker_id, 0, PRODUCER_ID_BLOCK_SIZE - 1)
+                try:
+                    await self.zk.create(znodes.PRODUCER_ID_BLOCK, block.encode())
+                except NodeExistsError:
+                    continue
+                return block.start, block.end
+            latest = znodes.ProducerIdBlock.decode(found[0])
+            block = znodes.ProducerIdBlock(self.broker_id, latest.end + 1,
+                                           latest.end + PRODUCER_ID_BLOCK_SIZE)
+            try:
+                await self.zk.set(znodes.PRODUCER_ID_BLOCK, block.encode(), found[1].version)
+            except BadVersionError:
+                continue  # another broker claimed that block first
+            return block.start, block.end
+
+    # ----------------------------------------------------------------------- ISR
+    async def alter_isr(self, tp: TopicPartition, state: PartitionState
+                        ) -> PartitionState | None:
+        """Write a leader's new ISR if the state it saw is still the current one.
+
+        Returns the state as written (its partition epoch is the znode's new
+        version), or None if anyone wrote since: the leader's view is stale, and the
+        metadata cache is about to deliver the newer state.
+        """
+        topic, index = tp
+        try:
+            stat = await self.zk.set(znodes.partition_state_path(topic, index),
+                                     znodes.encode_partition_state(state),
+                                     state.partition_epoch)
+        except (BadVersionError, NoNodeError):
+            log.info("%s-%d: ISR change to %s refused: partition epoch %d is stale", topic, index,
+                     list(state.isr), state.partition_epoch)
+            return None
+        log.info("%s-%d: ISR is now %s", topic, index, list(state.isr))
+        return replace(state, partition_epoch=stat.version)

@@ -1,0 +1,178 @@
+"""ZkClusterMember: one broker's membership of a ZooKeeper-coordinated cluster.
+
+It owns the broker's ZooKeeper session and everything that hangs off it: the
+metadata cache every broker keeps, the admin writes any broker makes, the
+controller this broker may become, its registration under ``/brokers/ids``, and
+what a lost session or a controlled shutdown means for them.
+
+Order matters at start-up: the broker reads the cluster's metadata and opens
+(and if need be recovers) its logs before it registers, so the controller never
+hands leadership to a broker that is still recovering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from kazoo.client import KazooState
+from kazoo.exceptions import NodeExistsError
+
+from gregor.cluster import znodes
+from gregor.cluster.metadata_image import MetadataImage, TopicMetadata, new_cluster_id
+from gregor.cluster.partition_state import PartitionState
+from gregor.cluster.zk_admin import ZkClusterAdmin
+from gregor.cluster.zk_controller import CONTROLLED_SHUTDOWN, ZkController, leaderships_to_move
+from gregor.cluster.zk_metadata import MetadataListeners, ZkMetadataCache
+from gregor.cluster.zookeeper import ZooKeeperSession
+from gregor.config import BrokerConfig
+
+log = logging.getLogger(__name__)
+
+# How often a broker whose previous registration is still there (it was killed and
+# restarted within its old session's timeout) looks again.
+_REGISTRATION_RETRY_S = 0.2
+
+
+class ZkClusterMember:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker_id = config.node_id
+        self.image = MetadataImage(path=None, cluster_id="")
+        self.zk = ZooKeeperSession(config["zookeeper.connect"],
+                                   config["zookeeper.session.timeout.ms"],
+                                   on_state=self._session_state_changed)
+        self.cache = ZkMetadataCache(self.zk, self.image)
+        self.admin = ZkClusterAdmin(config, self.zk, self.image, self.cache)
+        self.controller = ZkController(config, self.zk, self.image, self.cache)
+        self._address: tuple[str, int] | None = None
+        self._session_lost = False
+        self._tasks: set[asyncio.Task] = set()
+
+    def broker_address(self, broker_id: int) -> tuple[str, int] | None:
+        registration = self.image.brokers.get(broker_id)
+        return None if registration is None else (registration.host, registration.port)
+
+    # ------------------------------------------------------------------ start-up
+    async def connect(self) -> None:
+        """Join ZooKeeper and read the cluster's metadata (before the logs are opened)."""
+        await self.zk.start(self.config["zookeeper.connection.timeout.ms"] / 1000)
+        for path in znodes.PERSISTENT_PATHS:
+            await self.zk.ensure(path)
+        with contextlib.suppress(NodeExistsError):
+            await self.zk.create(znodes.CLUSTER_ID, znodes.encode_cluster_id(new_cluster_id()))
+        found = await self.zk.get(znodes.CLUSTER_ID)
+        assert found is not None
+        self.image.cluster_id = znodes.decode_cluster_id(found[0])
+        await self.cache.start()
+
+    def follow(self, partition_changed: Callable[[TopicMetadata, int, PartitionState], None],
+               topic_deleted: Callable[[TopicMetadata], None],
+               topic_config_changed: Callable[[TopicMetadata], None]) -> None:
+        """Hand metadata changes to the broker's replicas (and to the controller)."""
+        controller = self.controller
+
+        def on_partition(topic: TopicMetadata, index: int, state: PartitionState) -> None:
+            partition_changed(topic, index, state)
+            controller.changed()
+
+        def on_deleted(topic: TopicMetadata) -> None:
+            topic_deleted(topic)
+            controller.changed()
+
+        self.cache.listeners = MetadataListeners(
+            partition_changed=on_partition, topic_deleted=on_deleted,
+            topic_config_changed=topic_config_changed,
+            brokers_changed=lambda gone, joined: controller.changed(),
+            controller_changed=self._controller_changed)
+
+    async def register(self, host: str, port: int) -> None:
+        """Announce this broker as live, then run for controller."""
+        self._address = (host, port)
+        await self._register()
+        await self.controller.try_to_become_controller()
+
+    async def _register(self) -> None:
+        assert self._address is not None
+        registration = znodes.BrokerRegistration(self.broker_id, *self._address,
+                                                 self.config.rack)
+        path = znodes.broker_path(self.broker_id)
+        deadline = time.monotonic() + 2 * self.config["zookeeper.session.timeout.ms"] / 1000
+        while True:
+            try:
+                await self.zk.create(path, registration.encode(), ephemeral=True)
+                break
+            except NodeExistsError:
+                # Our previous incarnation's session has not expired yet (kill -9 and a
+                # quick restart): Kafka waits for it too rather than take over its node.
+                stat = await self.zk.exists(path)
+                if stat is not None and stat.ephemeralOwner == self.zk.session_id:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"broker id {self.broker_id} is registered by another "
+                                       "live broker") from None
+                await asyncio.sleep(_REGISTRATION_RETRY_S)
+        log.info("registered broker %d at %s:%d in ZooKeeper", self.broker_id, *self._address)
+
+    # ------------------------------------------------------------------ sessions
+    def _controller_changed(self, controller_id: int) -> None:
+        if controller_id != self.broker_id and self.controller.is_active:
+            self.controller.resign()
+        if controller_id < 0 and self._address is not None:
+            self._spawn(self.controller.try_to_become_controller())
+
+    def _session_state_changed(self, state: str) -> None:
+        if state == KazooState.LOST:
+            # The session expired: our registration, and /controller if we held it, are
+            # gone, and other brokers lead our partitions now.
+            log.warning("ZooKeeper session lost: broker %d is no longer registered",
+                        self.broker_id)
+            self._session_lost = True
+            self.controller.resign()
+        elif state == KazooState.SUSPENDED:
+            log.warning("ZooKeeper connection lost; the session may expire")
+        elif state == KazooState.CONNECTED and self._session_lost:
+            self._session_lost = False
+            self._spawn(self._rejoin())
+
+    async def _rejoin(self) -> None:
+        """A new session: watches of the old one are gone; read everything again."""
+        log.info("ZooKeeper session re-established; re-registering broker %d", self.broker_id)
+        await self.cache.start()
+        if self._address is not None:
+            await self._register()
+            await self.controller.try_to_become_controller()
+
+    def _spawn(self, work) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ----------------------------------------------------------------- shutdown
+    async def controlled_shutdown(self, timeout: float) -> None:
+        """Ask the controller to move this broker's leaderships, and wait until it has
+        (or ``timeout`` passes), so producers at acks=all see no error."""
+        if not self.config["controlled.shutdown.enable"] or not self.zk.connected:
+            return
+        with contextlib.suppress(NodeExistsError):
+            await self.zk.create(f"{CONTROLLED_SHUTDOWN}/{self.broker_id}", ephemeral=True,
+                                 makepath=True)
+        deadline = time.monotonic() + timeout
+        while (pending := leaderships_to_move(self.image, self.broker_id)):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                log.warning("controlled shutdown: %d partition(s) still to move; stopping "
+                            "anyway", len(pending))
+                return
+            await self.cache.wait_for_change(remaining)
+        log.info("controlled shutdown: leaderships moved")
+
+    async def close(self) -> None:
+        self.controller.resign()
+        self.cache.close()
+        for task in self._tasks:
+            task.cancel()
+        await self.zk.close()

@@ -1,0 +1,190 @@
+"""ZkMetadataCache: each broker's copy of the cluster metadata, kept from ZooKeeper watches.
+
+Every broker (the controller too) watches the live brokers, the controller, the
+topics, each partition's state and each topic's configs, and applies what it
+reads to its ``MetadataImage``. Partition states are applied in the order of
+their znode versions (the partition epoch), so a late read never undoes a newer
+one; the broker's replicas then follow the leader and epoch it names.
+
+ZooKeeper watches fire once; each handler re-reads the node and sets the watch
+again in the same call, so nothing between two reads is missed. Reads of one
+path are serialized, so their results arrive in the order they were taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from gregor.cluster import znodes
+from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
+from gregor.cluster.partition_state import NO_LEADER, PartitionState
+from gregor.cluster.zookeeper import ZooKeeperSession
+
+log = logging.getLogger(__name__)
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+@dataclass
+class MetadataListeners:
+    """What a broker does when the metadata it follows changes. Each is called on
+    the event loop after the image already shows the change."""
+
+    partition_changed: Callable[[TopicMetadata, int, PartitionState], None] = (
+        lambda topic, index, state: None)
+    topic_deleted: Callable[[TopicMetadata], None] = lambda topic: None
+    topic_config_changed: Callable[[TopicMetadata], None] = lambda topic: None
+    brokers_changed: Callable[[set[int], set[int]], None] = lambda gone, joined: None
+    controller_changed: Callable[[int], None] = lambda controller_id: None
+
+
+class ZkMetadataCache:
+    def __init__(self, zk: ZooKeeperSession, image: MetadataImage,
+                 listeners: MetadataListeners | None = None) -> None:
+        self.zk = zk
+        self.image = image
+        self.listeners = listeners or MetadataListeners()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._watched_partitions: set[tuple[str, int]] = set()
+        self._changed = asyncio.Event()
+
+    async def start(self) -> None:
+        """Read everything once (arming every watch) before the broker serves."""
+        self._watched_partitions.clear()
+        await self._refresh_brokers()
+        await self._refresh_controller()
+        await self._refresh_topics()
+
+    def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+
+    async def wait_for_change(self, timeout: float) -> None:
+        """Park until the image changes or ``timeout`` seconds pass."""
+        self._changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout)
+
+    # ------------------------------------------------------------------ plumbing
+    def _spawn(self, key: str, refresh: Callable[[], Awaitable[None]]) -> Callable[[], None]:
+        """A watch callback that re-reads ``key`` (serialized per key) on the loop."""
+        def fire() -> None:
+            task = asyncio.get_running_loop().create_task(self._serialized(key, refresh))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return fire
+
+    async def _serialized(self, key: str, refresh: Callable[[], Awaitable[None]]) -> None:
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            try:
+                await refresh()
+            except Exception:
+                # The session may be gone; the reload after reconnecting reads it again.
+                log.warning("reading %s from ZooKeeper failed", key, exc_info=True)
+        self._changed.set()
+
+    # ------------------------------------------------------------------- brokers
+    async def _refresh_brokers(self) -> None:
+        ids = await self.zk.children(
+            znodes.BROKER_IDS, self._spawn("brokers", self._refresh_brokers)) or []
+        brokers = {}
+        for name in ids:
+            broker_id = int(name)
+            known = self.image.brokers.get(broker_id)
+            found = await self.zk.get(znodes.broker_path(broker_id))
+            if found is None:
+                continue
+            data, stat = found
+            if known is not None and known.epoch == stat.czxid:
+                brokers[broker_id] = known
+            else:
+                brokers[broker_id] = znodes.BrokerRegistration.decode(broker_id, data, stat.czxid)
+        before = self.image.brokers
+        self.image.brokers = brokers
+        # A broker that re-registered (new epoch) counts as gone and back: its old
+        # replicas' state must not be trusted (KIP-903).
+        gone = {b for b in before if b not in brokers or brokers[b].epoch != before[b].epoch}
+        joined = {b for b in brokers if b not in before or b in gone}
+        if gone or joined:
+            log.info("live brokers now %s (gone %s, joined %s)", sorted(brokers),
+                     sorted(gone), sorted(joined))
+            self.listeners.brokers_changed(gone, joined)
+
+    async def _refresh_controller(self) -> None:
+        found = await self.zk.get(znodes.CONTROLLER,
+                                  self._spawn("controller", self._refresh_controller))
+        controller_id = znodes.decode_controller(found[0]) if found else -1
+        if controller_id != self.image.controller_id:
+            self.image.controller_id = controller_id
+            self.listeners.controller_changed(controller_id)
+
+    # -------------------------------------------------------------------- topics
+    async def _refresh_topics(self) -> None:
+        names = set(await self.zk.children(
+            znodes.TOPICS, self._spawn("topics", self._refresh_topics)) or [])
+        for name in sorted(set(self.image.topics) - names):
+            topic = self.image.topics.pop(name)
+            self._watched_partitions = {tp for tp in self._watched_partitions if tp[0] != name}
+            log.info("topic %s deleted", name)
+            self.listeners.topic_deleted(topic)
+        for name in sorted(names - set(self.image.topics)):
+            await self._serialized(f"topic/{name}", lambda n=name: self._refresh_topic(n))
+
+    async def _refresh_topic(self, name: str) -> None:
+        found = await self.zk.get(znodes.topic_path(name),
+                                  self._spawn(f"topic/{name}", lambda: self._refresh_topic(name)))
+        if found is None:
+            return
+        assignment = znodes.TopicAssignment.decode(found[0])
+        topic = self.image.topics.get(name)
+        if topic is None:
+            configs = await self._read_config(name)
+            topic = TopicMetadata(name=name, topic_id=assignment.topic_id, partitions=[],
+                                  configs=configs, internal=name in INTERNAL_TOPICS)
+            self.image.topics[name] = topic
+        for index, replicas in enumerate(assignment.replicas):
+            if index < len(topic.partitions):
+                continue
+            # Not led by anyone until the controller writes its first state.
+            topic.partitions.append(PartitionState(leader=NO_LEADER, leader_epoch=-1, isr=(),
+                                                   replicas=replicas, partition_epoch=-1))
+        for index in range(len(assignment.replicas)):
+            if (name, index) not in self._watched_partitions:
+                self._watched_partitions.add((name, index))
+                await self._serialized(f"state/{name}/{index}",
+                                       lambda i=index: self._refresh_partition(name, i))
+
+    async def _read_config(self, name: str) -> dict[str, str]:
+        found = await self.zk.get(znodes.topic_config_path(name),
+                                  self._spawn(f"config/{name}", lambda: self._refresh_config(name)))
+        return znodes.decode_topic_config(found[0]) if found else {}
+
+    async def _refresh_config(self, name: str) -> None:
+        configs = await self._read_config(name)
+        topic = self.image.topics.get(name)
+        if topic is not None and configs != topic.configs:
+            topic.configs = configs
+            self.listeners.topic_config_changed(topic)
+
+    async def _refresh_partition(self, name: str, index: int) -> None:
+        if (name, index) not in self._watched_partitions:
+            return  # the topic was deleted since the watch was set
+        found = await self.zk.get(
+            znodes.partition_state_path(name, index),
+            self._spawn(f"state/{name}/{index}", lambda: self._refresh_partition(name, index)))
+        topic = self.image.topics.get(name)
+        if found is None or topic is None or index >= len(topic.partitions):
+            return
+        data, stat = found
+        current = topic.partitions[index]
+        state = znodes.decode_partition_state(data, current.replicas, stat.version)
+        if current.partition_epoch >= state.partition_epoch and current.leader_epoch >= 0:
+            return
+        topic.partitions[index] = state
+        self.listeners.partition_changed(topic, index, state)
