@@ -50,6 +50,7 @@ class ZkClusterMember:
         self.controller = ZkController(config, self.zk, self.image, self.cache)
         self._address: tuple[str, int] | None = None
         self._session_lost = False
+        self._closing = False
         self._tasks: set[asyncio.Task] = set()
 
     def broker_address(self, broker_id: int) -> tuple[str, int] | None:
@@ -85,6 +86,7 @@ class ZkClusterMember:
 
         self.cache.listeners = MetadataListeners(
             partition_changed=on_partition, topic_deleted=on_deleted,
+            topic_created=lambda topic: controller.changed(),
             topic_config_changed=topic_config_changed,
             brokers_changed=lambda gone, joined: controller.changed(),
             controller_changed=self._controller_changed)
@@ -125,6 +127,8 @@ class ZkClusterMember:
             self._spawn(self.controller.try_to_become_controller())
 
     def _session_state_changed(self, state: str) -> None:
+        if self._closing:
+            return
         if state == KazooState.LOST:
             # The session expired: our registration, and /controller if we held it, are
             # gone, and other brokers lead our partitions now.
@@ -171,6 +175,7 @@ class ZkClusterMember:
         log.info("controlled shutdown: leaderships moved")
 
     async def close(self) -> None:
+        self._closing = True
         self.controller.resign()
         self.cache.close()
         for task in self._tasks:

@@ -36,6 +36,7 @@ class MetadataListeners:
 
     partition_changed: Callable[[TopicMetadata, int, PartitionState], None] = (
         lambda topic, index, state: None)
+    topic_created: Callable[[TopicMetadata], None] = lambda topic: None
     topic_deleted: Callable[[TopicMetadata], None] = lambda topic: None
     topic_config_changed: Callable[[TopicMetadata], None] = lambda topic: None
     brokers_changed: Callable[[set[int], set[int]], None] = lambda gone, joined: None
@@ -148,12 +149,17 @@ class ZkMetadataCache:
             topic = TopicMetadata(name=name, topic_id=assignment.topic_id, partitions=[],
                                   configs=configs, internal=name in INTERNAL_TOPICS)
             self.image.topics[name] = topic
+            created = True
+        else:
+            created = len(assignment.replicas) > len(topic.partitions)
         for index, replicas in enumerate(assignment.replicas):
             if index < len(topic.partitions):
                 continue
             # Not led by anyone until the controller writes its first state.
             topic.partitions.append(PartitionState(leader=NO_LEADER, leader_epoch=-1, isr=(),
                                                    replicas=replicas, partition_epoch=-1))
+        if created:
+            self.listeners.topic_created(topic)
         for index in range(len(assignment.replicas)):
             if (name, index) not in self._watched_partitions:
                 self._watched_partitions.add((name, index))
