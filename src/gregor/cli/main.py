@@ -10,6 +10,7 @@ from confluent_kafka import KafkaException
 
 from gregor.cli import (
     broker_cmd,
+    cluster_cmd,
     consume_cmd,
     groups_cmd,
     perf_cmd,
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     broker_cmd.add_parser(subparsers)
     topics_cmd.add_parser(subparsers)
+    cluster_cmd.add_parser(subparsers)
     produce_cmd.add_parser(subparsers)
     consume_cmd.add_parser(subparsers)
     perf_cmd.add_parser(subparsers)

@@ -144,8 +144,10 @@ def run_describe(args: argparse.Namespace) -> int:
     admin, metadata = _connect(args)
     names = args.names or sorted(name for name in metadata.topics if _existing(metadata, name))
     _require_topics(metadata, names)
-    partitions = [TopicPartition(name, p) for name in names
-                  for p in sorted(metadata.topics[name].partitions)]
+    # An offline partition (no leader) has no offsets to list.
+    partitions = [TopicPartition(name, index) for name in names
+                  for index, p in sorted(metadata.topics[name].partitions.items())
+                  if p.leader >= 0]
     log_start = _offsets(admin, partitions, OffsetSpec.earliest())
     log_end = _offsets(admin, partitions, OffsetSpec.latest())
     overrides = _config_overrides(admin, names)
@@ -156,15 +158,24 @@ def run_describe(args: argparse.Namespace) -> int:
         print(f"Topic: {name}\tPartitionCount: {len(topic.partitions)}\t"
               f"ReplicationFactor: {replication}\tConfigs: {configs}")
         for index in sorted(topic.partitions):
-            partition = topic.partitions[index]
-            print(f"\tTopic: {name}\tPartition: {index}\tLeader: {partition.leader}\t"
-                  f"Replicas: {_ids(partition.replicas)}\tIsr: {_ids(partition.isrs)}\t"
-                  f"LogStartOffset: {log_start[name, index]}\tLogEndOffset: {log_end[name, index]}")
+            print(f"{partition_row(metadata, name, index)}\t"
+                  f"LogStartOffset: {log_start.get((name, index), '-')}\t"
+                  f"LogEndOffset: {log_end.get((name, index), '-')}")
     return 0
 
 
-def _ids(brokers: Iterable[int]) -> str:
+def format_ids(brokers: Iterable[int]) -> str:
     return ",".join(str(broker) for broker in brokers)
+
+
+def partition_row(metadata: ClusterMetadata, topic: str, index: int) -> str:
+    """One partition as ``kafka-topics --describe`` prints it, with its offline replicas:
+    those on brokers that are not live (Metadata lists live brokers only)."""
+    partition = metadata.topics[topic].partitions[index]
+    offline = [r for r in partition.replicas if r not in metadata.brokers]
+    return (f"\tTopic: {topic}\tPartition: {index}\tLeader: {partition.leader}\t"
+            f"Replicas: {format_ids(partition.replicas)}\tIsr: {format_ids(partition.isrs)}\t"
+            f"Offline: {format_ids(offline)}")
 
 
 def run_alter(args: argparse.Namespace) -> int:

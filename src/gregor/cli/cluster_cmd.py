@@ -1,0 +1,58 @@
+"""``gregor cluster describe``: the brokers, the controller, and partitions needing attention.
+
+Like ``kafka-topics --describe --under-replicated-partitions`` and
+``--unavailable-partitions`` together with ``kafka-broker-api-versions``' broker
+list: what an operator looks at first when a broker is down.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from confluent_kafka.admin import AdminClient
+
+from gregor.cli.client_config import add_client_arguments, client_config
+from gregor.cli.cluster_metadata import cluster_metadata
+from gregor.cli.errors import CliError, kafka_error_text
+from gregor.cli.topics_cmd import partition_row
+
+_DESCRIBE_TIMEOUT_S = 10.0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    cluster = subparsers.add_parser("cluster", help="brokers, controller, unhealthy partitions")
+    actions = cluster.add_subparsers(dest="action", required=True)
+    describe = actions.add_parser(
+        "describe", help="brokers (id, address, rack), the controller, and under-replicated "
+                         "and offline partitions")
+    add_client_arguments(describe)
+    describe.set_defaults(run=run_describe)
+
+
+def run_describe(args: argparse.Namespace) -> int:
+    config, watch = client_config(args)
+    admin = AdminClient(config)
+    metadata = cluster_metadata(admin, watch)
+    try:
+        described = admin.describe_cluster(request_timeout=_DESCRIBE_TIMEOUT_S).result()
+    except Exception as exc:  # KafkaException, or a timeout of the future
+        raise CliError(f"cannot describe the cluster: {kafka_error_text(exc)}") from None
+    controller = described.controller.id if described.controller is not None else -1
+    print(f"ClusterId: {described.cluster_id}\tController: {controller}")
+    for node in sorted(described.nodes, key=lambda n: n.id):
+        role = "\tcontroller" if node.id == controller else ""
+        print(f"Broker: {node.id}\tAddress: {node.host}:{node.port}\t"
+              f"Rack: {node.rack or '-'}{role}")
+    under, offline = [], []
+    for name, topic in sorted(metadata.topics.items()):
+        for index, partition in sorted(topic.partitions.items()):
+            row = partition_row(metadata, name, index)
+            if partition.leader < 0:
+                offline.append(row)
+            elif len(partition.isrs) < len(partition.replicas):
+                under.append(row)
+    for title, rows in (("UnderReplicatedPartitions", under), ("OfflinePartitions", offline)):
+        print(f"{title}: {len(rows)}")
+        for row in rows:
+            print(row)
+    return 0
