@@ -23,6 +23,7 @@ from gregor.cluster.zk_cluster import ZkClusterMember
 from gregor.cluster.znodes import BrokerRegistration
 from gregor.config import BrokerConfig, TopicConfig
 from gregor.groups.coordinator import GroupCoordinator
+from gregor.groups.offsets_store import OFFSETS_TOPIC
 from gregor.storage.cleaner import LogCleaner
 from gregor.storage.log_manager import LogManager
 
@@ -82,6 +83,9 @@ class Broker:
         if self.broker_id in state.replicas:
             if state.partition_epoch >= 0:
                 self.replica_manager.apply_partition_state(topic, index, state)
+                if topic.name == OFFSETS_TOPIC:
+                    self.group_coordinator.leadership_changed(
+                        index, state.leader == self.broker_id)
         elif self.replica_manager.get(topic.name, index) is not None:
             self.replica_manager.remove_partition(topic.name, index)
 

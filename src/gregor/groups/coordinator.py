@@ -89,19 +89,45 @@ class GroupCoordinator:
         # __consumer_offsets partitions still being read; their groups answer
         # COORDINATOR_LOAD_IN_PROGRESS until then, as Kafka's do.
         self.loading: set[int] = set()
-        self._load_task: asyncio.Task | None = None
+        self._load_tasks: set[asyncio.Task] = set()
+        self._led: set[int] = set()  # __consumer_offsets partitions led here (cluster)
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> None:
-        """Begin loading groups and offsets from ``__consumer_offsets`` in the background."""
-        if self.store.exists():
-            self.loading = set(range(self.store.num_partitions))
-            self._load_task = asyncio.create_task(self._load_all())
+        """Begin loading groups and offsets from ``__consumer_offsets`` in the background.
+
+        In a cluster only the partitions this broker leads are loaded, when it
+        becomes their leader (``leadership_changed``).
+        """
+        if self.store.exists() and not self.config.zookeeper_mode:
+            self._load(set(range(self.store.num_partitions)))
+
+    def leadership_changed(self, index: int, leading: bool) -> None:
+        """This broker started or stopped leading ``__consumer_offsets`` partition ``index``:
+        its groups move here (read back from the log) or away (forgotten: the new
+        coordinator reads them from its replica)."""
+        if leading == (index in self._led):
+            return  # another change (the ISR) of a partition whose leadership stays
+        if leading:
+            self._led.add(index)
+            self._load({index})
+            return
+        self._led.discard(index)
+        self.loading.discard(index)
+        for group_id in [g for g in self.groups if self.store.partition_for(g) == index]:
+            del self.groups[group_id]  # its timers find it gone and do nothing
+        log.info("no longer coordinating the groups of %s-%d", OFFSETS_TOPIC, index)
+
+    def _load(self, indexes: set[int]) -> None:
+        self.loading |= indexes
+        task = asyncio.create_task(self._load_partitions(sorted(indexes)))
+        self._load_tasks.add(task)
+        task.add_done_callback(self._load_tasks.discard)
 
     async def shutdown(self) -> None:
-        if self._load_task is not None:
-            self._load_task.cancel()
-            await asyncio.gather(self._load_task, return_exceptions=True)
+        for task in self._load_tasks:
+            task.cancel()
+        await asyncio.gather(*self._load_tasks, return_exceptions=True)
         self.timers.cancel_all()
 
     def check_group(self, group_id: str | None, allow_empty: bool = False) -> ErrorCode | None:
@@ -117,6 +143,8 @@ class GroupCoordinator:
             return ErrorCode.invalid_group_id
         if self.loading and self.store.partition_for(group_id) in self.loading:
             return ErrorCode.coordinator_load_in_progress
+        if not self.store.leads(group_id):
+            return ErrorCode.not_coordinator
         return None
 
     # ---------------------------------------------------------------- JoinGroup
@@ -703,9 +731,11 @@ class GroupCoordinator:
             log.warning("group %s: storing group metadata failed: %s", group.group_id, exc)
 
     # ------------------------------------------------------------------ loading
-    async def _load_all(self) -> None:
+    async def _load_partitions(self, indexes: list[int]) -> None:
         started = time.monotonic()
-        for index in sorted(self.loading):
+        for index in indexes:
+            if index not in self.loading:
+                continue  # leadership moved away again meanwhile
             try:
                 for group in await load_groups(self.store, index, now_ms()):
                     self.groups[group.group_id] = group
@@ -719,5 +749,5 @@ class GroupCoordinator:
                               index)
             finally:
                 self.loading.discard(index)
-        log.info("loaded %d groups from %s in %.2fs", len(self.groups), OFFSETS_TOPIC,
-                 time.monotonic() - started)
+        log.info("loaded %d groups from %d partition(s) of %s in %.2fs", len(self.groups),
+                 len(indexes), OFFSETS_TOPIC, time.monotonic() - started)

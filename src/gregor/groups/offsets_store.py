@@ -67,6 +67,7 @@ class OffsetsStore:
         self.replica_manager = replica_manager
         self._configured_partitions = config["offsets.topic.num.partitions"]
         self._replication_factor = config["offsets.topic.replication.factor"]
+        self._broker_id = config.node_id
 
     @property
     def num_partitions(self) -> int:
@@ -84,6 +85,12 @@ class OffsetsStore:
             return None
         leader = topic.partitions[self.partition_for(group_id)].leader
         return self.controller.image.brokers.get(leader)
+
+    def leads(self, group_id: str) -> bool:
+        """Whether this broker coordinates the group (or nothing decides yet: no topic)."""
+        topic = self.controller.image.topics.get(OFFSETS_TOPIC)
+        return topic is None or (
+            topic.partitions[self.partition_for(group_id)].leader == self._broker_id)
 
     def exists(self) -> bool:
         return OFFSETS_TOPIC in self.controller.image.topics
@@ -125,7 +132,12 @@ class OffsetsStore:
         self.replica_manager.notify((OFFSETS_TOPIC, index))
 
     def read(self, index: int) -> Iterator[Record]:
-        """Every record of one partition, oldest first, up to its high watermark.
+        """Every record of one partition, oldest first, up to its log end.
+
+        Only a leader reads (to coordinate the partition's groups), and everything in
+        a leader's log is what its followers will hold: reading to the log end, as
+        Kafka's GroupMetadataManager does, keeps commits a new leader's high watermark
+        has not caught up with yet.
 
         A corrupt batch (which recovery should already have truncated away) is skipped
         with an error in the log rather than stopping the load of every other group.
@@ -135,7 +147,7 @@ class OffsetsStore:
             return
         position = partition.log_start_offset
         while True:
-            region = partition.log.read(position, _LOAD_CHUNK_BYTES, partition.high_watermark)
+            region = partition.log.read(position, _LOAD_CHUNK_BYTES, partition.log_end_offset)
             if region is None:
                 return
             for batch in iter_batches(region.read()):
