@@ -128,6 +128,8 @@ class Broker:
             self._every(self.config["offsets.retention.check.interval.ms"] / 1000,
                         self.group_coordinator.expire_offsets),
         ]
+        if self.cluster is not None:
+            self._tasks.append(asyncio.create_task(self.replica_manager.run_isr_checks()))
         if self.config["log.cleaner.enable"]:
             # Compaction never goes past what consumers may read: the high watermark.
             cleaner = LogCleaner(self.log_manager, lambda tp: (
@@ -148,6 +150,7 @@ class Broker:
         for server in self._servers:
             await server.wait_closed()
         await self.group_coordinator.shutdown()
+        await self.replica_manager.stop()
         self.log_manager.shutdown(self.replica_manager.high_watermarks())
         if self.cluster is not None:
             await self.cluster.close()

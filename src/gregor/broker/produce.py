@@ -1,7 +1,14 @@
-"""Produce: append record batches to partition leaders."""
+"""Produce: append record batches to partition leaders.
+
+acks=all answers once every in-sync replica has the records: the request waits
+(Kafka's delayed produce) until each partition's high watermark covers what was
+appended, the partition stops being led here, or the request's timeout passes.
+On a single broker the high watermark moves with the append, so nothing waits.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -15,6 +22,7 @@ from gregor.storage.log import LogAppendError
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
+    from gregor.cluster.partition import Partition
 
 
 _KEY = ApiKey.PRODUCE
@@ -39,31 +47,52 @@ def _refusal(body) -> tuple[ErrorCode, str] | None:
     return None
 
 
-def _append(broker: Broker, request: Request, topic: str, data) -> _PartitionResult:
+def _append(broker: Broker, request: Request, topic: str, data
+            ) -> tuple[_PartitionResult, Partition | None, int]:
+    """Append one partition's batches; return the answer, with the partition and the
+    offset its high watermark must reach for acks=all (None, -1 if refused)."""
     metadata = broker.image.topics.get(topic)
     partition = broker.replica_manager.get(topic, data.index)
     if partition is None or metadata is None:
-        return _PartitionResult(ErrorCode.unknown_topic_or_partition)
+        return _PartitionResult(ErrorCode.unknown_topic_or_partition), None, -1
     if metadata.internal:
         # As in Kafka, internal topics (__consumer_offsets) are written by the broker
         # only: a client's record there could corrupt every group's state.
         return _PartitionResult(ErrorCode.invalid_topic_exception,
-                                f"cannot append to internal topic {topic}")
+                                f"cannot append to internal topic {topic}"), None, -1
     if data.records is None:
-        return _PartitionResult(ErrorCode.invalid_record, "null record set")
+        return _PartitionResult(ErrorCode.invalid_record, "null record set"), None, -1
     try:
         result = partition.append_as_leader(data.records, request.body.acks)
     except LogAppendError as exc:
         broker.log_rejection(request, topic, data.index, exc)
-        return _PartitionResult(exc.error, str(exc))
+        return _PartitionResult(exc.error, str(exc)), None, -1
     if not result.duplicate:
         broker.replica_manager.notify((topic, data.index))
     append_time = None
     if result.log_append_time >= 0:
         append_time = datetime.datetime.fromtimestamp(result.log_append_time / 1000,
                                                        tz=datetime.UTC)
-    return _PartitionResult(base_offset=result.first_offset, log_append_time=append_time,
-                            log_start_offset=partition.log_start_offset)
+    answer = _PartitionResult(base_offset=result.first_offset, log_append_time=append_time,
+                              log_start_offset=partition.log_start_offset)
+    return answer, partition, result.last_offset + 1
+
+
+async def _wait_for_replicas(broker: Broker,
+                             waits: list[tuple[_PartitionResult, Partition, int]],
+                             timeout_s: float) -> None:
+    """acks=all: each partition's answer once its high watermark covers the append."""
+    pending = [(result, partition, required) for result, partition, required in waits
+               if not partition.acks_satisfied(required)
+               or len(partition.isr) < partition.log.config["min.insync.replicas"]]
+    if not pending:
+        return  # the common single-broker case: no task, no wait
+    errors = await asyncio.gather(*(
+        broker.replica_manager.wait_for_acks(partition, required, timeout_s)
+        for _, partition, required in pending))
+    for (result, _, _), error in zip(pending, errors, strict=True):
+        if error != ErrorCode.none:
+            result.error, result.message = error, None
 
 
 async def handle(broker: Broker, request: Request):
@@ -72,20 +101,33 @@ async def handle(broker: Broker, request: Request):
     partition_cls = nested(_KEY, version, "PartitionProduceResponse")
     topic_cls = nested(_KEY, version, "TopicProduceResponse")
     refusal = _refusal(body)
+    appended: list[tuple[str, list[tuple[int, _PartitionResult]]]] = []
+    waits = []
+    for topic in body.topic_data:
+        results = []
+        for data in topic.partition_data:
+            if refusal is not None:
+                result = _PartitionResult(*refusal)
+            else:
+                result, partition, required = _append(broker, request, topic.name, data)
+                if body.acks == -1 and partition is not None:
+                    waits.append((result, partition, required))
+            results.append((data.index, result))
+        appended.append((topic.name, results))
+    if waits:
+        await _wait_for_replicas(broker, waits, body.timeout.total_seconds())
     failed = False
     responses = []
-    for topic in body.topic_data:
+    for name, results in appended:
         partition_responses = []
-        for data in topic.partition_data:
-            result = (_PartitionResult(*refusal) if refusal is not None
-                      else _append(broker, request, topic.name, data))
+        for index, result in results:
             failed = failed or result.error != ErrorCode.none
             partition_responses.append(build(
-                partition_cls, index=data.index, error_code=result.error,
+                partition_cls, index=index, error_code=result.error,
                 base_offset=result.base_offset, log_append_time=result.log_append_time,
                 log_start_offset=result.log_start_offset, record_errors=(),
                 error_message=result.message))
-        responses.append(build(topic_cls, name=topic.name,
+        responses.append(build(topic_cls, name=name,
                                partition_responses=tuple(partition_responses)))
     if body.acks == 0:
         # acks=0 producers read no response; sending one would desync their stream.

@@ -133,6 +133,21 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: s
 
 
 @cache
+def _response_reader(api_key: int, version: int) -> tuple[Any, Any]:
+    schema = load_response_schema(api_key, version)
+    return entity_reader(schema.__header_schema__), entity_reader(schema)
+
+
+def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tuple[int, Any]:
+    """``(correlation_id, body)`` of a response frame (without its size prefix): what a
+    broker reads when it is the client of another broker (a follower fetching)."""
+    header_reader, body_reader = _response_reader(api_key, version)
+    header, header_size = header_reader(frame, 0)
+    body, _ = body_reader(frame, header_size)
+    return header.correlation_id, body
+
+
+@cache
 def _field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in fields(cls))
 

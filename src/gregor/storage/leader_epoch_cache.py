@@ -54,13 +54,22 @@ class LeaderEpochFileCache:
         self._write()
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
-        """``(epoch, end offset)`` for OffsetForLeaderEpoch: where ``epoch`` ended."""
-        if not self.epochs or epoch < self.epochs[0]:
+        """``(epoch, end offset)`` for OffsetForLeaderEpoch, as Kafka answers it.
+
+        The largest epoch at or below ``epoch`` and the offset where the next one
+        began (the log end for the latest); ``(-1, -1)`` for an epoch newer than any
+        known, and for an older one ``(epoch, first epoch's start)``.
+        """
+        if epoch < 0 or not self.epochs:
             return -1, -1
-        i = bisect.bisect_right(self.epochs, epoch) - 1
-        if i == len(self.epochs) - 1:
-            return self.epochs[i], log_end_offset
-        return self.epochs[i], self.start_offsets[i + 1]
+        if epoch == self.epochs[-1]:
+            return epoch, log_end_offset
+        higher = bisect.bisect_right(self.epochs, epoch)
+        if higher == len(self.epochs):
+            return -1, -1
+        if higher == 0:
+            return epoch, self.start_offsets[0]
+        return self.epochs[higher - 1], self.start_offsets[higher]
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Drop epochs that start at or after ``end_offset`` (the log was truncated there)."""

@@ -268,6 +268,61 @@ class Log:
         return AppendResult(first_offset, next_offset - 1, log_append_time,
                             next_offset - first_offset)
 
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> int:
+        """Append batches fetched from the leader exactly as the leader stored them.
+
+        Offsets and leader epochs are the leader's; each batch's CRC is checked (a
+        replica never stores what it cannot serve) and the batches must continue
+        this log without a gap. Returns the number of bytes appended.
+        """
+        data = bytes(records)
+        try:
+            spans = record_batch.split_batches(data)
+        except InvalidRecordBatch as exc:
+            raise LogAppendError(ErrorCode.corrupt_message, str(exc)) from None
+        placed = []
+        headers = []
+        expected = self.log_end_offset
+        for pos, size in spans:
+            try:
+                header = record_batch.validate_batch(data, pos)
+            except InvalidRecordBatch as exc:
+                raise LogAppendError(ErrorCode.corrupt_message, str(exc)) from None
+            if header.base_offset < expected:
+                # Compaction leaves offset gaps but never goes backwards.
+                raise LogAppendError(ErrorCode.offset_out_of_range,
+                                     f"{self.name}: fetched batch at {header.base_offset} is "
+                                     f"below the log end {expected}")
+            placed.append((pos, size, header.base_offset, header.last_offset,
+                           header.max_timestamp))
+            headers.append(header)
+            expected = header.next_offset
+        if not placed:
+            return 0
+        now_ms = int(time.time() * 1000)
+        segment = self._maybe_roll(len(data), placed[-1][3],
+                                   max(batch[4] for batch in placed), now_ms)
+        if segment.size == 0 and segment.base_offset != placed[0][2]:
+            # A new segment is named by its first offset, which a gap may have moved.
+            segment = self._restart_active_segment_at(placed[0][2])
+        segment.append(data, placed)
+        for header in headers:
+            if header.producer_id >= 0:
+                self.producer_state.update(header, header.base_offset, header.last_offset)
+            self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+        if segment.unflushed_messages >= self.config["flush.messages"]:
+            self.flush()
+        return len(data)
+
+    def _restart_active_segment_at(self, offset: int) -> LogSegment:
+        """Replace the empty active segment by one that starts at ``offset``."""
+        self._drop_segment(self.segments.pop())
+        self._bases.pop()
+        segment = self._new_segment(offset)
+        self.segments.append(segment)
+        self._bases.append(offset)
+        return segment
+
     def _check_keys(self, data: bytearray, spans: list[tuple[int, int]]) -> None:
         """Compacted topics keep the latest record per key, so a keyless record is refused."""
         for pos, size in spans:
