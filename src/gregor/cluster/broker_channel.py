@@ -35,8 +35,11 @@ class BrokerChannel:
 
     async def request(self, api_key: int, version: int, body: Any) -> Any:
         try:
-            return await asyncio.wait_for(self._exchange(api_key, version, body),
-                                          self.timeout_s)
+            # asyncio.timeout rather than wait_for: Python 3.11's wait_for can swallow a
+            # cancellation that arrives as the request fails, leaving a fetcher that
+            # cannot be stopped.
+            async with asyncio.timeout(self.timeout_s):
+                return await self._exchange(api_key, version, body)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
             self.close()
             raise ChannelError(f"broker {self.broker_id}: {exc or type(exc).__name__}") from exc

@@ -97,6 +97,10 @@ class Partition:
         self.state = state
         self.pending_isr = None
         if became and self.is_leader:
+            # The new epoch starts at this log's end at once (not at the first append):
+            # OffsetForLeaderEpoch answers followers from it, and the latest epoch a
+            # leader knows must be at least any follower's.
+            self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
             # Kafka gives every follower a fresh lag window under a new leader, and
             # learns their log ends from their first fetches.
             self._reset_followers(now_s)
