@@ -26,7 +26,7 @@ from kio.index import load_payload_module, load_response_schema
 from kio.serial import entity_reader
 from kio.static.constants import EntityType
 
-from gregor.broker.process import BrokerProcess, free_port
+from gregor.broker.process import BrokerProcess
 from gregor.broker.router import ROUTES
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, encode_request
@@ -256,23 +256,25 @@ class LostResponseProxy:
     (``advertised.listeners``) so clients keep going through it after bootstrap.
     """
 
-    def __init__(self, broker_port: int, port: int) -> None:
-        self.broker_port = broker_port
-        self.listener = socket.create_server(("127.0.0.1", port))
-        self.port = port
+    def __init__(self) -> None:
+        # Bound first, on a port of the kernel's choosing: nothing can take it between
+        # choosing and listening, and the broker is told to advertise it.
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.broker_port = 0
         self.armed = threading.Event()
         self.produce_requests = 0
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
 
     @classmethod
     def in_front_of(cls, broker: BrokerProcess) -> LostResponseProxy:
         """Start ``broker`` (not yet running) advertising a proxy, and that proxy."""
-        port = free_port()
-        broker.overrides["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
-        broker.start()
-        return cls(broker.port, port)
+        proxy = cls()
+        broker.overrides["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{proxy.port}"
+        proxy.broker_port = broker.start().port
+        threading.Thread(target=proxy._accept, daemon=True).start()
+        return proxy
 
     @property
     def bootstrap(self) -> str:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from gregor.broker import group_routes
 from gregor.broker.allocator import keep_large_buffers_in_heap
@@ -24,6 +27,7 @@ from gregor.cluster.znodes import BrokerRegistration
 from gregor.config import BrokerConfig, TopicConfig
 from gregor.groups.coordinator import GroupCoordinator
 from gregor.groups.offsets_store import OFFSETS_TOPIC
+from gregor.storage.checkpoint_file import write_atomically
 from gregor.storage.cleaner import LogCleaner
 from gregor.storage.log_manager import LogManager
 
@@ -58,6 +62,7 @@ class Broker:
         self.group_coordinator = GroupCoordinator(config, self.controller, self.replica_manager)
         group_routes.register(self.router)
         self.advertised_address = config.advertised_address()
+        self.bound_address = self.advertised_address  # the first listener, once bound
         self._servers: list[asyncio.AbstractServer] = []
         self._tasks: list[asyncio.Task] = []
         self._connections: set[asyncio.Task] = set()
@@ -107,6 +112,7 @@ class Broker:
                 host or None, port, reuse_address=True, backlog=1024)
             self._servers.append(server)
             bound = server.sockets[0].getsockname()
+            self.bound_address = (bound[0], bound[1])
             if port == 0 and not self.config["advertised.listeners"]:
                 # Ephemeral port (tests): advertise what was actually bound.
                 self.advertised_address = (self.advertised_address[0], bound[1])
@@ -156,8 +162,12 @@ class Broker:
             await self.cluster.close()
         log.info("broker %d stopped cleanly", self.broker_id)
 
-    async def serve_forever(self, stop: asyncio.Event) -> None:
+    async def serve_forever(self, stop: asyncio.Event, ready_file: str | None = None) -> None:
         await self.start()
+        if ready_file is not None:
+            host, port = self.bound_address
+            write_atomically(Path(ready_file), json.dumps(
+                {"broker_id": self.broker_id, "host": host, "port": port, "pid": os.getpid()}))
         try:
             await stop.wait()
         finally:
@@ -227,7 +237,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-async def run_broker(config: BrokerConfig) -> None:
+async def run_broker(config: BrokerConfig, ready_file: str | None = None) -> None:
     """Run until SIGINT/SIGTERM, then stop cleanly (flush, checkpoint, clean-shutdown marker)."""
     import signal
 
@@ -237,4 +247,4 @@ async def run_broker(config: BrokerConfig) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    await Broker(config).serve_forever(stop)
+    await Broker(config).serve_forever(stop, ready_file)

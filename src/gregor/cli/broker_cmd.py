@@ -22,6 +22,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     start.add_argument("--listeners", help="e.g. PLAINTEXT://127.0.0.1:9092")
     start.add_argument("--advertised-listeners", help="address clients should use")
     start.add_argument("--node-id", type=int, help="broker id (node.id)")
+    start.add_argument("--ready-file", metavar="PATH",
+                       help="once the broker serves, write its address as JSON to PATH "
+                            '({"broker_id", "host", "port", "pid"}): how scripts and tests '
+                            "that start it on port 0 learn the port and know it is ready")
     start.add_argument("--log-level", default="INFO",
                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     start.set_defaults(run=run_start)
@@ -46,5 +50,5 @@ def run_start(args: argparse.Namespace) -> int:
     config = BrokerConfig.load(args.config, overrides)
     logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(run_broker(config))
+    asyncio.run(run_broker(config, ready_file=args.ready_file))
     return 0
