@@ -17,6 +17,7 @@ from gregor.cli import (
     pipeline_cmd,
     produce_cmd,
     topics_cmd,
+    zookeeper_cmd,
 )
 from gregor.cli.errors import CliError, kafka_error_text
 from gregor.config import ConfigError
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     perf_cmd.add_parser(subparsers)
     groups_cmd.add_parser(subparsers)
     pipeline_cmd.add_parser(subparsers)
+    zookeeper_cmd.add_parser(subparsers)
     return parser
 
 
