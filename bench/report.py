@@ -12,10 +12,10 @@ from pathlib import Path
 
 from bench.plots import write_plots
 from bench.results import Results
-from bench.summary import GREGOR, cases, cell, ratio, systems, targets
+from bench.summary import GREGOR, cases, cell, ratio, systems, targets, unmeasured
 
 FINDINGS = Path(__file__).with_name("findings.md")
-_BORROWED = " \\*"  # a system without an acks setting: its acks=1 figure
+_PYTHON_CLIENT = " †"  # beside a system whose figures its pure-Python client sets
 
 WORKLOADS = [
     ("produce", "Produce throughput",
@@ -23,7 +23,7 @@ WORKLOADS = [
     ("consume", "Consume throughput",
      "The same records read back from the start by each system's client library "
      "(librdkafka for Kafka-protocol systems), until the last record has arrived; every "
-     "value is kept and checksummed after the clock stops."),
+     "value is kept and checked against the one sent after the clock stops."),
     ("fetch", "Consume throughput, bare Fetch requests",
      "Kafka-protocol systems only: the same records read with Fetch requests back to back "
      "(4 MiB per partition, 32 MiB per request), every batch CRC-checked and its records "
@@ -44,16 +44,26 @@ METHOD = """\
   work, such as gregor creating `__consumer_offsets`, is not charged to a run),
   and before every timed phase the page cache is written back (`sync`), so that
   no run pays for the disk writeback of the one before it.
-- **Produce** sends every record of the run (values drawn in turn from 4,096
-  distinct random payloads), round-robin over the partitions, and the clock runs
-  from the first send to the last acknowledgement. **Consume** then reads the
-  same records from the start and stops the clock when the last one has arrived.
-  Every run is **verified**: the consumer must see exactly as many records as
-  were acknowledged, and the sum of the CRC-32 of their values must match what
-  was sent; a run that fails verification is reported as failed, not measured.
-  The consumer keeps every value it received and checksums them once the clock
-  has stopped: done per record inside the window, the CRC-32 took a third of the
-  Python consumer's time and capped every system at the load generator's speed.
+- **Produce** sends every record of the run round-robin over the partitions
+  (record k to partition k mod n), and the clock runs from the first send to the
+  last acknowledgement. Every value is distinct: record k carries its sequence
+  number k in its first 8 bytes, then one of 4,096 random payloads in turn; all
+  values are built before the clock starts, so numbering them costs the load
+  generator nothing. **Consume** then reads the same records from the start and
+  stops the clock when the last one has arrived. Every run is **verified**: each
+  partition must give back exactly the records sent to it, each once, in the
+  order sent and unaltered (count, uniqueness and per-partition order, by
+  sequence number and value); a run that fails verification is reported as
+  failed, not measured. The consumer keeps every value it received and compares
+  them once the clock has stopped: any check per record inside the window takes
+  a large share of a Python consumer's time and caps every system at the load
+  generator's speed. Bare Fetch reads (below) check every batch's CRC and count
+  records; their values are those the librdkafka consumer has just verified.
+- **The load generator runs without Python's garbage collector** during every
+  timed loop (produce, consume, the latency sender and consumer): a consumer
+  keeps every value until verification, and the collector walking those again
+  and again halved the Redis consumer's speed on 100 B records. All systems'
+  clients get the same.
 - **Kafka protocol** (gregor, Tansu): confluent-kafka (librdkafka) with the
   same settings for both: `linger.ms=5`, `batch.size=1000000`, no compression,
   no idempotence, `acks` as stated, records handed over with `produce_batch`
@@ -62,14 +72,23 @@ METHOD = """\
   `fetch.queue.backoff.ms=10`, `queued.min.messages=1000000`.
 - **Redis Streams**: a topic of N partitions is N stream keys. XADD commands are
   RESP-encoded before the clock starts and pipelined (1,000 per write, 8 writes
-  in flight), every reply read and checked; XREADGROUP ... COUNT 10000 NOACK
-  with two reads in flight. Redis has no producer acks setting: its acks=all rows
-  repeat its acks=1 figure (marked \\*).
+  in flight), every reply read and checked; XREADGROUP ... NOACK on one stream
+  at a time, in turn, with two reads in flight, each asking for about 1 MiB
+  (COUNT 1,024 records of 1 KiB, 10,485 of 100 B): Redis builds a whole reply
+  before sending any of it, and the earlier COUNT 10000 on all 8 streams at once
+  made 80 MB replies that server and client took turns on (bench/findings.md).
+  Redis has no producer acks setting: it runs acks=1 only, and its acks=all
+  cells are empty.
 - **NATS JetStream**: a topic of N partitions is N file-backed streams. Publish
   is asynchronous with a reply subject, every ack counted and checked, at most
   20,000 unacknowledged; consume is a pull consumer (`CONSUMER.MSG.NEXT`, batches
   of up to 5,000, two outstanding, at most 8 MB requested at once since
-  nats-server drops a client with 64 MB pending). No acks setting either (\\*).
+  nats-server drops a client with 64 MB pending). No acks setting either. Its
+  client, nats-py, is pure Python and handles every message and acknowledgement
+  in Python: NATS's figures, and gregor's ratios to them, mostly measure that
+  client (marked †). No native NATS load generator is installable here: Debian
+  packages nats-server but not the `nats` CLI (`nats bench`), and neither PyPI
+  nor npm carries it.
 - **End-to-end latency**: 100 B records, one partition, at half of the system's
   own median produce rate for that case (equal relative load) but at most
   50,000 records/s, which the Python sender can pace without queueing records
@@ -105,29 +124,56 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
+def _python_clients(results: Results) -> set[str]:
+    return {name for name, info in results.systems.items() if info.get("python_client")}
+
+
+def _marked(results: Results, system: str) -> str:
+    return system + (_PYTHON_CLIENT if system in _python_clients(results) else "")
+
+
 def _throughput_section(results: Results, workload: str) -> list[str]:
     names = systems(results, workload)
     peers = [n for n in names if n != GREGOR]
-    header = ["workload", *names, *(f"gregor / {p}" for p in peers if GREGOR in names)]
+    header = ["workload", *(_marked(results, n) for n in names),
+              *(f"gregor / {_marked(results, p)}" for p in peers if GREGOR in names)]
     rows = []
     for case in cases(results):
         row = [case.label]
         for system in names:
             x = cell(results, system, workload, case)
             row.append("—" if x is None else
-                       f"{x.mb_per_s:,.1f} MB/s · {_rate(x.records_per_s)} rec/s"
-                       f"{_BORROWED if x.borrowed else ''}<br>"
+                       f"{x.mb_per_s:,.1f} MB/s · {_rate(x.records_per_s)} rec/s<br>"
                        f"<sub>cpu c {x.client_cores:.2f} · s {x.server_cores:.2f}</sub>")
         if GREGOR in names:
             for peer in peers:
                 r = ratio(results, workload, case, peer)
                 row.append("—" if r is None else (f"**{r:.2f}×**" if r < 1 else f"{r:.2f}×"))
         rows.append(row)
-    return _table(header, rows)
+    lines = _table(header, rows)
+    notes = []
+    if missing := unmeasured(results, workload):
+        notes.append(f"— not measured: {_and(missing)} "
+                     f"{'has' if len(missing) == 1 else 'have'} no producer acks setting and "
+                     "ran each size and partition count once, shown as acks=1.")
+    if python := [n for n in names if n in _python_clients(results)]:
+        notes.append(_python_note(python) + ": these figures and gregor's ratios to them "
+                     "mostly measure that client, not the server.")
+    return lines + [line for note in notes for line in ("", note)]
+
+
+def _python_note(names: list[str]) -> str:
+    return (f"† {_and(names)}: driven by a pure-Python client (its load generator is "
+            "under Systems), which sets the pace")
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _latency_section(results: Results) -> list[str]:
-    rows = [[lat.system, f"{lat.rate:,.0f} / {lat.achieved_rate:,.0f}", f"{lat.p50_ms:.2f}",
+    rows = [[_marked(results, lat.system), f"{lat.rate:,.0f} / {lat.achieved_rate:,.0f}",
+             f"{lat.p50_ms:.2f}",
              f"{lat.p99_ms:.2f}", f"{lat.p999_ms:.2f}", f"{lat.max_ms:.1f}", f"{lat.records:,}",
              f"c {lat.client_cores:.2f} · s {lat.server_cores:.2f}"] for lat in results.latency]
     return _table(["system", "rate offered / achieved (rec/s)", "p50 ms", "p99 ms", "p99.9 ms",
@@ -167,8 +213,9 @@ def render(results: Results, plots: dict[str, Path], out: Path) -> str:
                   else f"{lim.loopback_mb_s:,.0f} MB/s"]]
     lines += _table(["", ""], rows)
     lines += ["", "## Systems", ""]
-    lines += _table(["system", "version", "storage and acknowledgement"],
-                    [[name, info["version"], info["storage"]]
+    lines += _table(["system", "version", "storage and acknowledgement", "load generator"],
+                    [[_marked(results, name), info["version"], info["storage"],
+                      info.get("load_generator", "")]
                      for name, info in results.systems.items()])
     relative = {title: os.path.relpath(path, out.parent) for title, path in plots.items()}
     for workload, title, intro in WORKLOADS:
@@ -182,6 +229,10 @@ def render(results: Results, plots: dict[str, Path], out: Path) -> str:
             lines += ["", f"![{title}]({relative[title]})"]
     if results.latency:
         lines += ["", "## End-to-end latency", ""] + _latency_section(results)
+        if python := [lat.system for lat in results.latency
+                      if lat.system in _python_clients(results)]:
+            lines += ["", _python_note(python) + ": its latency includes the client's "
+                      "own time per message."]
         if "End-to-end latency" in relative:
             lines += ["", f"![End-to-end latency]({relative['End-to-end latency']})"]
     if results.lookup:

@@ -83,7 +83,8 @@ class Results:
     quick: bool
     started: str
     machine: dict[str, str] = field(default_factory=dict)
-    systems: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> version, storage
+    # name -> version, storage, load_generator, python_client ("yes" or "")
+    systems: dict[str, dict[str, str]] = field(default_factory=dict)
     limits: Limits | None = None
     throughput: list[Throughput] = field(default_factory=list)
     latency: list[Latency] = field(default_factory=list)

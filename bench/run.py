@@ -140,7 +140,10 @@ class Run:
     def start(self, peer: Peer) -> None:
         self.say(f"starting {peer.name}")
         peer.start()
-        self.results.systems[peer.name] = {"version": peer.version(), "storage": peer.storage}
+        self.results.systems[peer.name] = {
+            "version": peer.version(), "storage": peer.storage,
+            "load_generator": peer.load_generator,
+            "python_client": "yes" if peer.python_client else ""}
 
     def note_idle_cpu(self, peers: list[Peer]) -> None:
         """All servers stay up during the throughput rounds, each idle while another is

@@ -15,14 +15,13 @@ LOOKUP_RATIO = 1.5
 
 @dataclass(frozen=True)
 class Cell:
-    """Median of one system on one workload; ``borrowed`` if it stands in for another acks."""
+    """Median of one system on one workload."""
 
     records_per_s: float
     mb_per_s: float
     client_cores: float
     server_cores: float
     repetitions: int
-    borrowed: bool = False
 
 
 @dataclass(frozen=True)
@@ -33,18 +32,15 @@ class Target:
 
 
 def cell(results: Results, system: str, workload: str, case: Case) -> Cell | None:
-    """The median over repetitions; for a system without an acks setting, its only figure."""
+    """The median over repetitions, or None where the system did not run the case (a
+    system without a producer acks setting runs acks=1 only): never a stand-in."""
     runs = _runs(results, system, workload, case)
-    borrowed = False
-    if not runs and case.acks != "1":
-        runs = _runs(results, system, workload, Case(case.size, case.partitions, "1"))
-        borrowed = bool(runs)
     if not runs:
         return None
     return Cell(statistics.median(r.records_per_s for r in runs),
                 statistics.median(r.mb_per_s for r in runs),
                 statistics.median(r.client_cores for r in runs),
-                statistics.median(r.server_cores for r in runs), len(runs), borrowed)
+                statistics.median(r.server_cores for r in runs), len(runs))
 
 
 def _runs(results: Results, system: str, workload: str, case: Case) -> list[Throughput]:
@@ -58,6 +54,13 @@ def cases(results: Results) -> list[Case]:
         if t.case not in seen:
             seen.append(t.case)
     return sorted(seen, key=lambda c: (c.size, c.partitions, c.acks != "1"))
+
+
+def unmeasured(results: Results, workload: str) -> list[str]:
+    """Systems of ``workload`` that ran some of its cases but not all (no acks=all)."""
+    shown = cases(results)
+    return [s for s in systems(results, workload)
+            if any(cell(results, s, workload, c) is None for c in shown)]
 
 
 def systems(results: Results, workload: str | None = None) -> list[str]:
@@ -95,7 +98,7 @@ def targets(results: Results) -> list[Target]:
             found.append(Target(
                 f"{workload} throughput ≥ {peer} on every workload",
                 f"gregor/{peer} from {known[worst]:.2f}× ({worst.label}) to "
-                f"{max(known.values()):.2f}×; behind on {behind} of {len(known)}",
+                f"{max(known.values()):.2f}×; behind on {behind} of {len(known)} measured",
                 behind == 0))
     limits = results.limits
     if limits is not None and limits.loopback_mb_s is not None:

@@ -9,11 +9,12 @@ against any system:
   record, round-robin over partitions, timed from the first send to the last
   acknowledgement;
 - ``consume(name, partitions, records, watch) -> Window``: read them all back
-  from the start and verify count and checksum;
-- ``produce_at_rate(name, filler, rate, count) -> Tally``: send time-stamped
-  values at a fixed rate (end-to-end latency);
+  from the start and verify that each partition gave back its records once
+  each, in order, unaltered (:meth:`bench.records.Tally.verify`);
+- ``produce_at_rate(name, filler, rate, count) -> list[bytes]``: send numbered,
+  time-stamped values at a fixed rate to one partition (end-to-end latency);
 - ``latency_consumer``: a module-level function run in a child process that
-  consumes ``count`` stamped values and sends back their latencies.
+  consumes ``count`` probe values and sends back their latencies and a tally.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ from multiprocessing.connection import Connection
 from typing import Protocol
 
 from bench.cpu import Stopwatch, Window
-from bench.records import RecordSet, Tally
+from bench.records import RecordSet
 
-# (address, name, count, ready, conn): consume ``count`` stamped values of the
+# (address, name, count, ready, conn): consume ``count`` probe values of the
 # one-partition topic ``name``, set ``ready`` once reading, then send
-# ``(latencies_ns_bytes, count, checksum)`` through ``conn``.
+# ``(latencies_ns_bytes, tally)`` through ``conn``.
 LatencyConsumer = Callable[[str, str, int, object, Connection], None]
 
 
@@ -48,4 +49,5 @@ class StreamClient(Protocol):
     def consume(self, name: str, partitions: int, records: RecordSet,
                 watch: Stopwatch) -> Window: ...
 
-    def produce_at_rate(self, name: str, filler: bytes, rate: float, count: int) -> Tally: ...
+    def produce_at_rate(self, name: str, filler: bytes, rate: float,
+                        count: int) -> list[bytes]: ...

@@ -8,6 +8,7 @@ client rather than the broker; hence the two consumer settings below.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from multiprocessing.connection import Connection
@@ -20,8 +21,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench.clients.kafka_fetch import KafkaFetcher
 from bench.cpu import Stopwatch, Window
 from bench.pacing import paced
-from bench.records import RecordSet, Tally, VerificationError, stamp_of, stamped
+from bench.records import RecordSet, Tally, VerificationError, probe, sent_at
 
+LOAD_GENERATOR = "librdkafka (C) through confluent-kafka, records handed over in batches"
 _QUEUE_LIMIT = 1_000_000
 PRODUCER_CONFIG: dict[str, Any] = {
     "linger.ms": 5,
@@ -44,6 +46,7 @@ CONSUMER_CONFIG: dict[str, Any] = {
 # Latency runs send a trickle, so batching delay would dominate: linger 1 ms.
 LATENCY_PRODUCER_CONFIG: dict[str, Any] = {**PRODUCER_CONFIG, "linger.ms": 1, "acks": "1"}
 _CONSUME_BATCH = 10_000
+_BATCH = 4096  # records handed to librdkafka per round of produce_batch calls
 _STALL_TIMEOUT_S = 30.0
 
 _librdkafka_log = logging.getLogger("bench.librdkafka")
@@ -98,25 +101,21 @@ class KafkaClient:
         # produce_batch() takes a list of messages in one C call: with produce()
         # per record the Python load generator, not the broker, sets the pace. It
         # ignores a message's own "partition" (confluent-kafka 2.16: the sticky
-        # partitioner put every record of a run on one or two partitions), so
-        # record k is sent in a call for partition k % partitions: the records of
-        # each block of the pool are handed over one partition at a time.
-        lanes = [[{"value": value} for value in records.pool[p::partitions]]
-                 for p in range(partitions)]
-        pool = len(records.pool)
+        # partitioner put every record of a run on one or two partitions), so each
+        # partition's records are handed over in calls of their own, a slice of
+        # its lane at a time, every partition in turn.
+        lanes = [[{"value": value} for value in lane] for lane in records.partitions(partitions)]
+        per_call = max(1, _BATCH // partitions)
         watch.start()
-        sent = 0
-        while sent < records.count:
-            block = min(pool, records.count - sent)
+        for start in range(0, len(lanes[0]), per_call):
             for partition, lane in enumerate(lanes):
-                batch = lane[:len(range(partition, block, partitions))]
+                batch = lane[start:start + per_call]
                 while len(producer) + len(batch) > _QUEUE_LIMIT:
                     producer.poll(0.001)
                 accepted = producer.produce_batch(name, batch, partition=partition)
                 if accepted != len(batch):
                     raise VerificationError(f"{name}: producer queue refused "
                                             f"{len(batch) - accepted} records")
-                sent += accepted
             producer.poll(0)
         remaining = producer.flush(_STALL_TIMEOUT_S)
         window = watch.stop()
@@ -132,11 +131,11 @@ class KafkaClient:
         try:
             watch.start()
             consumer.assign([TopicPartition(name, p, 0) for p in range(partitions)])
-            tally = _drain(consumer, records.count)
+            batches = _drain(consumer, records.count)
             window = watch.stop()
         finally:
             consumer.close()
-        tally.verify(records.count, records.expected_checksum(), name)
+        _tally(batches).verify(records.partitions(partitions), name)
         return window
 
     def consume_bare(self, name: str, partitions: int, records: RecordSet,
@@ -153,16 +152,17 @@ class KafkaClient:
             raise VerificationError(f"{name}: fetched {count} records, produced {records.count}")
         return window
 
-    def produce_at_rate(self, name: str, filler: bytes, rate: float, count: int) -> Tally:
+    def produce_at_rate(self, name: str, filler: bytes, rate: float, count: int) -> list[bytes]:
         producer = Producer({**_common(self.bootstrap), **LATENCY_PRODUCER_CONFIG})
         producer.list_topics(name, timeout=10)
-        sent = Tally()
+        sent: list[bytes] = []
         for due in paced(rate, count):
-            values = [stamped(filler, time.monotonic_ns()) for _ in range(due)]
+            values = [probe(filler, seq, time.monotonic_ns())
+                      for seq in range(len(sent), len(sent) + due)]
             for value in values:
                 producer.produce(name, value, partition=0)
             producer.poll(0)
-            sent.add(values)
+            sent += values
         if producer.flush(_STALL_TIMEOUT_S):
             raise VerificationError(f"{name}: latency records left unacknowledged")
         return sent
@@ -175,36 +175,50 @@ class KafkaClient:
         consumer.consume(1, 0.5)  # connected and fetching before the producer starts
         ready.set()
         latencies = bytearray()
-        tally = _drain(consumer, count, latencies)
+        batches = _drain(consumer, count, latencies)
         consumer.close()
-        conn.send((bytes(latencies), tally.count, tally.checksum))
+        conn.send((bytes(latencies), _tally(batches)))
 
 
-def _drain(consumer: Consumer, count: int, latencies: bytearray | None = None) -> Tally:
+def _drain(consumer: Consumer, count: int,
+           latencies: bytearray | None = None) -> list[list[Message]]:
     """Consume until ``count`` records arrived; fail on an error or a 30 s stall.
 
     ``consume(n, timeout)`` waits for all ``n`` records or the whole timeout, which
     would add up to a second at the end of a run and to every latency figure; so
-    block for one record, then take whatever else is queued without waiting.
+    block for one record, then take whatever else is queued without waiting. The
+    messages are kept as they came: taking out each one's value and partition
+    is left to :func:`_tally`, after the clock.
     """
-    tally = Tally()
+    batches: list[list[Message]] = []
+    got = 0
     last_progress = time.monotonic()
-    while tally.count < count:
+    while got < count:
         first = consumer.poll(1.0)
         if first is None:
             if time.monotonic() - last_progress > _STALL_TIMEOUT_S:
-                raise VerificationError(f"consumer stalled at {tally.count} of {count} records")
+                raise VerificationError(f"consumer stalled at {got} of {count} records")
             continue
         last_progress = time.monotonic()
-        messages = [first, *consumer.consume(min(_CONSUME_BATCH, count - tally.count), 0)]
+        messages = [first, *consumer.consume(min(_CONSUME_BATCH, count - got), 0)]
         now_ns = time.monotonic_ns()
         if any(map(Message.error, messages)):
             error = next(m.error() for m in messages if m.error())
             raise VerificationError(f"consumer error: {error}")
-        values = list(map(Message.value, messages))
-        tally.add(values)
+        batches.append(messages)
+        got += len(messages)
         if latencies is not None:
-            latencies += b"".join((now_ns - stamp_of(v)).to_bytes(8, "little") for v in values)
+            latencies += b"".join((now_ns - sent_at(m.value())).to_bytes(8, "little")
+                                  for m in messages)
+    return batches
+
+
+def _tally(batches: list[list[Message]]) -> Tally:
+    """The consumed values by partition; librdkafka hands over runs of one partition."""
+    tally = Tally()
+    for messages in batches:
+        for partition, run in itertools.groupby(messages, Message.partition):
+            tally.add(list(map(Message.value, run)), partition)
     return tally
 
 

@@ -8,6 +8,13 @@ unacknowledged. Consuming uses a pull consumer, driven by the JetStream API's
 ``CONSUMER.MSG.NEXT`` requests with two batches (of at most 8 MB) outstanding; nats-py's own
 ``fetch()`` helper creates a task per message and would cap the figure at a
 fraction of what server and client can do.
+
+nats-py is pure Python: every message published, acknowledged or delivered
+passes through Python code, so the client, not nats-server, sets the pace of
+every figure here (about one core of client against well under one of server).
+No native NATS load generator can be installed on the benchmark's machines:
+Debian packages nats-server but not the ``nats`` CLI and its ``nats bench``, and
+neither PyPI nor npm carries it.
 """
 
 from __future__ import annotations
@@ -25,8 +32,10 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, S
 
 from bench.cpu import Stopwatch, Window
 from bench.pacing import paced
-from bench.records import RecordSet, Tally, VerificationError, stamp_of, stamped
+from bench.records import RecordSet, Tally, VerificationError, probe, sent_at
 
+LOAD_GENERATOR = ("nats-py, pure Python: every message and ack handled in Python "
+                  "(no native NATS load generator is installable here)")
 _CONSUMER = "bench"
 _PULL_BATCH = 5000
 # nats-server disconnects a client with more than 64 MB waiting to be sent to it
@@ -101,7 +110,7 @@ class NatsJetStreamClient:
             publish = nc.publish
             watch.start()
             p = 0
-            for sent, value in enumerate(records.values(), 1):
+            for sent, value in enumerate(records.values, 1):
                 await publish(subjects[p], value, reply=inbox)
                 p = p + 1 if p + 1 < partitions else 0
                 if sent - acks.count > _MAX_UNACKED:
@@ -120,7 +129,7 @@ class NatsJetStreamClient:
         tally = Tally()
         batch = max(100, min(_PULL_BATCH, _PULL_BYTES // (partitions * records.size)))
         window = asyncio.run(self._consume(name, partitions, batch, records.count, tally, watch))
-        tally.verify(records.count, records.expected_checksum(), name)
+        tally.verify(records.partitions(partitions), name)
         return window
 
     async def _consume(self, name: str, partitions: int, batch: int, count: int, tally: Tally,
@@ -128,7 +137,8 @@ class NatsJetStreamClient:
                        ready: Any = None) -> Window | None:
         nc = await _connect(self.address)
         try:
-            pullers = [_Puller(nc, stream, _share(count, partitions, p), batch, tally, latencies)
+            pullers = [_Puller(nc, stream, p, _share(count, partitions, p), batch, tally,
+                               latencies)
                        for p, (stream, _) in enumerate(_streams(name, partitions))]
             for puller in pullers:
                 await puller.subscribe()
@@ -143,25 +153,27 @@ class NatsJetStreamClient:
         finally:
             await nc.close()
 
-    def produce_at_rate(self, name: str, filler: bytes, rate: float, count: int) -> Tally:
+    def produce_at_rate(self, name: str, filler: bytes, rate: float, count: int) -> list[bytes]:
         return asyncio.run(self._produce_at_rate(name, filler, rate, count))
 
-    async def _produce_at_rate(self, name: str, filler: bytes, rate: float, count: int) -> Tally:
+    async def _produce_at_rate(self, name: str, filler: bytes, rate: float,
+                               count: int) -> list[bytes]:
         nc = await _connect(self.address)
-        sent = Tally()
+        sent: list[bytes] = []
         try:
             acks = _AckCounter(count)
             inbox = nc.new_inbox()
             await nc.subscribe(inbox, cb=acks.on_ack)
             subject = _streams(name, 1)[0][1]
             for due in paced(rate, count):
-                values = [stamped(filler, time.monotonic_ns()) for _ in range(due)]
+                values = [probe(filler, seq, time.monotonic_ns())
+                          for seq in range(len(sent), len(sent) + due)]
                 for value in values:
                     await nc.publish(subject, value, reply=inbox)
                 # Let the flusher write and acks be read; paced() sleeps blocking
                 # between ticks, and nc.flush() would wait a round trip each tick.
                 await asyncio.sleep(0)
-                sent.add(values)
+                sent += values
             await acks.wait_for(count)
         finally:
             await nc.close()
@@ -175,7 +187,7 @@ class NatsJetStreamClient:
         latencies = bytearray()
         client = NatsJetStreamClient(url)
         asyncio.run(client._consume(name, 1, _PULL_BATCH, count, tally, None, latencies, ready))
-        conn.send((bytes(latencies), tally.count, tally.checksum))
+        conn.send((bytes(latencies), tally))
 
 
 class _AckCounter:
@@ -210,9 +222,10 @@ class _AckCounter:
 class _Puller:
     """One stream's pull consumer: keeps two batches requested until all records came."""
 
-    def __init__(self, nc: NatsConnection, stream: str, expected: int, batch: int,
-                 tally: Tally, latencies: bytearray | None) -> None:
+    def __init__(self, nc: NatsConnection, stream: str, partition: int, expected: int,
+                 batch: int, tally: Tally, latencies: bytearray | None) -> None:
         self.nc = nc
+        self.partition = partition
         self.expected = expected
         self.batch = batch
         self.tally = tally
@@ -245,11 +258,11 @@ class _Puller:
             return
         data = msg.data
         if self.latencies is not None:
-            self.latencies += (time.monotonic_ns() - stamp_of(data)).to_bytes(8, "little")
+            self.latencies += (time.monotonic_ns() - sent_at(data)).to_bytes(8, "little")
         self.values.append(data)
         self.received += 1
         if len(self.values) >= 1000 or self.received >= self.expected:
-            self.tally.add(self.values)
+            self.tally.add(self.values, self.partition)
             self.values = []
         if self.received >= self.expected:
             self.done.set()

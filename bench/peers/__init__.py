@@ -18,6 +18,10 @@ class Peer(Protocol):
     # What the server stores records in and when it acknowledges them: the
     # fairness caveat that goes beside every figure.
     storage: str
+    # What drives it; a pure-Python client sets the pace of its figures, which
+    # the report then says beside them.
+    load_generator: str
+    python_client: bool
 
     def version(self) -> str: ...
 

