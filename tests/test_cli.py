@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -239,6 +240,25 @@ def test_consume_from_offset_partition_and_tail(broker: BrokerProcess, topic_nam
     error = fails(broker, "consume", topic_name, "--partition", "0", "--offset", "99")
     assert "out of range" in error and "log end offset 5" in error
     assert "no partition 7" in fails(broker, "consume", topic_name, "--partition", "7")
+
+
+def test_consume_ctrl_c_prints_what_it_read_and_exits_130(broker: BrokerProcess,
+                                                          topic_name: str) -> None:
+    ok(broker, "produce", topic_name, input=b"first\n")
+    env = {**os.environ, "GREGOR_BOOTSTRAP": broker.bootstrap}
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "gregor.cli.main", "consume", topic_name, "--from-beginning"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert follow.stdout is not None
+        assert follow.stdout.readline() == b"first\n"  # following the topic now
+        follow.send_signal(signal.SIGINT)
+        rest, stderr = follow.communicate(timeout=30)
+    finally:
+        follow.kill()
+    assert follow.returncode == 130
+    assert rest == b"" and stderr.decode().splitlines() == ["Processed a total of 1 messages"]
 
 
 # -------------------------------------------------------------------- perf

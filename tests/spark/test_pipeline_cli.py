@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pyarrow.parquet as pq
 import pytest
 
@@ -23,7 +24,9 @@ from gregor.broker.process import BrokerProcess
 pytest.importorskip("pyspark", reason="install the 'spark' extra to run the Spark tests")
 
 TIMEOUT_S = 120.0
-EVENTS = 400
+# 80 micro-batches of 50: Ctrl-C after the first always lands mid-stream, however fast
+# the machine.
+EVENTS = 4000
 
 
 def gregor(*args: str) -> list[str]:
@@ -102,3 +105,33 @@ def test_ctrl_c_stops_the_pipeline_cleanly_and_a_restart_resumes(
     # again, and whatever of it had been written before was not written twice.
     table = pq.read_table(output, columns=["offset"])
     assert sorted(table.column("offset").to_pylist()) == list(range(EVENTS))
+
+
+def test_ctrl_c_while_spark_starts_is_one_line_and_130(fresh_broker: BrokerProcess,
+                                                       tmp_path: Path) -> None:
+    bootstrap = fresh_broker.start().bootstrap
+    process = subprocess.Popen(
+        gregor("pipeline", "run", "activity", "--checkpoint", str(tmp_path / "checkpoint"),
+               "-b", bootstrap),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, preexec_fn=default_sigint,
+    )
+    try:
+        # Spark is starting once its JVM runs (a child of gregor's own process).
+        deadline = time.monotonic() + TIMEOUT_S
+        while not any("java" in child.name() for child in
+                      psutil.Process(process.pid).children(recursive=True)):
+            assert process.poll() is None, process.communicate()[1]
+            assert time.monotonic() < deadline, "Spark's JVM never started"
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130, stderr
+    assert stderr.splitlines() == [
+        "gregor: interrupted; stopping the pipeline (a restart with the same --checkpoint "
+        "resumes)"], stderr
+

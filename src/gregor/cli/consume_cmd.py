@@ -129,18 +129,22 @@ def run(args: argparse.Namespace) -> int:
         else:
             partitions = sorted(topic.partitions)
         consumer.assign(_start_offsets(consumer, args, partitions))
-        count = _print_records(consumer, args, render)
+        count, interrupted = _print_records(consumer, args, render)
     finally:
         consumer.close()
     if not args.quiet:
         print(f"Processed a total of {count} messages", file=sys.stderr)
-    return 0
+    # Like any command a shell user stops: 130 tells scripts it did not end by itself.
+    return 130 if interrupted else 0
 
 
-def _print_records(consumer: Consumer, args: argparse.Namespace, render: Formatter) -> int:
-    """Print records until --max-messages, --timeout of silence, or Ctrl-C; return the count.
+def _print_records(consumer: Consumer, args: argparse.Namespace, render: Formatter
+                   ) -> tuple[int, bool]:
+    """Print records until --max-messages, --timeout of silence, or Ctrl-C; return the
+    count and whether Ctrl-C ended it.
 
-    Ctrl-C is how a consumer that follows a topic normally ends, so it is not an error.
+    Ctrl-C is how a consumer that follows a topic normally ends: what was read is
+    flushed and counted as usual.
     """
     out = sys.stdout.buffer
     errors = ConsumerErrors(args.topic)
@@ -171,4 +175,5 @@ def _print_records(consumer: Consumer, args: argparse.Namespace, render: Formatt
                 progress.report(f"{count} records consumed ...")
     except KeyboardInterrupt:
         out.flush()
-    return count
+        return count, True
+    return count, False

@@ -161,6 +161,8 @@ def _until_interrupted(
     the checkpoint keeps only what was committed, so a restart resumes from there.  A
     second Ctrl-C during that stop exits at once; Spark's JVM ends with this process.
     """
+    from gregor.spark.session import silence_spark_console
+
     signal.signal(signal.SIGINT, signal.default_int_handler)
     done, interrupted = threading.Event(), threading.Event()
     started: list[SparkSession] = []
@@ -182,6 +184,7 @@ def _until_interrupted(
         done.wait()
     except KeyboardInterrupt:
         interrupted.set()
+        silence_spark_console()
         print("gregor: interrupted; stopping the pipeline (a restart with the same "
               "--checkpoint resumes)", file=sys.stderr, flush=True)
         if started:

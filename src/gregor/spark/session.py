@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import threading
+from typing import IO
 
+from pyspark import SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from gregor.spark import register
@@ -22,6 +27,7 @@ def build_session(app_name: str = "gregor-pipeline", master: str = "local[2]",
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    _launch_jvm_in_its_own_session()
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
@@ -36,3 +42,41 @@ def build_session(app_name: str = "gregor-pipeline", master: str = "local[2]",
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     return session
+
+
+def _launch_jvm_in_its_own_session() -> None:
+    """Start Spark's JVM outside the terminal's process group, once per process, with
+    its console output passing through this process.
+
+    Ctrl-C in a terminal signals the whole foreground process group. PySpark makes
+    its JVM ignore that SIGINT, but the Python workers the JVM forks restore Python's
+    handler: a task running at that moment dies with KeyboardInterrupt, and the JVM
+    prints the failed task's Java stack trace after gregor said it was stopping. In
+    a session of its own, Spark only stops when gregor stops it; and since its output
+    is relayed by gregor, a Ctrl-C while Spark is still starting can silence the
+    start-up banner that would otherwise follow gregor's last line. The JVM still
+    ends with this process: PySpark's gateway exits when its stdin pipe closes.
+    """
+    if SparkContext._gateway is not None:
+        return
+    gateway = launch_gateway(popen_kwargs={
+        "start_new_session": True, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT})
+    threading.Thread(target=_relay, args=(gateway.proc.stdout,), name="spark-console",
+                     daemon=True).start()
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+_console_silenced = threading.Event()
+
+
+def silence_spark_console() -> None:
+    """From now on, drop what Spark's JVM and workers print (gregor is stopping)."""
+    _console_silenced.set()
+
+
+def _relay(stream: IO[bytes]) -> None:
+    # Reading goes on while silenced, so the JVM never blocks on a full pipe.
+    for line in iter(stream.readline, b""):
+        if not _console_silenced.is_set():
+            sys.stderr.buffer.write(line)
+            sys.stderr.buffer.flush()
