@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from network import loopback_block
 
 from gregor.cluster.zookeeper_server import ZooKeeperServer
 
 
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    with ZooKeeperServer(Path(tmp_path_factory.mktemp("zookeeper"))) as server:
+    """One ZooKeeper for the session, on a loopback address of its own so that a test
+    can cut brokers off from it (and nothing else uses that address). Writes are not
+    fsynced: its data does not outlive the session."""
+    with ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), host=f"{loopback_block()}.1",
+                         force_sync=False) as server:
         yield server
