@@ -180,3 +180,48 @@ def _coordinator(cluster: Cluster, group: str) -> int:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
     described = admin.describe_consumer_groups([group])[group].result(timeout=30)
     return described.coordinator.id
+
+
+def replica_logs(cluster: Cluster, topic: str, partition: int = 0) -> dict[int, bytes]:
+    """Each live replica's log bytes, as stored (leader epochs and offsets included)."""
+    logs = {}
+    for broker_id, broker in cluster.brokers.items():
+        directory = broker.data_dir / f"{topic}-{partition}"
+        if broker.proc is not None and directory.exists():
+            logs[broker_id] = b"".join(p.read_bytes()
+                                       for p in sorted(directory.glob("*.log")))
+    return logs
+
+
+def wait_for_identical_replicas(cluster: Cluster, topic: str) -> dict[int, bytes]:
+    deadline = time.monotonic() + 30
+    while len(set((logs := replica_logs(cluster, topic)).values())) != 1:
+        assert time.monotonic() < deadline, {b: len(v) for b, v in logs.items()}
+        time.sleep(0.1)
+    return logs
+
+
+def test_a_leader_paused_past_its_session_is_fenced_and_truncates(cluster: Cluster) -> None:
+    """A zombie: the leader stops (SIGSTOP) longer than its ZooKeeper session, another
+    leads, then it wakes up still believing it leads. What it accepts alone (acks=1
+    from a client with stale metadata) must be truncated away; acks=all must never
+    succeed on it; everyone ends with the new leader's log."""
+    cluster.create_topic("t")
+    with LoadGenerator(cluster.bootstrap, "t") as load:
+        load.wait_for_acks(300)
+        zombie = cluster.leader("t")
+        cluster.brokers[zombie].pause()
+        cluster.wait_for(lambda m: m.topics["t"].partitions[0].leader not in (zombie, -1),
+                         "another broker to lead")
+        cluster.brokers[zombie].resume()
+        with WireConnection(cluster.brokers[zombie].bootstrap) as connection:
+            answers = {acks: connection.request(ApiKey.PRODUCE, PRODUCE_VERSION, produce_request(
+                "t", 0, make_batch([b"zombie-%d" % acks]), acks=acks)).responses[0]
+                .partition_responses[0].error_code for acks in (1, -1)}
+        assert answers[-1] != ErrorCode.none
+        load.wait_for_acks(len(load.acked) + 300)
+        cluster.wait_for(lambda m: zombie in m.topics["t"].partitions[0].isrs,
+                         "the old leader to rejoin as a follower")
+    verify(cluster, load, "t", 1)
+    logs = wait_for_identical_replicas(cluster, "t")
+    assert b"zombie-" not in logs[zombie]

@@ -19,6 +19,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from kazoo.exceptions import KazooException
+
 from gregor.cluster import znodes
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
 from gregor.cluster.partition_state import NO_LEADER, PartitionState
@@ -55,11 +57,12 @@ class ZkMetadataCache:
         self._changed = asyncio.Event()
 
     async def start(self) -> None:
-        """Read everything once (arming every watch) before the broker serves."""
+        """Read everything (arming every watch): before the broker serves, and again in
+        a new session, whose watches the old one's do not carry over to."""
         self._watched_partitions.clear()
         await self._refresh_brokers()
         await self._refresh_controller()
-        await self._refresh_topics()
+        await self._refresh_topics(every_topic=True)
 
     def close(self) -> None:
         for task in self._tasks:
@@ -85,9 +88,9 @@ class ZkMetadataCache:
         async with lock:
             try:
                 await refresh()
-            except Exception:
+            except KazooException as exc:
                 # The session may be gone; the reload after reconnecting reads it again.
-                log.warning("reading %s from ZooKeeper failed", key, exc_info=True)
+                log.warning("reading %s from ZooKeeper failed: %r", key, exc)
         self._changed.set()
 
     # ------------------------------------------------------------------- brokers
@@ -126,7 +129,7 @@ class ZkMetadataCache:
             self.listeners.controller_changed(controller_id)
 
     # -------------------------------------------------------------------- topics
-    async def _refresh_topics(self) -> None:
+    async def _refresh_topics(self, every_topic: bool = False) -> None:
         names = set(await self.zk.children(
             znodes.TOPICS, self._spawn("topics", self._refresh_topics)) or [])
         for name in sorted(set(self.image.topics) - names):
@@ -134,7 +137,7 @@ class ZkMetadataCache:
             self._watched_partitions = {tp for tp in self._watched_partitions if tp[0] != name}
             log.info("topic %s deleted", name)
             self.listeners.topic_deleted(topic)
-        for name in sorted(names - set(self.image.topics)):
+        for name in sorted(names if every_topic else names - set(self.image.topics)):
             await self._serialized(f"topic/{name}", lambda n=name: self._refresh_topic(n))
 
     async def _refresh_topic(self, name: str) -> None:
