@@ -1,27 +1,43 @@
-"""Proof that no acknowledged record was lost or duplicated, whatever failed meanwhile.
+"""Proof that no acknowledged record was lost, moved or duplicated, whatever failed.
 
-A ``LoadGenerator`` produces unique values (a sequence number each) with an
+A ``LoadGenerator`` produces unique values (``<prefix>-<sequence number>``) with an
 idempotent, acks=all confluent-kafka producer in a thread, and remembers every
-acknowledgement: partition, offset, value. ``check`` then reads every partition
-from its start to its end and reports Jepsen's anomalies:
+acknowledgement: partition, offset, value. ``read_partitions`` then reads every
+partition from its start to its high watermark, and ``find_anomalies`` compares the
+two and reports Jepsen's anomalies (its Kafka/Redpanda/Bufstream analyses):
 
-- lost: acknowledged, yet not found at the offset it was acknowledged at;
-- moved: found, but at another offset than acknowledged;
-- duplicated: one value at two offsets;
-- reordered: one partition's acknowledged values not in the order they were sent.
+- lost: acknowledged, yet not read at all;
+- moved: read, but not at the offset it was acknowledged at (an acknowledgement
+  without an offset, -1, shows here too: nothing proves where it was written);
+- duplicated: one value read at more than one offset;
+- conflicting: two values for one offset (two acknowledgements, or an
+  acknowledgement and the log, disagree on what is there);
+- nonmonotonic: offsets that go backwards, in a partition's read (in poll order) or
+  in its acknowledgements (in send order: an idempotent producer keeps a
+  partition's records in the order it sent them).
+
+Values are unique across the whole history, so any value read twice is a duplicate,
+acknowledged or not (an idempotent producer must not duplicate a record even when
+it never learnt whether it was written).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+# Where a value sits: (partition, offset).
+Place = tuple[int, int]
+# One partition's records as read, in poll order: (offset, value).
+Read = dict[int, list[tuple[int, bytes]]]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Acked:
     partition: int
     offset: int
@@ -31,72 +47,103 @@ class Acked:
 @dataclass
 class Anomalies:
     lost: list[Acked] = field(default_factory=list)
-    moved: list[tuple[Acked, int]] = field(default_factory=list)
-    duplicated: list[bytes] = field(default_factory=list)
-    reordered: list[tuple[int, bytes, bytes]] = field(default_factory=list)
+    moved: list[tuple[Acked, list[Place]]] = field(default_factory=list)
+    duplicated: dict[bytes, list[Place]] = field(default_factory=dict)
+    conflicting: dict[Place, list[bytes]] = field(default_factory=dict)
+    # (partition, what went backwards, the offset before, the offset after)
+    nonmonotonic: list[tuple[int, str, int, int]] = field(default_factory=list)
 
     @property
     def none(self) -> bool:
-        return not (self.lost or self.moved or self.duplicated or self.reordered)
-
-
-def find_anomalies(acked: list[Acked], stored: dict[int, list[tuple[int, bytes]]]
-                   ) -> Anomalies:
-    """Compare what was acknowledged with what each partition holds (offset, value)."""
-    found = Anomalies()
-    where: dict[bytes, list[tuple[int, int]]] = {}
-    for partition, records in stored.items():
-        for offset, value in records:
-            where.setdefault(value, []).append((partition, offset))
-    found.duplicated = sorted(v for v, places in where.items() if len(places) > 1)
-    for ack in acked:
-        places = where.get(ack.value, [])
-        if (ack.partition, ack.offset) in places:
-            continue
-        if places:
-            found.moved.append((ack, places[0][1]))
-        else:
-            found.lost.append(ack)
-    by_partition: dict[int, list[Acked]] = {}
-    for ack in sorted(acked, key=lambda a: (a.partition, a.offset)):
-        by_partition.setdefault(ack.partition, []).append(ack)
-    for partition, acks in by_partition.items():
-        for before, after in zip(acks, acks[1:], strict=False):
-            if sequence(before.value) > sequence(after.value):
-                found.reordered.append((partition, before.value, after.value))
-    return found
+        return not (self.lost or self.moved or self.duplicated or self.conflicting
+                    or self.nonmonotonic)
 
 
 def sequence(value: bytes) -> int:
-    return int(value.split(b"-")[1])
+    """The sequence number of a ``LoadGenerator`` value: the order it was sent in."""
+    return int(value.rsplit(b"-", 1)[1])
+
+
+def find_anomalies(acked: list[Acked], read: Read) -> Anomalies:
+    """Compare what was acknowledged with what each partition holds."""
+    found = Anomalies()
+    places: dict[bytes, list[Place]] = {}
+    values: dict[Place, list[bytes]] = {}
+    for partition, records in sorted(read.items()):
+        for (before, _), (after, _) in zip(records, records[1:], strict=False):
+            if after <= before:
+                found.nonmonotonic.append((partition, "read", before, after))
+        for offset, value in records:
+            # A place read twice (a read going backwards, reported above) is one copy.
+            if (partition, offset) not in places.setdefault(value, []):
+                places[value].append((partition, offset))
+            if value not in values.setdefault((partition, offset), []):
+                values[(partition, offset)].append(value)
+    found.duplicated = {value: where for value, where in places.items() if len(where) > 1}
+
+    for ack in acked:
+        where = places.get(ack.value, [])
+        if not where:
+            found.lost.append(ack)
+        elif (ack.partition, ack.offset) not in where:
+            found.moved.append((ack, where))
+        if ack.offset >= 0:
+            at = values.setdefault((ack.partition, ack.offset), [])
+            if ack.value not in at:
+                at.append(ack.value)
+    found.conflicting = {place: sorted(at) for place, at in values.items() if len(at) > 1}
+
+    by_partition: dict[int, list[Acked]] = {}
+    for ack in sorted(acked, key=lambda a: sequence(a.value)):
+        by_partition.setdefault(ack.partition, []).append(ack)
+    for partition, acks in sorted(by_partition.items()):
+        for before, after in zip(acks, acks[1:], strict=False):
+            if after.offset <= before.offset and after.offset >= 0:
+                found.nonmonotonic.append((partition, "acknowledged", before.offset,
+                                           after.offset))
+    return found
 
 
 def read_partitions(bootstrap: str, topic: str, partitions: int,
-                    timeout: float = 60.0) -> dict[int, list[tuple[int, bytes]]]:
-    """Every record of every partition, from its log start to its high watermark."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "checker",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                         "log_level": 0})
-    stored: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+                    timeout: float = 60.0) -> Read:
+    """Every record of every partition, from its log start to the high watermark it had
+    when the read began, in the order the consumer delivered them."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"checker-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+        "enable.partition.eof": True, "isolation.level": "read_uncommitted",
+        "log_level": 0})
+    read: Read = {p: [] for p in range(partitions)}
     try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
                 for p in range(partitions)}
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        unfinished = {p for p, end in ends.items() if end > 0}
+        errors: list[KafkaError] = []  # passing ones (a broker still restarting) are retried
         deadline = time.monotonic() + timeout
-        while any((stored[p][-1][0] + 1 if stored[p] else 0) < ends[p] for p in stored):
+        while unfinished:
             if time.monotonic() > deadline:
-                raise AssertionError(f"could not read {topic} up to {ends}")
+                raise AssertionError(f"could not read {topic} up to {ends}: partitions "
+                                     f"{sorted(unfinished)} unfinished; errors {errors[-5:]}")
             message = consumer.poll(0.5)
-            if message is None or message.error():
+            if message is None:
                 continue
-            stored[message.partition()].append((message.offset(), message.value()))
+            error = message.error()
+            if error is None:
+                read[message.partition()].append((message.offset(), message.value()))
+            elif error.code() == KafkaError._PARTITION_EOF:
+                if message.offset() >= ends[message.partition()]:
+                    unfinished.discard(message.partition())
+            else:
+                errors.append(error)
     finally:
         consumer.close()
-    return stored
+    return read
 
 
 class LoadGenerator:
-    """Produces ``prefix-<n>`` values until stopped, recording every acknowledgement."""
+    """Produces ``<prefix>-<n>`` values at ``rate`` per second until stopped, recording
+    every acknowledgement (and counting the errors of records that failed)."""
 
     def __init__(self, bootstrap: str, topic: str, prefix: str = "v", rate: int = 2000,
                  **config: object) -> None:
@@ -120,7 +167,7 @@ class LoadGenerator:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _delivered(self, error: KafkaError | None, message) -> None:
+    def _delivered(self, error: KafkaError | None, message: Message) -> None:
         if error is not None:
             self.errors[error.name()] += 1
             return
