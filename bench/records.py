@@ -9,14 +9,15 @@ each exactly once, in that order, unaltered. That is checked by comparing, per
 partition, the values consumed with the values sent, after the clock has stopped.
 
 All values of a run are built before its clock starts (a few hundred MB at
-most), so the load generator hands over pre-built objects exactly as it did
-when values were drawn from a fixed pool: numbering records costs the timed
-loop nothing.
+most), so the load generator hands over pre-built objects as it did when values
+were drawn from a pool of 4,096: numbering records costs the timed loop nothing,
+as long as it reads them in the order they were built (see ``partitions``).
 """
 
 from __future__ import annotations
 
 import itertools
+import operator
 import random
 import struct
 from collections import Counter
@@ -53,21 +54,33 @@ class RecordSet:
             raise ValueError(f"records of {self.size} B cannot hold a sequence number")
 
     @cached_property
-    def values(self) -> list[bytes]:
-        """Every value of the run, record ``k`` at index ``k``."""
+    def _tails(self) -> list[bytes]:
         rng = random.Random(self.seed * 1_000_003 + self.size)
-        tails = [rng.randbytes(self.size - SEQUENCE_BYTES)
-                 for _ in range(min(self.count, _TAILS))]
-        return list(map(bytes.__add__, map(_SEQUENCE.pack, range(self.count)),
-                        itertools.islice(itertools.cycle(tails), self.count)))
+        return [rng.randbytes(self.size - SEQUENCE_BYTES)
+                for _ in range(min(self.count, _TAILS))]
+
+    def _build(self, records: range) -> list[bytes]:
+        tails = self._tails
+        return list(map(bytes.__add__, map(_SEQUENCE.pack, records),
+                        map(tails.__getitem__,
+                            map(operator.mod, records, itertools.repeat(len(tails))))))
 
     @property
     def total_bytes(self) -> int:
         return self.size * self.count
 
+    def values(self) -> list[bytes]:
+        """Every value of the run, record ``k`` at index ``k``, built anew."""
+        return self._build(range(self.count))
+
     def partitions(self, partitions: int) -> list[list[bytes]]:
-        """The values each partition must hold, in order, when sent round-robin."""
-        return [self.values[p::partitions] for p in range(partitions)]
+        """The values each partition must hold, in order, when sent round-robin.
+
+        Each partition's values are built together, so that a producer walking one
+        partition reads memory in order: walking every n-th value of one list made
+        librdkafka's producer spend 20% more CPU per 100 B record than a pool did.
+        """
+        return [self._build(range(p, self.count, partitions)) for p in range(partitions)]
 
 
 @dataclass

@@ -25,14 +25,16 @@ def _consumed(partitions: list[list[bytes]], batch: int = 7) -> Tally:
 
 def test_every_value_is_distinct_and_carries_its_sequence_number() -> None:
     records = RecordSet(100, 10_001)  # more records than random tails
-    assert len(set(records.values)) == records.count
-    assert [sequence_of(v) for v in records.values] == list(range(records.count))
-    assert {len(v) for v in records.values} == {100}
+    values = records.values()
+    assert len(set(values)) == records.count
+    assert [sequence_of(v) for v in values] == list(range(records.count))
+    assert {len(v) for v in values} == {100}
 
 
 def test_partitions_hold_the_round_robin_share_in_order() -> None:
     records = RecordSet(1024, 100)
     lanes = records.partitions(PARTITIONS)
+    assert lanes == [records.values()[p::PARTITIONS] for p in range(PARTITIONS)]
     assert [[sequence_of(v) for v in lane] for lane in lanes] == [
         list(range(p, 100, PARTITIONS)) for p in range(PARTITIONS)]
 
@@ -99,7 +101,7 @@ def test_a_record_in_another_partition_fails_verification() -> None:
 def test_records_from_an_unknown_partition_fail_verification() -> None:
     records = RecordSet(100, 30)
     tally = _consumed(records.partitions(PARTITIONS))
-    tally.add([records.values[0]], PARTITIONS)
+    tally.add(records.values()[:1], PARTITIONS)
     with pytest.raises(VerificationError, match=f"partition {PARTITIONS}, which was never"):
         tally.verify(records.partitions(PARTITIONS), "t")
 

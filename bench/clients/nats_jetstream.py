@@ -110,7 +110,7 @@ class NatsJetStreamClient:
             publish = nc.publish
             watch.start()
             p = 0
-            for sent, value in enumerate(records.values, 1):
+            for sent, value in enumerate(records.values(), 1):
                 await publish(subjects[p], value, reply=inbox)
                 p = p + 1 if p + 1 < partitions else 0
                 if sent - acks.count > _MAX_UNACKED:

@@ -124,7 +124,7 @@ class RedisStreamsClient:
     def produce(self, name: str, partitions: int, records: RecordSet, acks: str,
                 watch: Stopwatch) -> Window:
         keys = _keys(name, partitions)
-        commands = [_xadd(keys[k % partitions], value) for k, value in enumerate(records.values)]
+        commands = [_xadd(keys[k % partitions], value) for k, value in enumerate(records.values())]
         writes = [(b"".join(commands[i:i + _PIPELINE_CHUNK]),
                    len(commands[i:i + _PIPELINE_CHUNK]))
                   for i in range(0, len(commands), _PIPELINE_CHUNK)]
