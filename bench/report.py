@@ -67,8 +67,8 @@ METHOD = """\
 - **Kafka protocol** (gregor, Tansu): confluent-kafka (librdkafka) with the
   same settings for both: `linger.ms=5`, `batch.size=1000000`, no compression,
   no idempotence, `acks` as stated, records handed over with `produce_batch`
-  (one call per 4,096 records: with `produce()` per record the Python loop would
-  set the pace); consumers assign partitions (no group protocol) with
+  (4,096 records per round, one call per partition: with `produce()` per record
+  the Python loop would set the pace); consumers assign partitions (no group protocol) with
   `fetch.queue.backoff.ms=10`, `queued.min.messages=1000000`.
 - **Redis Streams**: a topic of N partitions is N stream keys. XADD commands are
   RESP-encoded before the clock starts and pipelined (1,000 per write, 8 writes
