@@ -2,7 +2,15 @@
 
 Each cluster gets a ZooKeeper chroot of its own, so tests never see each other's
 brokers. Timeouts are short (a 2 s ZooKeeper session, a 2 s replica lag) so that
-a dead broker is noticed quickly; faults go to the pids this harness started.
+a dead broker is noticed quickly. Faults go to the processes this harness started:
+``cluster.brokers[id]`` is a ``BrokerProcess`` (``kill`` is SIGKILL, ``stop`` SIGTERM
+and wait, ``pause``/``resume`` SIGSTOP/SIGCONT, ``start`` again on the same data,
+address and port).
+
+Each broker listens on a loopback address of its own, 127.a.b.<broker id> (a block
+drawn per cluster), so that ``cut`` can partition the network between two brokers,
+or between a broker and ZooKeeper (which has its own address too), while clients,
+on 127.0.0.1, still reach every broker.
 """
 
 from __future__ import annotations
@@ -13,17 +21,30 @@ from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
+from kazoo.client import KazooClient
+from network import Network, loopback_block, sources
 
 from gregor.broker.process import BrokerProcess
+from gregor.cluster.znodes import BROKER_IDS
 from gregor.cluster.zookeeper_server import ZooKeeperServer
 
 SESSION_TIMEOUT_MS = 2000
 WAIT_S = 30.0
+# The other end of a link, besides a broker id.
+ZOOKEEPER = "zookeeper"
+Node = int | str
+
+
+class UnboundConnections(AssertionError):
+    """A broker's connections come from an address a cut cannot tell apart."""
 
 
 class Cluster:
     def __init__(self, zookeeper: ZooKeeperServer, work: Path, size: int = 3,
                  **overrides: str) -> None:
+        """``overrides`` are broker properties for every broker, by Kafka's names
+        (pass a dict: ``**{"unclean.leader.election.enable": "true"}``)."""
+        self.zookeeper = zookeeper
         self.chroot = f"/cluster-{uuid.uuid4().hex[:8]}"
         settings = {
             "zookeeper.connect": zookeeper.connect + self.chroot,
@@ -38,10 +59,13 @@ class Cluster:
             "log.flush.scheduler.interval.ms": "100",
             **overrides,
         }
+        block = loopback_block()
         self.brokers = {
-            broker_id: BrokerProcess(work / f"broker-{broker_id}",
+            broker_id: BrokerProcess(work / f"broker-{broker_id}", host=f"{block}.{broker_id}",
                                      overrides={"broker.id": str(broker_id), **settings})
             for broker_id in range(1, size + 1)}
+        self._network: Network | None = None
+        self._kazoo: KazooClient | None = None
 
     def start(self) -> Cluster:
         for broker in self.brokers.values():
@@ -51,8 +75,21 @@ class Cluster:
         return self
 
     def stop(self) -> None:
+        """Kill every broker (paused ones too) and heal every cut."""
         for broker in self.brokers.values():
             broker.kill()
+        if self._network is not None:
+            self._network.heal_all()
+        if self._kazoo is not None:
+            self._kazoo.stop()
+            self._kazoo.close()
+            self._kazoo = None
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     @property
     def bootstrap(self) -> str:
@@ -88,8 +125,60 @@ class Cluster:
                               for p in m.topics[name].partitions.values()),
                       f"{name} to be led and fully in sync")
 
+    def registered(self) -> set[int]:
+        """The brokers registered in ZooKeeper (``/brokers/ids``): the cluster's own
+        truth, whatever a broker cut off from it still believes."""
+        if self._kazoo is None:
+            self._kazoo = KazooClient(self.zookeeper.connect + self.chroot)
+            self._kazoo.start(WAIT_S)
+        return {int(child) for child in self._kazoo.get_children(BROKER_IDS)}
+
     def leader(self, topic: str, partition: int = 0) -> int:
         return self.metadata().topics[topic].partitions[partition].leader
 
     def isr(self, topic: str, partition: int = 0) -> list[int]:
         return list(self.metadata().topics[topic].partitions[partition].isrs)
+
+    # Network partitions (root and nftables: scripts/install-zookeeper.sh).
+
+    def address(self, node: Node) -> str:
+        """A broker's (by id) or ZooKeeper's (``ZOOKEEPER``) loopback address."""
+        return self.zookeeper.host if node == ZOOKEEPER else self.brokers[int(node)].host
+
+    def cut(self, a: Node, b: Node) -> None:
+        """Partition the network between two nodes (broker ids or ``ZOOKEEPER``): no
+        packet passes between them either way until ``heal``. Fails if a broker's
+        connections to the other come from an address the cut does not match (one it
+        did not bind them to), since the partition would then not hold."""
+        if self._network is None:
+            self._network = Network()
+        self._network.cut(self.address(a), self.address(b))
+        for near, far in ((a, b), (b, a)):
+            pid = None if near == ZOOKEEPER else self.brokers[int(near)].pid
+            if pid is None:
+                continue
+            stray = sources(pid, self.address(far)) - {self.address(near)}
+            if stray:
+                self._network.heal(self.address(a), self.address(b))
+                raise UnboundConnections(
+                    f"broker {near} reaches {far} ({self.address(far)}) from {sorted(stray)}, "
+                    f"not from its own address {self.address(near)}: the broker must bind its "
+                    "outgoing connections (to peers and ZooKeeper) to its listener's address "
+                    "for a cut to hold")
+
+    def isolate(self, broker_id: int, from_zookeeper: bool = True) -> None:
+        """Cut a broker off from every other broker (and ZooKeeper); clients still
+        reach it."""
+        for other in self.brokers:
+            if other != broker_id:
+                self.cut(broker_id, other)
+        if from_zookeeper:
+            self.cut(broker_id, ZOOKEEPER)
+
+    def heal(self, a: Node, b: Node) -> None:
+        if self._network is not None:
+            self._network.heal(self.address(a), self.address(b))
+
+    def heal_all(self) -> None:
+        if self._network is not None:
+            self._network.heal_all()
