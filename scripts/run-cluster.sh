@@ -1,46 +1,65 @@
 #!/usr/bin/env bash
 # Set up and run a three-broker cluster on one machine: a standalone ZooKeeper on
 # 127.0.0.1:2181 (data in ./data/zookeeper) and brokers 1, 2, 3 on 127.0.0.1:9092,
-# 9093 and 9094 (data in ./data/broker-N, configs in ./data/server-N.properties).
-# Ctrl-C stops the brokers cleanly (each hands its leaderships over first), then
-# ZooKeeper. Extra arguments go to every broker (e.g. -o min.insync.replicas=1).
+# 9093 and 9094 (data in ./data/broker-N, configs in ./data/server-N.properties,
+# output in ./data/broker-N.log). Ctrl-C (or SIGTERM) stops the brokers cleanly, each
+# handing its leaderships over first, then ZooKeeper. A broker killed meanwhile (to
+# watch a failover) leaves the others running; start it again by hand with
+#   .venv/bin/gregor broker start --config data/server-N.properties
+# Extra arguments go to every broker (e.g. -o unclean.leader.election.enable=true).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/install-zookeeper.sh
 mkdir -p data
-pids=()
+zookeeper=""
+brokers=()
 
 stop_all() {
   trap - INT TERM
-  echo "stopping the brokers ..." >&2
-  for pid in "${pids[@]:1}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]:1}"; do wait "$pid" 2>/dev/null || true; done
-  echo "stopping ZooKeeper ..." >&2
-  kill -TERM "${pids[0]}" 2>/dev/null || true
-  wait "${pids[0]}" 2>/dev/null || true
-  exit 130
+  # One at a time, as in a rolling restart: each hands its leaderships to brokers
+  # that are not stopping themselves.
+  for i in "${!brokers[@]}"; do
+    echo "stopping broker $((i + 1)) ..." >&2
+    kill -TERM "${brokers[$i]}" 2>/dev/null || true
+    wait "${brokers[$i]}" 2>/dev/null || true
+  done
+  if [ -n "$zookeeper" ]; then
+    echo "stopping ZooKeeper ..." >&2
+    kill -TERM "$zookeeper" 2>/dev/null || true
+    wait "$zookeeper" 2>/dev/null || true
+  fi
 }
-trap stop_all INT TERM
+trap 'stop_all; exit 130' INT
+trap 'stop_all; exit 143' TERM
+
+# Wait until a process says it is ready (writes FILE), or stop everything if it dies.
+wait_ready() {  # wait_ready PID FILE WHAT LOG
+  until [ -s "$2" ]; do
+    if ! kill -0 "$1" 2>/dev/null; then
+      echo "error: $3 exited before it was ready; the end of $4:" >&2
+      tail -n 15 "$4" >&2 || true
+      stop_all
+      exit 1
+    fi
+    sleep 0.1
+  done
+}
 
 # Each in a session of its own: the terminal's Ctrl-C reaches only this script,
 # which stops them in order (ZooKeeper last, so brokers can hand over leaderships).
-setsid .venv/bin/gregor zookeeper start --data-dir ./data/zookeeper --port 2181 &
-pids+=($!)
-zookeeper_ok() {  # ZooKeeper's own readiness word: ruok -> imok
-  { exec 3<>/dev/tcp/127.0.0.1/2181 && printf ruok >&3 && [ "$(head -c 4 <&3)" = imok ]; } \
-    2>/dev/null
-  local ok=$?
-  exec 3>&-
-  return $ok
-}
-for _ in $(seq 300); do zookeeper_ok && break; sleep 0.1; done
+# gregor zookeeper start prints its first line once its own ZooKeeper serves.
+rm -f data/zookeeper.out
+setsid .venv/bin/gregor zookeeper start --data-dir ./data/zookeeper --port 2181 \
+  > data/zookeeper.out &
+zookeeper=$!
+wait_ready "$zookeeper" data/zookeeper.out ZooKeeper data/zookeeper/zookeeper.log
+cat data/zookeeper.out >&2
 
 for id in 1 2 3; do
-  port=$((9091 + id))
   cat > "data/server-$id.properties" <<PROPERTIES
 broker.id=$id
-listeners=PLAINTEXT://127.0.0.1:$port
+listeners=PLAINTEXT://127.0.0.1:$((9091 + id))
 log.dirs=./data/broker-$id
 zookeeper.connect=127.0.0.1:2181/gregor
 zookeeper.session.timeout.ms=6000
@@ -48,8 +67,14 @@ default.replication.factor=3
 min.insync.replicas=2
 offsets.topic.replication.factor=3
 PROPERTIES
-  setsid .venv/bin/gregor broker start --config "data/server-$id.properties" "$@" &
-  pids+=($!)
+  rm -f "data/broker-$id.ready"
+  setsid .venv/bin/gregor broker start --config "data/server-$id.properties" \
+    --ready-file "data/broker-$id.ready" "$@" >> "data/broker-$id.log" 2>&1 &
+  brokers+=($!)
 done
-echo "cluster starting: ZooKeeper 127.0.0.1:2181, brokers 127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094 (Ctrl-C stops it)" >&2
+for id in 1 2 3; do
+  wait_ready "${brokers[$((id - 1))]}" "data/broker-$id.ready" "broker $id" "data/broker-$id.log"
+done
+echo "cluster ready: ZooKeeper 127.0.0.1:2181/gregor, brokers" \
+  "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094 (Ctrl-C stops it)" >&2
 wait

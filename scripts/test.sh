@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh test,spark,bench
-scripts/install-zookeeper.sh
+scripts/install-zookeeper.sh tests
 .venv/bin/ruff check src tests bench
 exec .venv/bin/python -m pytest -q "$@"
