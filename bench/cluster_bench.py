@@ -1,0 +1,323 @@
+"""The replicated cluster against one broker, and how long a failure stops writes.
+
+Run with ``python -m bench.cluster_bench`` (``--quick`` for a smoke run). On this
+machine, in one run, with a real ZooKeeper and real broker processes:
+
+* throughput: 1 KiB records, as fast as the producer goes, to one broker at acks=1
+  and to three brokers at RF=3, acks=all, min.insync.replicas=2 (the same cores do
+  three times the work, so a third is the floor; the target is 40%);
+* latency: produce-to-acknowledgement percentiles at acks=all and 20,000 records/s
+  (target: p99 under 10 ms);
+* unavailability: under a steady acks=all load, the longest gap between two
+  acknowledgements when the leader is killed (``kill -9``; target: the ZooKeeper
+  session timeout plus 1 s) and when it is stopped cleanly (SIGTERM, controlled
+  shutdown; target: under 1 s with no error seen by the producer).
+
+Every acknowledged record of the failure runs is read back and checked (count,
+uniqueness, offsets). It prints a table and writes ``cluster_bench.json`` and
+``cluster_bench.png`` to ``bench/out/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from gregor.broker.process import BrokerProcess  # noqa: E402
+from gregor.cluster.zookeeper_server import ZooKeeperServer  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "out"
+RECORD = 1024
+SESSION_TIMEOUT_MS = 6000  # Kafka's default is 18000; what run-cluster.sh uses is 6000
+KAFKA_DEFAULTS = {"zookeeper.session.timeout.ms": 18000, "replica.lag.time.max.ms": 30000}
+
+
+@dataclass
+class Result:
+    name: str
+    value: float
+    unit: str
+    target: str
+    met: bool
+    note: str = ""
+
+
+class Servers:
+    """ZooKeeper plus brokers in a scratch directory; everything stops on exit."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.zookeeper = ZooKeeperServer(work / "zookeeper").start()
+        self.brokers: list[BrokerProcess] = []
+
+    def broker(self, name: str, **overrides: str) -> BrokerProcess:
+        broker = BrokerProcess(self.work / name, overrides=overrides).start()
+        self.brokers.append(broker)
+        return broker
+
+    def cluster(self, size: int = 3) -> list[BrokerProcess]:
+        connect = f"{self.zookeeper.connect}/{uuid.uuid4().hex[:8]}"
+        return [self.broker(f"c{uuid.uuid4().hex[:6]}-{i}", **{
+            "broker.id": str(i), "zookeeper.connect": connect,
+            "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+            "min.insync.replicas": "2", "default.replication.factor": "3",
+            "offsets.topic.replication.factor": "3"}) for i in range(1, size + 1)]
+
+    def close(self) -> None:
+        for broker in self.brokers:
+            broker.kill()
+        self.zookeeper.stop()
+
+
+def bootstrap(brokers: list[BrokerProcess]) -> str:
+    return ",".join(b.bootstrap for b in brokers if b.proc is not None)
+
+
+def create_topic(servers: str, name: str, replication: int) -> None:
+    admin = AdminClient({"bootstrap.servers": servers, "log_level": 0})
+    admin.create_topics([NewTopic(name, 1, replication)])[name].result(timeout=30)
+    deadline = time.monotonic() + 30
+    while True:
+        partition = admin.list_topics(name, timeout=10).topics[name].partitions.get(0)
+        if partition is not None and partition.leader > 0 and len(partition.isrs) == replication:
+            return
+        assert time.monotonic() < deadline, "topic never fully in sync"
+        time.sleep(0.1)
+
+
+def throughput(servers: str, topic: str, records: int, acks: str) -> float:
+    """Records per second of one producer sending 1 KiB records as fast as it can."""
+    producer = Producer({"bootstrap.servers": servers, "acks": acks, "linger.ms": 5,
+                         "batch.size": 1_000_000, "queue.buffering.max.kbytes": 32768,
+                         "log_level": 0})
+    payload = b"x" * RECORD
+    failures: list[KafkaError] = []
+
+    def delivered(error: KafkaError | None, _message: object) -> None:
+        if error is not None:
+            failures.append(error)
+
+    started = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, payload, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.001)
+        producer.poll(0)
+    producer.flush(120)
+    elapsed = time.perf_counter() - started
+    assert not failures, failures[:3]
+    return records / elapsed
+
+
+def latency(servers: str, topic: str, rate: int, seconds: float) -> list[float]:
+    """Produce-to-acknowledgement latencies (ms) at a paced ``rate``, acks=all."""
+    producer = Producer({"bootstrap.servers": servers, "acks": "all", "linger.ms": 1,
+                         "log_level": 0})
+    payload = b"x" * RECORD
+    samples: list[float] = []
+    failures: list[KafkaError] = []
+
+    def delivered(sent_at: float, error: KafkaError | None) -> None:
+        if error is not None:
+            failures.append(error)
+        samples.append((time.perf_counter() - sent_at) * 1000)
+
+    count = int(rate * seconds)
+    started = time.perf_counter()
+    for i in range(count):
+        due = started + i / rate
+        while (now := time.perf_counter()) < due:
+            producer.poll(0)
+        producer.produce(topic, payload, on_delivery=lambda error, _, sent_at=now: delivered(
+            sent_at, error))
+        producer.poll(0)
+    producer.flush(60)
+    assert not failures, failures[:3]
+    return samples
+
+
+class AckLoad:
+    """A steady idempotent acks=all load recording when each record was acknowledged."""
+
+    def __init__(self, servers: str, topic: str, rate: int) -> None:
+        self.topic = topic
+        self.rate = rate
+        self.acked: list[tuple[int, bytes]] = []
+        self.times: list[float] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._producer = Producer({
+            "bootstrap.servers": servers, "acks": "all", "enable.idempotence": True,
+            "linger.ms": 1, "message.timeout.ms": 120000, "log_level": 0,
+            # librdkafka backs retries off exponentially up to 1 s by default, which
+            # would add up to a second of the client's own to the broker's gap.
+            "retry.backoff.max.ms": 100, "topic.metadata.refresh.interval.ms": 500})
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _delivered(self, error: KafkaError | None, message) -> None:
+        if error is not None:
+            self.errors.append(error.name())
+            return
+        self.acked.append((message.offset(), message.value()))
+        self.times.append(time.monotonic())
+
+    def _run(self) -> None:
+        started, sent = time.monotonic(), 0
+        while not self._stop.is_set():
+            if sent >= (time.monotonic() - started) * self.rate:
+                self._producer.poll(0.001)
+                continue
+            self._producer.produce(self.topic, b"%d" % sent, on_delivery=self._delivered)
+            sent += 1
+            self._producer.poll(0)
+
+    def start(self) -> AckLoad:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        assert self._producer.flush(120) == 0
+
+    def gap_after(self, moment: float) -> float:
+        """The longest time without an acknowledgement around ``moment``."""
+        times = [t for t in self.times if t >= moment - 1]
+        return max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
+
+
+def check_read_back(servers: str, topic: str, acked: list[tuple[int, bytes]]) -> None:
+    """Every acknowledged record at its offset, once."""
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": "bench-check",
+                         "enable.auto.commit": False, "log_level": 0})
+    end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    stored: dict[int, bytes] = {}
+    deadline = time.monotonic() + 60
+    while len(stored) < end and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            stored[message.offset()] = message.value()
+    consumer.close()
+    values = list(stored.values())
+    assert len(values) == len(set(values)), "a record was stored twice"
+    lost = [(o, v) for o, v in acked if stored.get(o) != v]
+    assert not lost, f"{len(lost)} acknowledged records not at their offset: {lost[:3]}"
+
+
+def unavailability(servers: Servers, clean: bool, rate: int, warmup_s: float) -> tuple[
+        float, list[str]]:
+    brokers = servers.cluster()
+    topic = f"fail-{uuid.uuid4().hex[:6]}"
+    create_topic(bootstrap(brokers), topic, 3)
+    load = AckLoad(bootstrap(brokers), topic, rate).start()
+    time.sleep(warmup_s)
+    admin = AdminClient({"bootstrap.servers": bootstrap(brokers), "log_level": 0})
+    leader_id = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+    leader = brokers[leader_id - 1]
+    moment = time.monotonic()
+    if clean:
+        leader.stop()
+    else:
+        leader.kill()
+    time.sleep(warmup_s + SESSION_TIMEOUT_MS / 1000)
+    load.stop()
+    check_read_back(bootstrap(brokers), topic, load.acked)
+    return load.gap_after(moment), load.errors
+
+
+def run(quick: bool) -> list[Result]:
+    records = 20_000 if quick else 200_000
+    work = Path(tempfile.mkdtemp(prefix="gregor-cluster-bench-"))
+    servers = Servers(work)
+    results = []
+    try:
+        single = servers.broker("single")
+        create_topic(single.bootstrap, "t", 1)
+        throughput(single.bootstrap, "t", records // 5, "1")  # warm-up, not recorded
+        one = statistics.median(throughput(single.bootstrap, "t", records, "1")
+                                for _ in range(1 if quick else 3))
+        brokers = servers.cluster()
+        create_topic(bootstrap(brokers), "t", 3)
+        throughput(bootstrap(brokers), "t", records // 5, "all")  # warm-up, not recorded
+        three = statistics.median(throughput(bootstrap(brokers), "t", records, "all")
+                                  for _ in range(1 if quick else 3))
+        ratio = three / one
+        results.append(Result("one broker, acks=1, 1 KiB", one, "records/s", "-", True))
+        results.append(Result("three brokers, RF=3, acks=all, 1 KiB", three, "records/s",
+                              ">= 40% of one broker", ratio >= 0.4,
+                              f"{ratio:.0%} of one broker"))
+        samples = sorted(latency(bootstrap(brokers), "t", 20_000, 3 if quick else 15))
+        p50, p99 = samples[len(samples) // 2], samples[int(len(samples) * 0.99)]
+        results.append(Result("acks=all p50 at 20,000 records/s", p50, "ms", "-", True))
+        results.append(Result("acks=all p99 at 20,000 records/s", p99, "ms", "< 10 ms",
+                              p99 < 10))
+        for broker in brokers:
+            broker.kill()
+        warmup = 2.0 if quick else 5.0
+        gap, errors = unavailability(servers, clean=False, rate=2000, warmup_s=warmup)
+        budget = SESSION_TIMEOUT_MS / 1000 + 1
+        results.append(Result("kill -9 of the leader: longest gap", gap, "s",
+                              f"<= session timeout + 1 s ({budget:.0f} s)", gap <= budget,
+                              f"Kafka's default session timeout is "
+                              f"{KAFKA_DEFAULTS['zookeeper.session.timeout.ms'] / 1000:.0f} s"))
+        gap, errors = unavailability(servers, clean=True, rate=2000, warmup_s=warmup)
+        results.append(Result("SIGTERM of the leader: longest gap", gap, "s", "< 1 s, no error",
+                              gap < 1 and not errors, f"producer errors: {errors or 'none'}"))
+    finally:
+        servers.close()
+        shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def report(results: list[Result]) -> str:
+    lines = ["| measurement | value | target | met | note |", "|---|---|---|---|---|"]
+    for r in results:
+        value = f"{r.value:,.0f} {r.unit}" if r.unit == "records/s" else f"{r.value:.2f} {r.unit}"
+        lines.append(f"| {r.name} | {value} | {r.target} | {'yes' if r.met else 'NO'} | "
+                     f"{r.note} |")
+    return "\n".join(lines)
+
+
+def plot(results: list[Result], path: Path) -> None:
+    rates = [r for r in results if r.unit == "records/s"]
+    figure, axis = plt.subplots(figsize=(7, 3))
+    axis.barh([r.name for r in rates], [r.value for r in rates], color=["#888", "#3a7"])
+    axis.set_xlabel("records/s (1 KiB)")
+    axis.set_title("one broker at acks=1 against three at RF=3, acks=all")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, one repetition")
+    args = parser.parse_args()
+    results = run(args.quick)
+    OUT.mkdir(exist_ok=True)
+    (OUT / "cluster_bench.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
+    plot(results, OUT / "cluster_bench.png")
+    print(report(results))
+
+
+if __name__ == "__main__":
+    main()
