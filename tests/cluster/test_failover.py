@@ -225,3 +225,62 @@ def test_a_leader_paused_past_its_session_is_fenced_and_truncates(cluster: Clust
     verify(cluster, load, "t", 1)
     logs = wait_for_identical_replicas(cluster, "t")
     assert b"zombie-" not in logs[zombie]
+
+
+@pytest.mark.parametrize("unclean", [False, True])
+def test_whole_isr_down_with_and_without_unclean_election(cluster: Cluster,
+                                                           unclean: bool) -> None:
+    """The leader is the last in-sync replica and dies; a follower that fell behind is
+    alive. Off (the default): the partition stays offline until the leader returns, with
+    every record. On: the follower leads at once, and the leader's extra records are
+    truncated away when it returns (consumers see the log the new leader has)."""
+    cluster.create_topic("t", **{"unclean.leader.election.enable": str(unclean).lower()})
+    leader = cluster.leader("t")
+    follower, other = [b for b in cluster.brokers if b != leader]
+    cluster.brokers[other].kill()
+    cluster.brokers[follower].pause()
+    cluster.wait_for(lambda m: m.topics["t"].partitions[0].isrs == [leader],
+                     "the ISR to shrink to the leader")
+    with WireConnection(cluster.brokers[leader].bootstrap) as connection:
+        answer = connection.request(ApiKey.PRODUCE, PRODUCE_VERSION, produce_request(
+            "t", 0, make_batch([b"only-on-the-leader"]), acks=1))
+        assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+    cluster.brokers[leader].kill()
+    cluster.brokers[follower].resume()
+    if unclean:
+        cluster.wait_for(lambda m: m.topics["t"].partitions[0].leader == follower,
+                         "the out-of-sync follower to lead")
+    else:
+        time.sleep(SESSION_TIMEOUT_MS / 1000 + 1)  # the leader's session has expired
+        assert cluster.metadata().topics["t"].partitions[0].leader == -1  # offline
+    cluster.brokers[leader].start()
+    expected = {False: leader, True: follower}[unclean]
+    cluster.wait_for(lambda m: m.topics["t"].partitions[0].leader == expected
+                     and leader in m.topics["t"].partitions[0].isrs,
+                     "the old leader back in the ISR")
+    stored = read_partitions(cluster.bootstrap, "t", 1)[0]
+    assert [v for _, v in stored] == ([] if unclean else [b"only-on-the-leader"])
+    if unclean:
+        log = cluster.brokers[leader].log_path.read_text()
+        assert "truncated 1 offset(s)" in log
+
+
+def test_preferred_leaders_come_back_after_a_restart(zookeeper: ZooKeeperServer,
+                                                     tmp_path: Path) -> None:
+    cluster = Cluster(zookeeper, tmp_path, **{
+        "leader.imbalance.check.interval.seconds": "1",
+        "leader.imbalance.per.broker.percentage": "0"}).start()
+    try:
+        cluster.create_topic("t", partitions=3)
+        preferred = {i: p.replicas[0] for i, p in
+                     cluster.metadata().topics["t"].partitions.items()}
+        victim = preferred[0]
+        assert cluster.brokers[victim].stop() == 0
+        cluster.wait_for(lambda m: all(p.leader != victim
+                                       for p in m.topics["t"].partitions.values()),
+                         "leaderships to move off the stopped broker")
+        cluster.brokers[victim].start()
+        cluster.wait_for(lambda m: {i: p.leader for i, p in m.topics["t"].partitions.items()}
+                         == preferred, "every partition led by its preferred replica again")
+    finally:
+        cluster.stop()
