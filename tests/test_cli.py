@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from clients import confluent_consume, confluent_consumer
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from gregor.broker.process import BrokerProcess, free_port
+from gregor.broker.process import BrokerProcess
 
 TIMESTAMP = 1_700_000_000_000
 # Lines as ``produce -K '|'`` reads them: a space, a tab, bytes that are not UTF-8
@@ -297,11 +298,13 @@ def test_perf_produce_throttles_and_reports_progress(broker: BrokerProcess,
 
 # ------------------------------------------------------------------ errors
 def test_unreachable_broker_is_one_clear_line() -> None:
-    address = f"127.0.0.1:{free_port()}"
-    for command in (["topics", "list"], ["consume", "t"], ["produce", "t"],
-                    ["perf", "consume", "--topic", "t", "--messages", "1"]):
-        error = fails(None, *command, "--bootstrap-server", address, input=b"x\n")
-        assert f"cannot reach a broker at {address}" in error and "refused" in error
+    with socket.socket() as bound:  # bound but never listening: connections are refused
+        bound.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{bound.getsockname()[1]}"
+        for command in (["topics", "list"], ["consume", "t"], ["produce", "t"],
+                        ["perf", "consume", "--topic", "t", "--messages", "1"]):
+            error = fails(None, *command, "--bootstrap-server", address, input=b"x\n")
+            assert f"cannot reach a broker at {address}" in error and "refused" in error
 
 
 def test_unknown_topic(broker: BrokerProcess, topic_name: str) -> None:

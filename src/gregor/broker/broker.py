@@ -95,6 +95,11 @@ class Broker:
             self.replica_manager.remove_partition(topic.name, index)
 
     async def start(self) -> None:
+        """Bind, load, serve, register, in that order. Binding comes first so that a
+        port held by another process fails the start at once, before a long log
+        recovery or a ZooKeeper session; serving comes after loading, so that no client
+        is answered before every log is open."""
+        await self._bind()
         if self.cluster is not None:
             await self.cluster.connect()
         self.load()
@@ -104,19 +109,10 @@ class Broker:
                 topic_deleted=lambda topic: self.replica_manager.remove_topic(topic.name),
                 topic_config_changed=self.replica_manager.update_config)
         self.group_coordinator.start()
-        loop = asyncio.get_running_loop()
-        max_request = self.config["socket.request.max.bytes"]
-        for host, port in self.config.listener_addresses():
-            server = await loop.create_server(
-                lambda: FrameProtocol(MIN_REQUEST_SIZE, max_request, self._on_connect),
-                host or None, port, reuse_address=True, backlog=1024)
-            self._servers.append(server)
-            bound = server.sockets[0].getsockname()
-            self.bound_address = (bound[0], bound[1])
-            if port == 0 and not self.config["advertised.listeners"]:
-                # Ephemeral port (tests): advertise what was actually bound.
-                self.advertised_address = (self.advertised_address[0], bound[1])
-            log.info("listening on %s:%s", bound[0], bound[1])
+        for server in self._servers:
+            await server.start_serving()
+            host, port = server.sockets[0].getsockname()[:2]
+            log.info("listening on %s:%s", host, port)
         host, port = self.advertised_address
         if self.cluster is not None:
             await self.cluster.register(host, port)
@@ -145,6 +141,23 @@ class Broker:
         log.info("broker %d started; advertising %s:%d; data in %s", self.broker_id, host, port,
                  self.config.log_dir)
 
+    async def _bind(self) -> None:
+        """Bind every listener without accepting yet (connections are refused until
+        ``start_serving``). The first listener is the broker's address: with port 0 and
+        no ``advertised.listeners`` (tests), it advertises the port the kernel chose."""
+        loop = asyncio.get_running_loop()
+        max_request = self.config["socket.request.max.bytes"]
+        listeners = self.config.listener_addresses()
+        for host, port in listeners:
+            server = await loop.create_server(
+                lambda: FrameProtocol(MIN_REQUEST_SIZE, max_request, self._on_connect),
+                host or None, port, reuse_address=True, backlog=1024, start_serving=False)
+            self._servers.append(server)
+        bound = self._servers[0].sockets[0].getsockname()
+        self.bound_address = (bound[0], bound[1])
+        if listeners[0][1] == 0 and not self.config["advertised.listeners"]:
+            self.advertised_address = (self.advertised_address[0], bound[1])
+
     async def stop(self) -> None:
         if self.cluster is not None:
             await self.cluster.controlled_shutdown(_CONTROLLED_SHUTDOWN_TIMEOUT_S)
@@ -163,6 +176,10 @@ class Broker:
         log.info("broker %d stopped cleanly", self.broker_id)
 
     async def serve_forever(self, stop: asyncio.Event, ready_file: str | None = None) -> None:
+        """Serve until ``stop`` is set. ``ready_file`` is the broker's own word that it
+        serves, for whoever started it (a connect would only say that something
+        listens): written atomically once started, with the address it listens on (the
+        port the kernel chose, with port 0), and removed again when it stops."""
         await self.start()
         if ready_file is not None:
             host, port = self.bound_address
@@ -171,6 +188,8 @@ class Broker:
         try:
             await stop.wait()
         finally:
+            if ready_file is not None:
+                Path(ready_file).unlink(missing_ok=True)
             await self.stop()
 
     # --------------------------------------------------------------- internals

@@ -23,9 +23,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     start.add_argument("--advertised-listeners", help="address clients should use")
     start.add_argument("--node-id", type=int, help="broker id (node.id)")
     start.add_argument("--ready-file", metavar="PATH",
-                       help="once the broker serves, write its address as JSON to PATH "
-                            '({"broker_id", "host", "port", "pid"}): how scripts and tests '
-                            "that start it on port 0 learn the port and know it is ready")
+                       help="once the broker serves (logs loaded, listeners accepting, "
+                            "registered in its cluster, background tasks running), write "
+                            "atomically to PATH the JSON "
+                            '{"broker_id", "host", "port", "pid"} of its first listener; '
+                            "removed when it stops cleanly. How scripts and tests that start "
+                            "it on port 0 learn the port and know it is ready. A listener "
+                            "that cannot bind (port in use) ends the broker at once with "
+                            "status 1, before it opens its logs")
     start.add_argument("--log-level", default="INFO",
                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     start.set_defaults(run=run_start)
