@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from harness import Cluster
 from network import loopback_block
 
 from gregor.cluster.zookeeper_server import ZooKeeperServer
@@ -18,3 +20,11 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
     with ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), host=f"{loopback_block()}.1",
                          force_sync=False) as server:
         yield server
+
+
+@pytest.fixture
+def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[Cluster]:
+    """Three brokers of the test's own, started and registered; killed after."""
+    started = Cluster(zookeeper, tmp_path).start()
+    yield started
+    started.stop()

@@ -3,14 +3,11 @@ network cuts that really hold between brokers and between a broker and ZooKeeper
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from checker import LoadGenerator, find_anomalies, read_partitions
 from harness import ZOOKEEPER, Cluster, UnboundConnections
-
-from gregor.cluster.zookeeper_server import ZooKeeperServer
 
 pytestmark = pytest.mark.timeout(240)
 # Partitions hold only if brokers bind their outgoing connections (to peers and to
@@ -18,13 +15,6 @@ pytestmark = pytest.mark.timeout(240)
 needs_bound_connections = pytest.mark.xfail(
     raises=UnboundConnections, strict=True,
     reason="brokers connect to peers and ZooKeeper from 127.0.0.1, not their own address")
-
-
-@pytest.fixture
-def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[Cluster]:
-    started = Cluster(zookeeper, tmp_path).start()
-    yield started
-    started.stop()
 
 
 def test_brokers_serve_on_their_own_addresses_and_restart_in_place(cluster: Cluster) -> None:
