@@ -29,6 +29,7 @@ from kio.schema.offset_for_leader_epoch.v3 import request as epoch_request
 from gregor.cluster.broker_channel import BrokerChannel, ChannelError
 from gregor.cluster.partition import Partition
 from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.codec import build
 from gregor.protocol.errors import ErrorCode
 from gregor.storage.log import LogAppendError
 from gregor.storage.log_manager import TopicPartition
@@ -128,26 +129,27 @@ class ReplicaFetcher:
             return
         topics: dict[str, list] = {}
         for (topic, index), target in pending:
-            topics.setdefault(topic, []).append(epoch_request.OffsetForLeaderPartition(
-                partition=index, current_leader_epoch=target.epoch,
+            topics.setdefault(topic, []).append(build(
+                epoch_request.OffsetForLeaderPartition, partition=index,
+                current_leader_epoch=target.epoch,
                 leader_epoch=target.partition.log.leader_epoch_cache.latest_epoch))
-        body = epoch_request.OffsetForLeaderEpochRequest(
-            replica_id=self.settings.broker_id,
-            topics=tuple(epoch_request.OffsetForLeaderTopic(topic=name, partitions=tuple(ps))
-                         for name, ps in topics.items()))
+        body = build(epoch_request.OffsetForLeaderEpochRequest,
+                     replica_id=self.settings.broker_id,
+                     topics=tuple(build(epoch_request.OffsetForLeaderTopic, topic=name,
+                                        partitions=tuple(ps)) for name, ps in topics.items()))
         answer = await self.channel.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, body)
         for topic in answer.topics:
             for result in topic.partitions:
-                target = self.targets.get((topic.topic, result.partition))
-                if target is None:
+                found = self.targets.get((topic.topic, result.partition))
+                if found is None:
                     continue
                 if result.error_code != ErrorCode.none:
                     self._warn(f"{topic.topic}-{result.partition}: leader {self.leader_id} "
                                f"answered {result.error_code.name} to OffsetForLeaderEpoch")
                     continue
-                self._truncate_to_leader(target.partition, result.leader_epoch,
+                self._truncate_to_leader(found.partition, result.leader_epoch,
                                          result.end_offset)
-                target.truncated = True
+                found.truncated = True
 
     @staticmethod
     def _truncate_to_leader(partition: Partition, leader_epoch: int, end_offset: int) -> None:
@@ -172,25 +174,25 @@ class ReplicaFetcher:
         topics: dict[str, list] = {}
         for (topic, index), target in current:
             partition = target.partition
-            topics.setdefault(topic, []).append(fetch_request.FetchPartition(
-                partition=index, current_leader_epoch=target.epoch,
-                fetch_offset=partition.log_end_offset,
+            topics.setdefault(topic, []).append(build(
+                fetch_request.FetchPartition, partition=index,
+                current_leader_epoch=target.epoch, fetch_offset=partition.log_end_offset,
                 log_start_offset=partition.log_start_offset,
                 partition_max_bytes=self.settings.partition_max_bytes))
-        answer = await self.channel.request(ApiKey.FETCH, FETCH_VERSION, fetch_request.FetchRequest(
-            replica_id=self.settings.broker_id,
-            max_wait=datetime.timedelta(milliseconds=self.settings.max_wait_ms),
-            min_bytes=self.settings.min_bytes, max_bytes=self.settings.max_bytes,
-            topics=tuple(fetch_request.FetchTopic(topic=name, partitions=tuple(ps))
-                         for name, ps in topics.items()),
-            forgotten_topics_data=()))
+        body = build(fetch_request.FetchRequest, replica_id=self.settings.broker_id,
+                     max_wait=datetime.timedelta(milliseconds=self.settings.max_wait_ms),
+                     min_bytes=self.settings.min_bytes, max_bytes=self.settings.max_bytes,
+                     topics=tuple(build(fetch_request.FetchTopic, topic=name,
+                                        partitions=tuple(ps)) for name, ps in topics.items()),
+                     forgotten_topics_data=())
+        answer = await self.channel.request(ApiKey.FETCH, FETCH_VERSION, body)
         progressed = False
         for topic in answer.responses:
             for data in topic.partitions:
-                target = self.targets.get((topic.topic, data.partition_index))
-                if target is None or target.epoch != target.partition.leader_epoch:
+                found = self.targets.get((topic.topic, data.partition_index))
+                if found is None or found.epoch != found.partition.leader_epoch:
                     continue  # stopped following it meanwhile
-                progressed |= self._apply(target, data)
+                progressed |= self._apply(found, data)
         return progressed
 
     def _apply(self, target: _Target, data) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -138,7 +139,7 @@ class ZkMetadataCache:
             log.info("topic %s deleted", name)
             self.listeners.topic_deleted(topic)
         for name in sorted(names if every_topic else names - set(self.image.topics)):
-            await self._serialized(f"topic/{name}", lambda n=name: self._refresh_topic(n))
+            await self._serialized(f"topic/{name}", functools.partial(self._refresh_topic, name))
 
     async def _refresh_topic(self, name: str) -> None:
         found = await self.zk.get(znodes.topic_path(name),
@@ -167,7 +168,7 @@ class ZkMetadataCache:
             if (name, index) not in self._watched_partitions:
                 self._watched_partitions.add((name, index))
                 await self._serialized(f"state/{name}/{index}",
-                                       lambda i=index: self._refresh_partition(name, i))
+                                       functools.partial(self._refresh_partition, name, index))
 
     async def _read_config(self, name: str) -> dict[str, str]:
         found = await self.zk.get(znodes.topic_config_path(name),

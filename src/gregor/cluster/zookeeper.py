@@ -144,7 +144,10 @@ class ZooKeeperSession:
         if watch is None:
             return None
         loop = self._loop or asyncio.get_running_loop()
-        return lambda _event: loop.call_soon_threadsafe(watch)
+
+        def fired(_event: Any) -> None:
+            loop.call_soon_threadsafe(watch)
+        return fired
 
     async def get(self, path: str, watch: Watch | None = None
                   ) -> tuple[bytes, ZnodeStat] | None:
