@@ -2,6 +2,11 @@
 # Create .venv and install gregor with what its tests need; install Debian tools
 # the tests use (kcat). Safe to run again: it only installs what is missing.
 # Usage: scripts/setup.sh [extras]   e.g. scripts/setup.sh test,spark
+#
+# pip runs only when needed, so that run-broker.sh restarts in about a second: each
+# install leaves a stamp per extra (and "gregor" for the package itself) in
+# .venv/.installed/<hash of pyproject.toml>/, and pip runs again when pyproject.toml
+# changed (its stamps are gone) or an extra asked for has no stamp yet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-}"
@@ -9,11 +14,27 @@ extras="${1:-}"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip
-if [ -n "$extras" ]; then
-  .venv/bin/python -m pip install --quiet -e ".[$extras]"
-else
-  .venv/bin/python -m pip install --quiet -e .
+key=$(.venv/bin/python -c \
+  'import hashlib; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest()[:16])')
+stamps=".venv/.installed/$key"
+IFS=, read -ra wanted <<< "gregor,$extras"
+up_to_date=true
+for name in "${wanted[@]}"; do
+  [ -e "$stamps/$name" ] || up_to_date=false
+done
+if ! $up_to_date; then
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  if [ -n "$extras" ]; then
+    .venv/bin/python -m pip install --quiet -e ".[$extras]"
+  else
+    .venv/bin/python -m pip install --quiet -e .
+  fi
+  mkdir -p "$stamps"
+  # Stamps of an earlier pyproject.toml say nothing about this one.
+  find .venv/.installed -mindepth 1 -maxdepth 1 ! -name "$key" -exec rm -rf {} +
+  for name in "${wanted[@]}"; do
+    touch "$stamps/$name"
+  done
 fi
 
 if [[ ",$extras," == *",test,"* ]] && ! command -v kcat >/dev/null 2>&1; then
