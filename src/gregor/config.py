@@ -8,6 +8,7 @@ what DescribeConfigs reports as the value's source.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -389,6 +390,19 @@ class BrokerConfig:
 
     def listener_addresses(self) -> list[tuple[str, int]]:
         return [parse_listener(item) for item in self.values["listeners"]]
+
+    @property
+    def source_address(self) -> str | None:
+        """The address outgoing connections (to other brokers, to ZooKeeper) come from:
+        the first listener's, when it names one IP address. A broker on 127.0.0.2 then
+        talks from 127.0.0.2, as a host with one address would, which is what lets a
+        firewall rule cut one broker off from the others on a single machine."""
+        host = parse_listener(self.values["listeners"][0])[0]
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return None  # a host name, or every address
+        return None if address.is_unspecified else host
 
     def advertised_address(self) -> tuple[str, int]:
         listeners = self.values["advertised.listeners"] or self.values["listeners"]

@@ -7,14 +7,9 @@ from pathlib import Path
 
 import pytest
 from checker import LoadGenerator, find_anomalies, read_partitions
-from harness import ZOOKEEPER, Cluster, UnboundConnections
+from harness import ZOOKEEPER, Cluster
 
 pytestmark = pytest.mark.timeout(240)
-# Partitions hold only if brokers bind their outgoing connections (to peers and to
-# ZooKeeper) to their own listener address; until they do, cut() refuses.
-needs_bound_connections = pytest.mark.xfail(
-    raises=UnboundConnections, strict=True,
-    reason="brokers connect to peers and ZooKeeper from 127.0.0.1, not their own address")
 
 
 def test_brokers_serve_on_their_own_addresses_and_restart_in_place(cluster: Cluster) -> None:
@@ -36,7 +31,6 @@ def test_brokers_serve_on_their_own_addresses_and_restart_in_place(cluster: Clus
     assert cluster.registered() == {1, 2, 3}
 
 
-@needs_bound_connections
 def test_a_follower_cut_off_from_its_peers_leaves_the_isr_until_healed(
         cluster: Cluster) -> None:
     cluster.create_topic("t")
@@ -56,7 +50,6 @@ def test_a_follower_cut_off_from_its_peers_leaves_the_isr_until_healed(
     assert find_anomalies(load.acked, read_partitions(cluster.bootstrap, "t", 1)).none
 
 
-@needs_bound_connections
 def test_a_broker_cut_off_from_zookeeper_loses_its_session_until_healed(
         cluster: Cluster) -> None:
     victim = next(b for b in cluster.brokers if b != cluster.metadata().controller_id)

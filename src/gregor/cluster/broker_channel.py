@@ -25,9 +25,10 @@ class ChannelError(Exception):
 
 class BrokerChannel:
     def __init__(self, broker_id: int, address: Callable[[int], tuple[str, int] | None],
-                 timeout_s: float) -> None:
+                 timeout_s: float, source_address: str | None = None) -> None:
         self.broker_id = broker_id
         self._address = address
+        self._local = None if source_address is None else (source_address, 0)
         self.timeout_s = timeout_s
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -49,7 +50,8 @@ class BrokerChannel:
             address = self._address(self.broker_id)
             if address is None:
                 raise ChannelError(f"broker {self.broker_id} is not live")
-            self._reader, self._writer = await asyncio.open_connection(*address)
+            self._reader, self._writer = await asyncio.open_connection(
+                *address, local_addr=self._local)
         assert self._reader is not None
         self._correlation_id += 1
         self._writer.write(encode_request(api_key, version, self._correlation_id, CLIENT_ID,

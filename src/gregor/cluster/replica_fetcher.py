@@ -53,6 +53,7 @@ class FetcherSettings:
     partition_max_bytes: int
     backoff_s: float
     timeout_s: float
+    source_address: str | None = None
 
 
 @dataclass(slots=True)
@@ -68,7 +69,8 @@ class ReplicaFetcher:
                  appended: Callable[[Partition], None]) -> None:
         self.leader_id = leader_id
         self.settings = settings
-        self.channel = BrokerChannel(leader_id, address, settings.timeout_s)
+        self.channel = BrokerChannel(leader_id, address, settings.timeout_s,
+                                     settings.source_address)
         self._appended = appended
         self.targets: dict[TopicPartition, _Target] = {}
         self._wakeup = asyncio.Event()

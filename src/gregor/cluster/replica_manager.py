@@ -58,7 +58,8 @@ class ReplicaManager:
             max_bytes=config["replica.fetch.response.max.bytes"],
             partition_max_bytes=config["replica.fetch.max.bytes"],
             backoff_s=config["replica.fetch.backoff.ms"] / 1000,
-            timeout_s=config["replica.socket.timeout.ms"] / 1000)
+            timeout_s=config["replica.socket.timeout.ms"] / 1000,
+            source_address=config.source_address)
         self._tasks: set[asyncio.Task] = set()
 
     def topic_config(self, topic: TopicMetadata) -> TopicConfig:

@@ -44,7 +44,8 @@ class ZkClusterMember:
         self.image = MetadataImage(path=None, cluster_id="")
         self.zk = ZooKeeperSession(config["zookeeper.connect"],
                                    config["zookeeper.session.timeout.ms"],
-                                   on_state=self._session_state_changed)
+                                   on_state=self._session_state_changed,
+                                   source_address=config.source_address)
         self.cache = ZkMetadataCache(self.zk, self.image)
         self.admin = ZkClusterAdmin(config, self.zk, self.image, self.cache)
         self.controller = ZkController(config, self.zk, self.image, self.cache)

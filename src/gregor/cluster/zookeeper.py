@@ -14,12 +14,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.handlers import utils as kazoo_utils
+from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.protocol.states import ZnodeStat
 
 log = logging.getLogger(__name__)
@@ -76,13 +79,14 @@ def split_connect(connect: str) -> tuple[str, str]:
 
 class ZooKeeperSession:
     def __init__(self, connect: str, session_timeout_ms: int,
-                 on_state: Callable[[str], None] | None = None) -> None:
+                 on_state: Callable[[str], None] | None = None,
+                 source_address: str | None = None) -> None:
         self.hosts, self.chroot = split_connect(connect)
         self.session_timeout_s = session_timeout_ms / 1000
         self._on_state = on_state
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._client = KazooClient(hosts=self.hosts + self.chroot,
-                                   timeout=self.session_timeout_s)
+        self._source_address = source_address
+        self._client = self._new_client(self.hosts + self.chroot)
         self._client.add_listener(self._state_changed)
 
     # ------------------------------------------------------------------ lifecycle
@@ -93,8 +97,13 @@ class ZooKeeperSession:
             await asyncio.to_thread(self._ensure_chroot, timeout)
         await asyncio.to_thread(self._client.start, timeout)
 
+    def _new_client(self, hosts: str) -> KazooClient:
+        handler = (SequentialThreadingHandler() if self._source_address is None
+                   else _SourceBoundHandler(self._source_address))
+        return KazooClient(hosts=hosts, timeout=self.session_timeout_s, handler=handler)
+
     def _ensure_chroot(self, timeout: float) -> None:
-        root = KazooClient(hosts=self.hosts, timeout=self.session_timeout_s)
+        root = self._new_client(self.hosts)
         root.start(timeout)
         try:
             root.ensure_path(self.chroot)
@@ -229,3 +238,30 @@ def _settle(future: asyncio.Future, value: Any, error: BaseException | None) -> 
         future.set_exception(error)
     else:
         future.set_result(value)
+
+
+class _SourceBoundHandler(SequentialThreadingHandler):
+    """kazoo's threading handler, with its connections made from ``source_address``
+    (kazoo has no option for it: it calls ``create_connection`` on the module given)."""
+
+    def __init__(self, source_address: str) -> None:
+        super().__init__()
+        self._socket_module = _SourceBoundSocketModule(source_address)
+
+    def create_connection(self, *args: Any, **kwargs: Any) -> socket.socket:
+        return kazoo_utils.create_tcp_connection(self._socket_module, *args, **kwargs)
+
+
+class _SourceBoundSocketModule:
+    """The ``socket`` module, but for ``create_connection``'s source address."""
+
+    def __init__(self, source_address: str) -> None:
+        self._source = (source_address, 0)
+
+    def create_connection(self, address: tuple[str, int], timeout: float | None = None
+                          ) -> socket.socket:
+        return socket.create_connection(address, timeout, source_address=self._source)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(socket, name)
+
