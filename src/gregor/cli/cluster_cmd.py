@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ClusterMetadata
 
 from gregor.cli.client_config import add_client_arguments, client_config
 from gregor.cli.cluster_metadata import cluster_metadata
@@ -43,16 +43,24 @@ def run_describe(args: argparse.Namespace) -> int:
         role = "\tcontroller" if node.id == controller else ""
         print(f"Broker: {node.id}\tAddress: {node.host}:{node.port}\t"
               f"Rack: {node.rack or '-'}{role}")
+    under, offline = unhealthy_partitions(metadata)
+    for title, partitions in (("UnderReplicatedPartitions", under),
+                              ("OfflinePartitions", offline)):
+        print(f"{title}: {len(partitions)}")
+        for name, index in partitions:
+            print(partition_row(metadata, name, index))
+    return 0
+
+
+def unhealthy_partitions(metadata: ClusterMetadata
+                         ) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """(under-replicated, offline) partitions as (topic, partition), in order: offline
+    ones have no leader, under-replicated ones a leader but an ISR short of a replica."""
     under, offline = [], []
     for name, topic in sorted(metadata.topics.items()):
         for index, partition in sorted(topic.partitions.items()):
-            row = partition_row(metadata, name, index)
             if partition.leader < 0:
-                offline.append(row)
+                offline.append((name, index))
             elif len(partition.isrs) < len(partition.replicas):
-                under.append(row)
-    for title, rows in (("UnderReplicatedPartitions", under), ("OfflinePartitions", offline)):
-        print(f"{title}: {len(rows)}")
-        for row in rows:
-            print(row)
-    return 0
+                under.append((name, index))
+    return under, offline

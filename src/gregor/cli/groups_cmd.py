@@ -14,6 +14,8 @@ import datetime
 import sys
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Literal
 
 from confluent_kafka import (
     ConsumerGroupState,
@@ -26,6 +28,7 @@ from confluent_kafka.admin import (
     AdminClient,
     ClusterMetadata,
     ConsumerGroupDescription,
+    MemberDescription,
     OffsetSpec,
 )
 
@@ -34,7 +37,7 @@ from gregor.cli.cluster_metadata import cluster_metadata
 from gregor.cli.errors import CliError, kafka_error_text
 
 # librdkafka's names for the group states, mapped back to Kafka's own.
-_STATE_NAMES = {
+STATE_NAMES = {
     ConsumerGroupState.STABLE: "Stable",
     ConsumerGroupState.EMPTY: "Empty",
     ConsumerGroupState.PREPARING_REBALANCING: "PreparingRebalance",
@@ -105,8 +108,8 @@ def _print_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> No
               .rstrip())
 
 
-def _log_offsets(admin: AdminClient, partitions: Iterable[tuple[str, int]],
-                 spec: OffsetSpec) -> dict[tuple[str, int], int]:
+def log_offsets(admin: AdminClient, partitions: Iterable[tuple[str, int]],
+                spec: OffsetSpec) -> dict[tuple[str, int], int]:
     wanted = {TopicPartition(topic, partition): spec for topic, partition in partitions}
     if not wanted:
         return {}
@@ -114,14 +117,14 @@ def _log_offsets(admin: AdminClient, partitions: Iterable[tuple[str, int]],
             for tp, future in admin.list_offsets(wanted).items()}
 
 
-def _describe(admin: AdminClient, group: str) -> ConsumerGroupDescription | None:
+def describe_group(admin: AdminClient, group: str) -> ConsumerGroupDescription | None:
     """The group's description, or None if it does not exist ("Dead")."""
     description = _result(admin.describe_consumer_groups([group])[group], f"describe {group!r}")
     assert isinstance(description, ConsumerGroupDescription)
     return None if description.state == ConsumerGroupState.DEAD else description
 
 
-def _committed(admin: AdminClient, group: str) -> dict[tuple[str, int], int]:
+def committed_offsets(admin: AdminClient, group: str) -> dict[tuple[str, int], int]:
     request = [ConsumerGroupTopicPartitions(group)]
     answer = _result(admin.list_consumer_group_offsets(request)[group],
                      f"list offsets of group {group!r}")
@@ -137,7 +140,7 @@ def run_list(args: argparse.Namespace) -> int:
         raise CliError(f"cannot list groups: {listed.errors[0]}")
     groups = sorted(listed.valid, key=lambda g: g.group_id)
     if args.state:
-        _print_table(("GROUP", "STATE"), [(g.group_id, _STATE_NAMES.get(g.state, g.state))
+        _print_table(("GROUP", "STATE"), [(g.group_id, STATE_NAMES.get(g.state, g.state))
                                           for g in groups])
     else:
         for group in groups:
@@ -155,30 +158,56 @@ def run_describe(args: argparse.Namespace) -> int:
     return 0
 
 
-def _describe_one(admin: AdminClient, group: str) -> None:
-    description = _describe(admin, group)
-    if description is None:
-        raise CliError(f"consumer group {group!r} does not exist")
-    committed = _committed(admin, group)
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """A group's position in one partition: a row of ``describe``, for any front end."""
+
+    topic: str
+    partition: int
+    committed: int | None  # None: the group has no offset committed there
+    log_start: int
+    log_end: int
+    owner: MemberDescription | None  # the member assigned the partition, if any
+
+    @property
+    def lag(self) -> int | None:
+        return None if self.committed is None else self.log_end - self.committed
+
+    @property
+    def lead(self) -> int | None:
+        return None if self.committed is None else self.committed - self.log_start
+
+
+def partition_lags(admin: AdminClient, group: str,
+                   description: ConsumerGroupDescription) -> list[PartitionLag]:
+    """Every partition the group committed to or is assigned, in topic, partition order."""
+    committed = committed_offsets(admin, group)
     owners = {(tp.topic, tp.partition): member for member in description.members
               for tp in member.assignment.topic_partitions}
     partitions = sorted(committed.keys() | owners.keys())
-    log_start = _log_offsets(admin, partitions, OffsetSpec.earliest())
-    log_end = _log_offsets(admin, partitions, OffsetSpec.latest())
-    state = _STATE_NAMES.get(description.state, str(description.state))
+    log_start = log_offsets(admin, partitions, OffsetSpec.earliest())
+    log_end = log_offsets(admin, partitions, OffsetSpec.latest())
+    return [PartitionLag(tp[0], tp[1], committed.get(tp), log_start[tp], log_end[tp],
+                         owners.get(tp)) for tp in partitions]
+
+
+def _describe_one(admin: AdminClient, group: str) -> None:
+    description = describe_group(admin, group)
+    if description is None:
+        raise CliError(f"consumer group {group!r} does not exist")
+    lags = partition_lags(admin, group, description)
+    state = STATE_NAMES.get(description.state, str(description.state))
     members = description.members
     assignor = description.partition_assignor or _NONE
     print(f"Consumer group '{group}' is {state} with {len(members)} member(s), "
           f"assignor {assignor}, coordinator {description.coordinator.id}.")
     print()
     rows = []
-    for tp in partitions:
-        offset = committed.get(tp)
-        owner = owners.get(tp)
+    for row in lags:
+        owner = row.owner
         rows.append((
-            group, tp[0], tp[1], _NONE if offset is None else offset, log_end[tp],
-            _NONE if offset is None else log_end[tp] - offset,
-            _NONE if offset is None else offset - log_start[tp],
+            group, row.topic, row.partition, _or_none(row.committed), row.log_end,
+            _or_none(row.lag), _or_none(row.lead),
             owner.member_id if owner else _NONE, owner.host if owner else _NONE,
             owner.client_id if owner else _NONE))
     _print_table(("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
@@ -190,11 +219,15 @@ def _describe_one(admin: AdminClient, group: str) -> None:
     _print_table(("CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
                   "ASSIGNMENT"), [
         (m.member_id, m.group_instance_id or _NONE, m.host, m.client_id,
-         len(m.assignment.topic_partitions), _assignment_text(m.assignment.topic_partitions))
+         len(m.assignment.topic_partitions), assignment_text(m.assignment.topic_partitions))
         for m in members])
 
 
-def _assignment_text(partitions: list[TopicPartition]) -> str:
+def _or_none(value: int | None) -> object:
+    return _NONE if value is None else value
+
+
+def assignment_text(partitions: list[TopicPartition]) -> str:
     """``orders(0,1),audit(2)``, as kafka-consumer-groups --members --verbose prints it."""
     by_topic: dict[str, list[int]] = {}
     for tp in partitions:
@@ -206,21 +239,11 @@ def _assignment_text(partitions: list[TopicPartition]) -> str:
 # ------------------------------------------------------------ reset-offsets
 def run_reset_offsets(args: argparse.Namespace) -> int:
     admin, metadata = _connect(args)
-    # A group that does not exist yet may be given offsets: that is how one decides
-    # where a new group will start.
-    description = _describe(admin, args.group)
-    if description is not None and description.members:
-        state = _STATE_NAMES.get(description.state, str(description.state))
-        raise CliError(f"offsets can only be reset while group {args.group!r} is inactive "
-                       f"(it is {state} with {len(description.members)} member(s))")
-    partitions = _reset_partitions(metadata, args.topic)
-    targets = _targets(admin, args, partitions)
+    require_inactive(admin, args.group)
+    partitions = reset_partitions(metadata, args.topic)
+    targets = reset_targets(admin, args.group, partitions, _reset_to(args))
     if args.execute:
-        request = [ConsumerGroupTopicPartitions(args.group, [
-            TopicPartition(topic, partition, offset)
-            for (topic, partition), offset in targets.items()])]
-        _result(admin.alter_consumer_group_offsets(request)[args.group],
-                f"reset offsets of group {args.group!r}")
+        commit_offsets(admin, args.group, targets)
     _print_table(("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
                  [(args.group, topic, partition, offset)
                   for (topic, partition), offset in targets.items()])
@@ -230,7 +253,30 @@ def run_reset_offsets(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reset_partitions(metadata: ClusterMetadata, topics: list[str]) -> list[tuple[str, int]]:
+def require_inactive(admin: AdminClient, group: str) -> None:
+    """Refuse to move the offsets of a group with members, as Kafka's tool does: they
+    would overwrite the new offsets with their next commit.
+
+    A group that does not exist yet may be given offsets: that is how one decides
+    where a new group will start.
+    """
+    description = describe_group(admin, group)
+    if description is not None and description.members:
+        state = STATE_NAMES.get(description.state, str(description.state))
+        raise CliError(f"offsets can only be reset while group {group!r} is inactive "
+                       f"(it is {state} with {len(description.members)} member(s))")
+
+
+def commit_offsets(admin: AdminClient, group: str,
+                   offsets: dict[tuple[str, int], int]) -> None:
+    request = [ConsumerGroupTopicPartitions(group, [
+        TopicPartition(topic, partition, offset)
+        for (topic, partition), offset in offsets.items()])]
+    _result(admin.alter_consumer_group_offsets(request)[group],
+            f"reset offsets of group {group!r}")
+
+
+def reset_partitions(metadata: ClusterMetadata, topics: list[str]) -> list[tuple[str, int]]:
     partitions = []
     for spec in topics:
         topic, _, listed = spec.partition(":")
@@ -251,29 +297,49 @@ def _reset_partitions(metadata: ClusterMetadata, topics: list[str]) -> list[tupl
     return partitions
 
 
-def _targets(admin: AdminClient, args: argparse.Namespace,
-             partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    """The new offset of each partition, kept inside [log start, log end] as Kafka's tool does."""
-    start = _log_offsets(admin, partitions, OffsetSpec.earliest())
-    end = _log_offsets(admin, partitions, OffsetSpec.latest())
+@dataclass(frozen=True, slots=True)
+class ResetTo:
+    """Where reset-offsets moves a group: ``earliest``, ``latest``, ``timestamp``
+    (``value`` in ms since the epoch), ``offset`` (``value``) or ``shift`` (by ``value``)."""
+
+    kind: Literal["earliest", "latest", "timestamp", "offset", "shift"]
+    value: int = 0
+
+
+def _reset_to(args: argparse.Namespace) -> ResetTo:
     if args.to_earliest:
-        return start
+        return ResetTo("earliest")
     if args.to_latest:
-        return end
+        return ResetTo("latest")
     if args.to_datetime is not None:
-        at = _timestamp_ms(args.to_datetime)
-        found = _log_offsets(admin, partitions, OffsetSpec.for_timestamp(at))
+        return ResetTo("timestamp", _timestamp_ms(args.to_datetime))
+    if args.to_offset is not None:
+        return ResetTo("offset", args.to_offset)
+    return ResetTo("shift", args.shift_by)
+
+
+def reset_targets(admin: AdminClient, group: str, partitions: list[tuple[str, int]],
+                  to: ResetTo) -> dict[tuple[str, int], int]:
+    """The new offset of each partition, kept inside [log start, log end] as Kafka's tool does."""
+    start = log_offsets(admin, partitions, OffsetSpec.earliest())
+    end = log_offsets(admin, partitions, OffsetSpec.latest())
+    if to.kind == "earliest":
+        return start
+    if to.kind == "latest":
+        return end
+    if to.kind == "timestamp":
+        found = log_offsets(admin, partitions, OffsetSpec.for_timestamp(to.value))
         # No record at or after that time: the group starts at the end.
         return {tp: offset if offset >= 0 else end[tp] for tp, offset in found.items()}
-    if args.to_offset is not None:
-        wanted = dict.fromkeys(partitions, args.to_offset)
+    if to.kind == "offset":
+        wanted = dict.fromkeys(partitions, to.value)
     else:
-        committed = _committed(admin, args.group)
+        committed = committed_offsets(admin, group)
         missing = [tp for tp in partitions if tp not in committed]
         if missing:
             raise CliError(f"cannot shift {missing[0][0]}-{missing[0][1]}: group "
-                           f"{args.group!r} has no committed offset there")
-        wanted = {tp: committed[tp] + args.shift_by for tp in partitions}
+                           f"{group!r} has no committed offset there")
+        wanted = {tp: committed[tp] + to.value for tp in partitions}
     return {tp: min(max(offset, start[tp]), end[tp]) for tp, offset in wanted.items()}
 
 
@@ -294,15 +360,19 @@ def run_delete(args: argparse.Namespace) -> int:
         try:
             future.result()
         except KafkaException as exc:
-            code = exc.args[0].code()
-            if code == KafkaError.NON_EMPTY_GROUP:
-                failures.append(f"{group!r} has active members")
-            elif code == KafkaError.GROUP_ID_NOT_FOUND:
-                failures.append(f"{group!r} does not exist")
-            else:
-                failures.append(f"{group!r}: {kafka_error_text(exc)}")
+            failures.append(delete_failure(group, exc))
             continue
         print(f"Deleted consumer group {group}.")
     if failures:
         raise CliError("cannot delete group " + "; ".join(failures))
     return 0
+
+
+def delete_failure(group: str, exc: KafkaException) -> str:
+    """Why DeleteGroups refused a group, in words (the broker refuses groups with members)."""
+    code = exc.args[0].code()
+    if code == KafkaError.NON_EMPTY_GROUP:
+        return f"{group!r} has active members"
+    if code == KafkaError.GROUP_ID_NOT_FOUND:
+        return f"{group!r} does not exist"
+    return f"{group!r}: {kafka_error_text(exc)}"
