@@ -284,3 +284,24 @@ def test_preferred_leaders_come_back_after_a_restart(zookeeper: ZooKeeperServer,
                          == preferred, "every partition led by its preferred replica again")
     finally:
         cluster.stop()
+
+
+def test_a_leader_cut_off_from_everyone_but_clients_stops_acknowledging(
+        cluster: Cluster) -> None:
+    """The leader loses its peers and ZooKeeper but clients still reach it. It must not
+    acknowledge acks=all alone; another broker leads after its session expires; when
+    the network heals it follows, truncating whatever it wrote alone."""
+    cluster.create_topic("t")
+    with LoadGenerator(cluster.bootstrap, "t") as load:
+        load.wait_for_acks(300)
+        leader = cluster.leader("t")
+        cluster.isolate(leader)
+        cut_at = len(load.acked)
+        cluster.wait_for(lambda m: m.topics["t"].partitions[0].leader not in (leader, -1),
+                         "another broker to lead", timeout=60)
+        load.wait_for_acks(cut_at + 300)
+        cluster.heal_all()
+        cluster.wait_for(lambda m: leader in m.topics["t"].partitions[0].isrs,
+                         "the old leader to rejoin as a follower", timeout=60)
+    verify(cluster, load, "t", 1)
+    wait_for_identical_replicas(cluster, "t")
