@@ -11,6 +11,7 @@ from confluent_kafka import KafkaException
 from gregor.cli import (
     broker_cmd,
     cluster_cmd,
+    console_cmd,
     consume_cmd,
     groups_cmd,
     perf_cmd,
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups_cmd.add_parser(subparsers)
     pipeline_cmd.add_parser(subparsers)
     zookeeper_cmd.add_parser(subparsers)
+    console_cmd.add_parser(subparsers)
     return parser
 
 

@@ -1,0 +1,62 @@
+"""``gregor console``: serve the web console for a cluster (see ``gregor.console``)."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+
+from gregor.cli.client_config import add_client_arguments
+from gregor.cli.errors import CliError
+
+DEFAULT_PORT = 8080
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    console = subparsers.add_parser(
+        "console", help="a web console: cluster, topics, messages, consumer groups")
+    console.add_argument("--host", default="127.0.0.1",
+                         help="address to listen on (default: 127.0.0.1, this machine only)")
+    console.add_argument("--port", type=int, default=DEFAULT_PORT,
+                         help=f"port to listen on (default: {DEFAULT_PORT}; 0 picks a free one)")
+    console.add_argument("--refresh", type=float, default=5.0, metavar="S",
+                         help="seconds between samples of offsets (rates, lag charts) and "
+                              "between page refreshes (default: 5)")
+    console.add_argument("--history", type=float, default=15.0, metavar="MIN",
+                         help="minutes of samples kept for the charts (default: 15)")
+    add_client_arguments(console)
+    console.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from gregor.console.admin import ClusterAdmin
+        from gregor.console.history import History
+        from gregor.console.server import create_app
+    except ImportError as exc:
+        raise CliError(f"the console needs the 'console' extra ({exc}): "
+                       "run scripts/build-console.sh, or pip install 'gregor[console]'") from None
+    if args.refresh <= 0 or args.history <= 0:
+        raise CliError("--refresh and --history must be positive")
+    # Bind before anything else, so a port in use fails at once and --port 0 is known.
+    try:
+        listener = socket.create_server((args.host, args.port), family=_family(args.host))
+    except OSError as exc:
+        raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
+    admin = ClusterAdmin(args)
+    # No ThroughputSource yet: gregor brokers serve no metrics (issue 13, items 1-2).
+    history = History(admin, args.refresh, args.history * 60)
+    app = create_app(admin, history)
+    host, port = listener.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"gregor console for {admin.bootstrap} on http://{shown}:{port}/ (Ctrl-C stops it)",
+          flush=True)
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2,
+                            lifespan="on")
+    uvicorn.Server(config).run(sockets=[listener])
+    return 0
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
