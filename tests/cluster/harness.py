@@ -19,7 +19,9 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from clients import METADATA_VERSION, WireConnection, metadata_request
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 from kazoo.client import KazooClient
 from network import Network, loopback_block, sources
@@ -27,6 +29,7 @@ from network import Network, loopback_block, sources
 from gregor.broker.process import BrokerProcess
 from gregor.cluster.znodes import BROKER_IDS
 from gregor.cluster.zookeeper_server import ZooKeeperServer
+from gregor.protocol.api_keys import ApiKey
 
 SESSION_TIMEOUT_MS = 2000
 WAIT_S = 30.0
@@ -68,10 +71,12 @@ class Cluster:
         self._kazoo: KazooClient | None = None
 
     def start(self) -> Cluster:
+        """Start every broker and wait until each knows all of them and the controller
+        (a broker that has not yet seen the others refuses a replication factor of 3)."""
         for broker in self.brokers.values():
             broker.start()
-        self.wait_for(lambda m: len(m.brokers) == len(self.brokers) and m.controller_id > 0,
-                      "every broker to register")
+        self.wait_everywhere(lambda m: {b.node_id for b in m.brokers} == set(self.brokers)
+                             and m.controller_id > 0, "every broker to see all the others")
         return self
 
     def stop(self) -> None:
@@ -115,15 +120,43 @@ class Cluster:
                 raise AssertionError(f"timed out waiting for {what}")
             time.sleep(0.1)
 
+    def wait_everywhere(self, check: Callable[[Any], bool], what: str,
+                        topics: list[str] | None = None, timeout: float = WAIT_S) -> None:
+        """Wait until ``check`` holds for the metadata of every running broker, each asked
+        on its own (kio's MetadataResponse): brokers learn of changes one by one, so an
+        answer from one says nothing of the next. Paused brokers are not asked."""
+        deadline = time.monotonic() + timeout
+        pending = dict(self.brokers)
+        while True:
+            for broker_id, broker in list(pending.items()):
+                if broker.pid is None or _paused(broker.pid):
+                    del pending[broker_id]
+                    continue
+                try:
+                    with WireConnection(broker.bootstrap, timeout=5) as connection:
+                        view = connection.request(ApiKey.METADATA, METADATA_VERSION,
+                                                  metadata_request(topics or [], False))
+                except OSError:  # restarting: ask again
+                    continue
+                if check(view):
+                    del pending[broker_id]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what} (not yet: brokers "
+                                     f"{sorted(pending)})")
+            time.sleep(0.1)
+
     def create_topic(self, name: str, partitions: int = 1, replication: int = 3,
                      **configs: str) -> None:
         admin = self.admin()  # kept alive until the answer: its futures need it
         admin.create_topics([NewTopic(name, partitions, replication, config=configs)])[
             name].result(timeout=30)
-        self.wait_for(lambda m: name in m.topics and len(m.topics[name].partitions) == partitions
-                      and all(p.leader > 0 and len(p.isrs) == replication
-                              for p in m.topics[name].partitions.values()),
-                      f"{name} to be led and fully in sync")
+        self.wait_everywhere(
+            lambda m: any(t.name == name and t.error_code == 0 and len(t.partitions) == partitions
+                          and all(p.leader_id > 0 and len(p.isr_nodes) == replication
+                                  for p in t.partitions) for t in m.topics),
+            f"{name} to be led and fully in sync in every broker's metadata", topics=[name])
 
     def registered(self) -> set[int]:
         """The brokers registered in ZooKeeper (``/brokers/ids``): the cluster's own
@@ -182,3 +215,12 @@ class Cluster:
     def heal_all(self) -> None:
         if self._network is not None:
             self._network.heal_all()
+
+
+def _paused(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP): state T in /proc/<pid>/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False
