@@ -231,6 +231,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
                   "how long committed offsets of an empty group are kept", minimum=1),
         ConfigDef("offsets.retention.check.interval.ms", ConfigType.LONG, 600000,
                   "how often expired committed offsets are removed", minimum=1),
+        ConfigDef("offsets.commit.timeout.ms", ConfigType.INT, 5000,
+                  "how long an offset commit waits for every in-sync replica", minimum=1),
         ConfigDef("offset.metadata.max.bytes", ConfigType.INT, 4096,
                   "largest metadata string an offset commit may carry", minimum=0),
         ConfigDef("max.incremental.fetch.session.cache.slots", ConfigType.INT, 1000,

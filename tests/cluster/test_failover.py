@@ -7,6 +7,7 @@ once, at the offset it was acknowledged at.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -305,3 +306,30 @@ def test_a_leader_cut_off_from_everyone_but_clients_stops_acknowledging(
                          "the old leader to rejoin as a follower", timeout=60)
     verify(cluster, load, "t", 1)
     wait_for_identical_replicas(cluster, "t")
+
+
+def test_an_offset_commit_is_acknowledged_only_once_replicated(cluster: Cluster) -> None:
+    """Kafka commits offsets with acks=all: while the coordinator's followers cannot
+    fetch, a commit waits; it completes once they have it."""
+    cluster.create_topic("t")
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g",
+                         "enable.auto.commit": False, "log_level": 0})
+    try:
+        consumer.assign([TopicPartition("t", 0, 0)])
+        consumer.commit(offsets=[TopicPartition("t", 0, 1)], asynchronous=False)
+        coordinator = _coordinator(cluster, "g")
+        followers = [b for b in cluster.brokers if b != coordinator]
+        for broker_id in followers:
+            cluster.brokers[broker_id].pause()
+        committing = threading.Thread(target=consumer.commit, kwargs={
+            "offsets": [TopicPartition("t", 0, 2)], "asynchronous": False})
+        committing.start()
+        committing.join(1.0)  # under replica.lag.time.max.ms: the followers stay in the ISR
+        assert committing.is_alive(), "acknowledged before any follower had it"
+        for broker_id in followers:
+            cluster.brokers[broker_id].resume()
+        committing.join(30)
+        assert not committing.is_alive()
+        assert consumer.committed([TopicPartition("t", 0)], timeout=30)[0].offset == 2
+    finally:
+        consumer.close()

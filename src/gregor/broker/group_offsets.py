@@ -76,6 +76,9 @@ async def handle_commit(broker: Broker, request: Request):
         broker.group_coordinator.commit_offsets(
             body.group_id, body.generation_id_or_member_epoch, body.member_id,
             getattr(body, "group_instance_id", None), valid))
+    if group_error == ErrorCode.none and valid:
+        group_error = await broker.group_coordinator.store.replicated(
+            body.group_id, broker.config["offsets.commit.timeout.ms"] / 1000)
     errors = [(tp, group_error if tp in valid else error) for tp, error in errors]
     partition_cls = nested(ApiKey.OFFSET_COMMIT, version, "OffsetCommitResponsePartition")
     topic_cls = nested(ApiKey.OFFSET_COMMIT, version, "OffsetCommitResponseTopic")

@@ -131,6 +131,20 @@ class OffsetsStore:
                              ) from exc
         self.replica_manager.notify((OFFSETS_TOPIC, index))
 
+    async def replicated(self, group_id: str, timeout_s: float) -> ErrorCode:
+        """Wait until what was written for the group is on every in-sync replica.
+
+        Kafka commits offsets with acks=all (``offsets.commit.required.acks``): an
+        acknowledged commit survives the loss of its coordinator's broker. Alone, the
+        high watermark is already there and nothing waits.
+        """
+        partition = self.replica_manager.get(OFFSETS_TOPIC, self.partition_for(group_id))
+        if partition is None:
+            return ErrorCode.not_coordinator
+        error = await self.replica_manager.wait_for_acks(partition, partition.log_end_offset,
+                                                         timeout_s)
+        return _STORE_ERRORS.get(error, error)
+
     def read(self, index: int) -> Iterator[Record]:
         """Every record of one partition, oldest first, up to its log end.
 
