@@ -1,0 +1,99 @@
+"""Every client library against a replicated cluster: metadata, acks=all, groups.
+
+librdkafka (kcat and confluent-kafka) is exercised throughout the fault tests; here
+kcat's metadata listing, kafka-python and aiokafka produce with acks=all and consume
+in a group through a coordinator that is not the broker they bootstrapped from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from harness import Cluster
+from kafka import KafkaConsumer, KafkaProducer
+
+from gregor.cluster.zookeeper_server import ZooKeeperServer
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[Cluster]:
+    started = Cluster(zookeeper, Path(tmp_path_factory.mktemp("clients"))).start()
+    yield started
+    started.stop()
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is installed by scripts/setup.sh")
+def test_kcat_lists_every_broker_and_the_replicas(cluster: Cluster) -> None:
+    cluster.create_topic("listed", partitions=2)
+    listing = subprocess.run(["kcat", "-b", cluster.bootstrap, "-L", "-t", "listed"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    assert " 3 brokers:" in listing
+    for broker_id, broker in cluster.brokers.items():
+        assert f"broker {broker_id} at {broker.bootstrap}" in listing
+    # "partition 0, leader 2, replicas: 2,3,1, isrs: 2,3,1"
+    partitions = re.findall(r"leader (\d+), replicas: ([\d,]+), isrs: ([\d,]+)", listing)
+    assert len(partitions) == 2
+    for leader, replicas, isrs in partitions:
+        assert leader == replicas.split(",")[0]
+        assert sorted(replicas.split(",")) == sorted(isrs.split(",")) == ["1", "2", "3"]
+
+
+def test_kafka_python_acks_all_and_a_group(cluster: Cluster) -> None:
+    cluster.create_topic("kp", partitions=3)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    futures = [producer.send("kp", b"kp-%d" % i) for i in range(300)]
+    producer.flush(30)
+    acked = [f.get(timeout=30) for f in futures]
+    producer.close()
+    assert len({(m.partition, m.offset) for m in acked}) == 300
+    consumer = KafkaConsumer("kp", bootstrap_servers=cluster.bootstrap, group_id="kp-group",
+                             auto_offset_reset="earliest", consumer_timeout_ms=20000)
+    values = set()
+    for message in consumer:
+        values.add(message.value)
+        if len(values) == 300:
+            break
+    consumer.commit()
+    consumer.close()
+    assert values == {b"kp-%d" % i for i in range(300)}
+
+
+def test_aiokafka_acks_all_and_a_group(cluster: Cluster) -> None:
+    cluster.create_topic("ak", partitions=3)
+
+    async def scenario() -> set[bytes]:
+        producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all",
+                                    enable_idempotence=True)
+        await producer.start()
+        try:
+            for i in range(300):
+                await producer.send("ak", b"ak-%d" % i)
+            await producer.flush()
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer("ak", bootstrap_servers=cluster.bootstrap,
+                                    group_id="ak-group", auto_offset_reset="earliest")
+        await consumer.start()
+        values: set[bytes] = set()
+        try:
+            async with asyncio.timeout(60):
+                async for message in consumer:
+                    values.add(message.value)
+                    if len(values) == 300:
+                        break
+            await consumer.commit()
+        finally:
+            await consumer.stop()
+        return values
+
+    assert asyncio.run(scenario()) == {b"ak-%d" % i for i in range(300)}
