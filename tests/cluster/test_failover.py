@@ -252,8 +252,11 @@ def test_whole_isr_down_with_and_without_unclean_election(cluster: Cluster,
         cluster.wait_for(lambda m: m.topics["t"].partitions[0].leader == follower,
                          "the out-of-sync follower to lead")
     else:
-        time.sleep(SESSION_TIMEOUT_MS / 1000 + 1)  # the leader's session has expired
-        assert cluster.metadata().topics["t"].partitions[0].leader == -1  # offline
+        cluster.wait_for(lambda m: leader not in m.brokers, "the leader's session to expire")
+        cluster.wait_for(lambda m: m.topics["t"].partitions[0].leader == -1,
+                         "the partition to go offline")
+        time.sleep(1)  # and to stay so, with an electable but out-of-sync follower alive
+        assert cluster.metadata().topics["t"].partitions[0].leader == -1
     cluster.brokers[leader].start()
     expected = {False: leader, True: follower}[unclean]
     cluster.wait_for(lambda m: m.topics["t"].partitions[0].leader == expected
