@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,13 +22,6 @@ from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture
-def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[Cluster]:
-    started = Cluster(zookeeper, tmp_path).start()
-    yield started
-    started.stop()
 
 
 def verify(cluster: Cluster, load: LoadGenerator, topic: str, partitions: int) -> None:
