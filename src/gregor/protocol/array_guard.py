@@ -31,7 +31,9 @@ import threading
 from collections.abc import Callable
 from functools import cache
 from types import NoneType, UnionType
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, TypeGuard, Union, get_args, get_origin, get_type_hints
+
+from kio.static.protocol import Entity
 
 from gregor.protocol.varint import encode_uvarint
 
@@ -61,7 +63,7 @@ class _Malformed(Exception):
 _found = threading.local()
 
 
-def check_arrays(schema: type, frame: Buffer, offset: int) -> Buffer:
+def check_arrays(schema: type[Entity], frame: Buffer, offset: int) -> Buffer:
     """Raise :class:`InvalidArray` for a bad array in the ``schema`` request at ``offset``.
 
     Returns the frame to decode: ``frame`` itself, or a copy without the tagged
@@ -150,6 +152,9 @@ def _sized(flexible: bool, legacy_size: int) -> Walker:
 
 def _array(name: str, element: Walker | int, flexible: bool, nullable: bool) -> Walker:
     read_length = _length_reader(flexible, 4)
+    # Fixed-size elements are skipped all at once rather than walked one by one.
+    element_size = element if isinstance(element, int) else 0
+    walk_element = None if isinstance(element, int) else element
 
     def walk(buf: Buffer, pos: int) -> int:
         count, pos = read_length(buf, pos)
@@ -160,10 +165,10 @@ def _array(name: str, element: Walker | int, flexible: bool, nullable: bool) -> 
         # Every element takes at least one byte: the bound Kafka's parser uses too.
         if count > len(buf) - pos:
             raise InvalidArray(f"{name} claims {count} elements, {len(buf) - pos} bytes left")
-        if element.__class__ is int:
-            return pos + count * element
+        if walk_element is None:
+            return pos + count * element_size
         for _ in range(count):
-            pos = element(buf, pos)
+            pos = walk_element(buf, pos)
         return pos
 
     return walk
@@ -198,14 +203,19 @@ def _without_none(hint: Any) -> tuple[Any, bool]:
     return hint, False
 
 
+def _is_entity(hint: Any) -> TypeGuard[type[Entity]]:
+    """A nested kio message class (a dataclass), rather than a primitive's type."""
+    return dataclasses.is_dataclass(hint)
+
+
 def _field_walker(field: dataclasses.Field, hint: Any, flexible: bool) -> Walker | int:
     hint, nullable = _without_none(hint)
     if get_origin(hint) is tuple:
         element, _ = _without_none(get_args(hint)[0])
-        inner = (_entity_walker(element) if dataclasses.is_dataclass(element)
+        inner = (_entity_walker(element) if _is_entity(element)
                  else _primitive(field.metadata["kafka_type"], flexible))
         return _array(field.name, inner, flexible, nullable)
-    if dataclasses.is_dataclass(hint):
+    if _is_entity(hint):
         entity = _entity_walker(hint)
         return _nullable_entity(entity) if nullable else entity
     return _primitive(field.metadata["kafka_type"], flexible)
@@ -218,25 +228,30 @@ def _as_walker(step: Walker | int) -> Walker:
 
 
 @cache
-def _entity_walker(cls: type) -> Walker:
+def _entity_walker(cls: type[Entity]) -> Walker:
     flexible = cls.__flexible__
     hints = get_type_hints(cls)
-    steps: list[Walker | int] = []  # an int skips a run of fixed-size fields
+    # Each walker with the run of fixed-size fields before it, skipped in one step.
+    runs: list[tuple[int, Walker]] = []
+    skip = 0
     tagged: dict[int, Walker] = {}
     for field in dataclasses.fields(cls):
         step = _field_walker(field, hints[field.name], flexible)
         if "tag" in field.metadata:
             tagged[field.metadata["tag"]] = _as_walker(step)
-        elif isinstance(step, int) and steps and isinstance(steps[-1], int):
-            steps[-1] += step
+        elif isinstance(step, int):
+            skip += step
         else:
-            steps.append(step)
+            runs.append((skip, step))
+            skip = 0
 
-    fixed_steps = tuple(steps)
+    fixed_runs = tuple(runs)
+    trailing_skip = skip
 
     def walk(buf: Buffer, pos: int) -> int:
-        for step in fixed_steps:
-            pos = pos + step if step.__class__ is int else step(buf, pos)
+        for run_size, step in fixed_runs:
+            pos = step(buf, pos + run_size)
+        pos += trailing_skip
         if flexible:
             section_start = pos
             count, pos = _uvarint(buf, pos)  # tagged fields: almost always none

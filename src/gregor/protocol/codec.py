@@ -17,10 +17,11 @@ from typing import Any, TypeVar
 from kio.index import load_payload_module, load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
+from kio.static.protocol import Entity
 
-from gregor.protocol.array_guard import check_arrays, strip_unknown_tags
+from gregor.protocol.array_guard import Buffer, check_arrays, strip_unknown_tags
 
-T = TypeVar("T")
+E = TypeVar("E", bound=Entity)
 
 _FRAME_PREFIX = struct.Struct(">i")
 _API_PREFIX = struct.Struct(">hhi")
@@ -39,7 +40,7 @@ class RequestHeader:
     client_id: str | None
 
 
-def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
+def peek_api(frame: Buffer) -> tuple[int, int, int]:
     """``(api_key, api_version, correlation_id)`` of a request frame body.
 
     These three fields have the same layout in every header version, so they can
@@ -70,13 +71,13 @@ def _response_codec(api_key: int, version: int) -> tuple[bool, Any]:
     return schema.__header_schema__.__flexible__, entity_writer(schema)
 
 
-def _header_tags_position(frame: bytes | memoryview) -> int:
+def _header_tags_position(frame: Buffer) -> int:
     """Where header v2's tag section starts: after the legacy (int16) client id."""
     (client_id_length,) = _CLIENT_ID_LENGTH.unpack_from(frame, _API_PREFIX.size)
     return _API_PREFIX.size + 2 + max(client_id_length, 0)
 
 
-def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
+def decode_request(frame: Buffer) -> tuple[RequestHeader, Any]:
     """Decode a whole request frame (without its size prefix) into header and body."""
     api_key, version, _ = peek_api(frame)
     try:
@@ -148,7 +149,7 @@ def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tu
 
 
 @cache
-def _field_names(cls: type) -> frozenset[str]:
+def _field_names(cls: type[Entity]) -> frozenset[str]:
     return frozenset(f.name for f in fields(cls))
 
 
@@ -158,7 +159,7 @@ def response_module(api_key: int, version: int) -> ModuleType:
     return load_payload_module(api_key, version, EntityType.response)
 
 
-def build(cls: type[T], **values: Any) -> T:
+def build(cls: type[E], **values: Any) -> E:
     """Instantiate a kio message class from a superset of its fields.
 
     Handlers describe an answer once with every field any version has; each
@@ -169,6 +170,6 @@ def build(cls: type[T], **values: Any) -> T:
     return cls(**{k: v for k, v in values.items() if k in names})
 
 
-def nested(api_key: int, version: int, name: str) -> type:
+def nested(api_key: int, version: int, name: str) -> type[Any]:
     """A nested response class (e.g. ``MetadataResponseTopic``) of one version."""
     return getattr(response_module(api_key, version), name)
