@@ -223,6 +223,7 @@ class Group:
         longer subscribes to. Commits that asked for an explicit retention (OffsetCommit
         v2-4) expire at their own timestamp.
         """
+        kept: set[str]
         if self.protocol_type and self.is_in(GroupState.EMPTY):
             since_emptied, kept = True, set()
         elif self.protocol_type is None:

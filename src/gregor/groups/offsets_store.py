@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from gregor.cluster.controller import ClusterAdmin, ControllerError
 from gregor.cluster.replica_manager import ReplicaManager
@@ -111,7 +111,7 @@ class OffsetsStore:
             raise StoreError(ErrorCode.coordinator_not_available,
                              f"cannot create {OFFSETS_TOPIC}: {exc}") from exc
 
-    def append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
+    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         """Write ``(key, value)`` records (value None: tombstone) to the group's partition."""
         if not records:
             return

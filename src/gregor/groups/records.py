@@ -18,6 +18,7 @@ import io
 import struct
 from dataclasses import dataclass, field, make_dataclass
 from functools import cache
+from types import GenericAlias
 from typing import Any
 
 from kio.serial import entity_reader, entity_writer
@@ -131,7 +132,10 @@ def _member_schema(version: int) -> type:
 @cache
 def _group_value_schema(version: int) -> type:
     flexible = version >= _FIRST_FLEXIBLE_VALUE_VERSION
-    members = ("members", tuple[_member_schema(version), ...], field(metadata={}))
+    # ``tuple[member class, ...]`` spelled as the object it makes: the member class only
+    # exists at run time, so it cannot appear in a type expression.
+    members = ("members", GenericAlias(tuple, (_member_schema(version), ...)),
+               field(metadata={}))
     return _make_schema("GroupMetadataValue", version, _GROUP_METADATA_VALUE, EntityType.data,
                         flexible, extra=[members])
 
