@@ -1,8 +1,10 @@
 """LeaderEpochFileCache: which leader epoch started at which offset, as Kafka keeps it.
 
-Followers use it (OffsetForLeaderEpoch) to find where their log diverges from a
-new leader's and truncate there; on one node it still records every epoch change
-so replication can build on it unchanged.
+A leader answers from it where one of its epochs ended (OffsetForLeaderEpoch, and
+Fetch's diverging epoch), and a follower compares that with its own to find where
+its log diverges from the leader's and truncate there (KIP-101, KIP-279). On one
+node it still records every epoch change, so a broker that joins a cluster later
+has it.
 """
 
 from __future__ import annotations
@@ -46,9 +48,24 @@ class LeaderEpochFileCache:
         return self.epochs[-1] if self.epochs else -1
 
     def assign(self, epoch: int, start_offset: int) -> None:
-        """Note that ``epoch`` begins at ``start_offset`` if it is newer than the latest."""
-        if epoch <= self.latest_epoch:
+        """Note that ``epoch`` begins at ``start_offset``.
+
+        As in Kafka, entries the new one contradicts (an epoch at least as new, or one
+        starting at or after it) go first, so the cache stays monotonic in both epoch
+        and offset whatever a follower is sent: e.g. an epoch this broker assigned when
+        it became leader but never wrote in, and which its new leader does not know.
+        Every append calls this; the common case returns on the first comparison.
+        """
+        if self.epochs and epoch == self.epochs[-1] and start_offset >= self.start_offsets[-1]:
             return
+        if epoch < 0:
+            return
+        keep = len(self.epochs)
+        while keep and (self.epochs[keep - 1] >= epoch
+                        or self.start_offsets[keep - 1] >= start_offset):
+            keep -= 1
+        del self.epochs[keep:]
+        del self.start_offsets[keep:]
         self.epochs.append(epoch)
         self.start_offsets.append(start_offset)
         self._write()

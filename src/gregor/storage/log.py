@@ -137,6 +137,30 @@ class Log:
             self.segments.append(self._new_segment(log_start_offset))
         self._bases = [s.base_offset for s in self.segments]
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self._restore_leader_epochs(recover)
+
+    def _restore_leader_epochs(self, recovered: bool) -> None:
+        """Add epochs the checkpoint missed from the batch headers, as Kafka's recovery does.
+
+        The checkpoint is written after the batch that starts an epoch, so a crash in
+        between leaves an epoch only the log knows; without the checkpoint (lost, or
+        a log older than it) every segment is read. Followers and OffsetForLeaderEpoch
+        trust this cache to truncate by epoch, never by high watermark (KIP-101).
+        """
+        cache = self.leader_epoch_cache
+        if cache.path.exists():
+            if not recovered:
+                return
+            start = self._segment_index(self.recovery_point)
+        else:
+            start = 0
+        try:
+            for segment in self.segments[start:]:
+                for _, header in segment.iter_batches():
+                    if header.partition_leader_epoch > cache.latest_epoch:
+                        cache.assign(header.partition_leader_epoch, header.base_offset)
+        except InvalidRecordBatch as exc:
+            log.warning("%s: leader epochs read up to a bad batch header: %s", self.name, exc)
 
     def _delete_orphan_indexes(self) -> None:
         """Remove index files whose log is gone (a crash while deleting a segment)."""
@@ -280,7 +304,7 @@ class Log:
             spans = record_batch.split_batches(data)
         except InvalidRecordBatch as exc:
             raise LogAppendError(ErrorCode.corrupt_message, str(exc)) from None
-        placed = []
+        placed: list[tuple[int, int, int, int, int]] = []
         headers = []
         expected = self.log_end_offset
         for pos, size in spans:
@@ -288,6 +312,14 @@ class Log:
                 header = record_batch.validate_batch(data, pos)
             except InvalidRecordBatch as exc:
                 raise LogAppendError(ErrorCode.corrupt_message, str(exc)) from None
+            if (not placed and header.base_offset < expected <= header.last_offset
+                    and expected == self.log_start_offset == self.active_segment.base_offset
+                    and self.active_segment.size == 0):
+                # The leader's log start (DeleteRecords) falls inside its first batch,
+                # and this log, empty, starts there: start it at the batch instead, as
+                # Kafka does; the leader's log start offset is applied afterwards.
+                self.truncate_fully_and_start_at(header.base_offset)
+                expected = header.base_offset
             if header.base_offset < expected:
                 # Compaction leaves offset gaps but never goes backwards.
                 raise LogAppendError(ErrorCode.offset_out_of_range,
@@ -458,9 +490,14 @@ class Log:
     def truncate_to(self, offset: int) -> None:
         """Remove everything at or after ``offset`` (a follower diverging from its leader).
 
-        Whole batches only: a batch holding ``offset`` goes entirely.
+        Whole batches only: a batch holding ``offset`` goes entirely. Even when no
+        record goes, an epoch starting at the log end goes, as in Kafka: one this
+        broker assigned when it became leader and never wrote in, which its new
+        leader may not know (else the follower would keep sending it as its last
+        fetched epoch).
         """
         if offset >= self.log_end_offset:
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return
         if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
