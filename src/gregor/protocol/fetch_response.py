@@ -18,6 +18,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION_V4 = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
 _I64 = struct.Struct(">q")
+_EPOCH_END = struct.Struct(">iq")  # EpochEndOffset: epoch, end offset
 
 FLEXIBLE_FROM = 12
 MIN_VERSION = 4
@@ -27,7 +28,8 @@ MAX_VERSION = 12
 class Region(Protocol):
     """A byte range the connection writes without loading it into memory."""
 
-    length: int
+    @property
+    def length(self) -> int: ...
 
 
 @dataclass(slots=True)
@@ -38,6 +40,8 @@ class FetchedPartition:
     last_stable_offset: int
     log_start_offset: int
     records: Region | bytes | None
+    # (epoch, end offset) where the fetcher's log parts from this one (v12+, tag 0).
+    diverging_epoch: tuple[int, int] | None = None
 
 
 Chunk = bytes | Region
@@ -91,12 +95,20 @@ def encode_fetch_response(version: int, correlation_id: int, throttle_ms: int, e
                     chunks.append(records)
                     buf = bytearray()
             if flexible:
-                buf += b"\x00"  # partition tags
+                if p.diverging_epoch is None:
+                    buf += b"\x00"  # partition tags
+                else:
+                    # One tagged field: tag 0, its size, then EpochEndOffset with its own
+                    # (empty) tag section.
+                    buf += b"\x01\x00" + encode_uvarint(_EPOCH_END.size + 1)
+                    buf += _EPOCH_END.pack(*p.diverging_epoch) + b"\x00"
         if flexible:
             buf += b"\x00"  # topic tags
     if flexible:
         buf += b"\x00"  # response tags
     chunks.append(bytes(buf))
     total = sum(len(c) if isinstance(c, bytes) else c.length for c in chunks)
-    chunks[0] = _I32.pack(total) + chunks[0]
+    head = chunks[0]
+    assert isinstance(head, bytes)  # every response starts with its header bytes
+    chunks[0] = _I32.pack(total) + head
     return chunks
