@@ -1,14 +1,14 @@
 """Produce: append record batches to partition leaders.
 
 acks=all answers once every in-sync replica has the records: the request waits
-(Kafka's delayed produce) until each partition's high watermark covers what was
-appended, the partition stops being led here, or the request's timeout passes.
-On a single broker the high watermark moves with the append, so nothing waits.
+in the delayed-produce purgatory until each partition's high watermark covers
+what was appended, the partition stops being led here, or the request's timeout
+passes, and all its partitions are answered together. On a single broker the
+high watermark moves with the append, so nothing waits.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -81,16 +81,11 @@ def _append(broker: Broker, request: Request, topic: str, data
 async def _wait_for_replicas(broker: Broker,
                              waits: list[tuple[_PartitionResult, Partition, int]],
                              timeout_s: float) -> None:
-    """acks=all: each partition's answer once its high watermark covers the append."""
-    pending = [(result, partition, required) for result, partition, required in waits
-               if not partition.acks_satisfied(required)
-               or len(partition.isr) < partition.log.config["min.insync.replicas"]]
-    if not pending:
-        return  # the common single-broker case: no task, no wait
-    errors = await asyncio.gather(*(
-        broker.replica_manager.wait_for_acks(partition, required, timeout_s)
-        for _, partition, required in pending))
-    for (result, _, _), error in zip(pending, errors, strict=True):
+    """acks=all: every partition's answer, once each high watermark covers its append
+    (or the request times out); on one broker they all do at once, without waiting."""
+    errors = await broker.replica_manager.delayed_produce.wait(
+        [(partition, required) for _, partition, required in waits], timeout_s)
+    for (result, _, _), error in zip(waits, errors, strict=True):
         if error != ErrorCode.none:
             result.error, result.message = error, None
 

@@ -1,62 +1,91 @@
 """Partition: one replica of a topic-partition, leading or following, with its ISR and HW.
 
-The rules are Kafka's (``Partition`` and ``Replica`` in its server module):
+The rules are Kafka's (``Partition`` and ``Replica`` in its server module, 3.x):
 
-- The leader appends and stamps its leader epoch. It learns each follower's log
-  end offset from the follower's fetches, and the high watermark is the smallest
-  log end offset over the ISR: what every in-sync replica has, and all that
-  consumers may read. It only moves forward.
-- A follower is caught up when a fetch reaches the leader's log end as it was at
-  that fetch, or at the follower's previous fetch. Not caught up for
-  ``replica.lag.time.max.ms``, it leaves the ISR; once its log end reaches the
-  high watermark (and the start of the leader's epoch) it joins again.
-- ISR changes are asked of the cluster (``alter_isr``), conditioned on the state
-  this leader saw; one change at a time is in flight. A refused change means
-  the leader's view is stale: it keeps its ISR until the newer state arrives.
-- A follower's high watermark is the leader's, capped at its own log end.
+- The leader appends and stamps its leader epoch, which starts at its log end
+  when it is elected. It learns each follower's log end offset from the
+  follower's fetches. The high watermark is the smallest log end offset over the
+  "maximal" ISR (the ISR plus a member whose admission is being asked for) and
+  over followers caught up but not admitted yet; it only moves forward, and not
+  at all while the ISR is below ``min.insync.replicas`` (KIP-966): what it covers
+  is on enough replicas, and it is all consumers may read.
+- A follower is caught up when its log end equals the leader's, or when within
+  ``replica.lag.time.max.ms`` one of its fetches reached the leader's log end as
+  it was at that fetch or at its previous one. Not caught up, it leaves the ISR;
+  once its log end reaches the high watermark and the start of the leader's
+  epoch, it joins again.
+- ISR changes are asked of the cluster, conditioned on the partition epoch this
+  leader saw; one is in flight at a time. A refused change means the leader's
+  view is stale: it keeps the change pending (so it asks nothing more) until the
+  controller's newer state arrives.
+- A follower's high watermark is the leader's, bounded by its own log.
 
-Nothing here does IO beyond the log, or reads the clock: the caller passes the
-time, so the ISR and high-watermark rules have deterministic tests.
+Nothing here does IO beyond the log: the time comes from an injected clock, so
+the ISR and high-watermark rules have deterministic tests.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gregor.cluster.partition_state import PartitionState
 from gregor.protocol.errors import ErrorCode
-from gregor.storage.log import AppendResult, Log, LogAppendError
+from gregor.storage.log import AppendResult, Log, LogAppendError, OffsetOutOfRange
 
 log = logging.getLogger(__name__)
+
+NEVER = float("-inf")
+DEFAULT_REPLICA_LAG_TIME_MAX_S = 30.0
 
 
 @dataclass(slots=True)
 class FollowerState:
-    """What the leader knows of one follower, from its fetches."""
+    """What the leader knows of one follower, from its fetches (Kafka's ReplicaState)."""
 
     log_end_offset: int = -1  # unknown until it fetches from this leader
-    last_caught_up_s: float = 0.0
+    log_start_offset: int = -1
+    # The leader's log end when the follower's previous fetch came in.
     last_fetch_leader_end: int = -1
-    last_fetch_s: float = 0.0
+    last_fetch_s: float = NEVER
+    last_caught_up_s: float = NEVER
+
+    def is_caught_up(self, leader_end: int, now_s: float, lag_max_s: float) -> bool:
+        return self.log_end_offset == leader_end or now_s - self.last_caught_up_s <= lag_max_s
+
+
+class StateChange(enum.Enum):
+    """What applying the controller's state changed."""
+
+    NONE = "none"
+    ISR = "isr"  # the same leadership, another ISR or replica set
+    LEADER_EPOCH = "leader_epoch"  # a new leader epoch: lead, follow another, or stop
 
 
 class Partition:
     def __init__(self, topic: str, index: int, log: Log, local_broker_id: int,
-                 state: PartitionState, high_watermark: int = 0) -> None:
+                 state: PartitionState, high_watermark: int = 0, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 replica_lag_time_max_s: float = DEFAULT_REPLICA_LAG_TIME_MAX_S) -> None:
         self.topic = topic
         self.index = index
         self.log = log
         self.local_broker_id = local_broker_id
         self.state = state
+        self.clock = clock
+        self.replica_lag_time_max_s = replica_lag_time_max_s
         self.followers: dict[int, FollowerState] = {}
         # A checkpointed high watermark can never exceed what survived on disk.
         self.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
-        # The ISR change asked for and not answered yet (one at a time, as in Kafka).
+        # The ISR change asked for and not settled yet (one at a time, as in Kafka).
         self.pending_isr: PartitionState | None = None
+        # Where this broker's leadership began in its log (-1 when following).
+        self.leader_epoch_start_offset = -1
         if self.is_leader:
-            self._reset_followers(0.0)
-            self.maybe_increment_high_watermark()
+            self._become_leader(new_leader=True)
 
     # ----------------------------------------------------------------- identity
     @property
@@ -87,33 +116,89 @@ class Partition:
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
 
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The ISR plus a member being admitted: the stricter set, until the change settles."""
+        pending = self.pending_isr
+        if pending is None:
+            return self.state.isr
+        return self.state.isr + tuple(r for r in pending.isr if r not in self.state.isr)
+
+    @property
+    def effective_min_isr(self) -> int:
+        """min.insync.replicas, capped at the replication factor (Kafka's effectiveMinIsr)."""
+        return min(self.log.config["min.insync.replicas"], len(self.state.replicas))
+
+    @property
+    def is_under_min_isr(self) -> bool:
+        isr = len(self.state.isr)
+        # Checked on every append: with the whole assignment in sync, no config lookup.
+        return (self.is_leader and isr < len(self.state.replicas)
+                and isr < self.effective_min_isr)
+
     # -------------------------------------------------------------- transitions
-    def update_state(self, state: PartitionState, now_s: float) -> bool:
-        """Apply a newer state from the controller; True if leadership changed."""
-        became = state.leader_epoch > self.state.leader_epoch
-        if not became and state.partition_epoch <= self.state.partition_epoch:
-            return False
+    def update_state(self, state: PartitionState) -> StateChange:
+        """Apply the controller's state if it is newer than this replica's.
+
+        A newer leader epoch makes this replica leader or follower; the same epoch
+        with a newer partition epoch only brings another ISR or replica set.
+        """
+        if state.leader_epoch < self.state.leader_epoch:
+            return StateChange.NONE
+        if state.leader_epoch == self.state.leader_epoch:
+            if state.partition_epoch <= self.state.partition_epoch:
+                return StateChange.NONE
+            self.state = state
+            self.pending_isr = None
+            if self.is_leader:
+                self._sync_followers()
+                self.maybe_increment_high_watermark()
+            return StateChange.ISR
         was_leader = self.is_leader
         self.state = state
         self.pending_isr = None
-        if became and self.is_leader:
-            # The new epoch starts at this log's end at once (not at the first append):
-            # OffsetForLeaderEpoch answers followers from it, and the latest epoch a
-            # leader knows must be at least any follower's.
-            self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
-            # Kafka gives every follower a fresh lag window under a new leader, and
-            # learns their log ends from their first fetches.
-            self._reset_followers(now_s)
-            log.info("%s: leading at epoch %d from offset %d (ISR %s)", self.name,
-                     state.leader_epoch, self.log_end_offset, list(state.isr))
-        elif became:
+        if self.is_leader:
+            self._become_leader(new_leader=not was_leader)
+            log.info("%s: leading at epoch %d from offset %d (ISR %s, high watermark %d)",
+                     self.name, self.leader_epoch, self.leader_epoch_start_offset,
+                     list(self.state.isr), self.high_watermark)
+        else:
             self.followers.clear()
-            log.info("%s: following %d at epoch %d", self.name, state.leader, state.leader_epoch)
-        return became or was_leader != self.is_leader
+            self.leader_epoch_start_offset = -1
+            log.info("%s: following %d at epoch %d from offset %d", self.name, state.leader,
+                     state.leader_epoch, self.log_end_offset)
+        return StateChange.LEADER_EPOCH
 
-    def _reset_followers(self, now_s: float) -> None:
-        self.followers = {r: FollowerState(last_caught_up_s=now_s, last_fetch_s=now_s)
-                          for r in self.state.replicas if r != self.local_broker_id}
+    def _become_leader(self, new_leader: bool) -> None:
+        start = self.log.log_end_offset
+        # The epoch starts at this log's end at once, not at the first append: a
+        # follower that saw several elections in a row may hold a later epoch than
+        # any this log has, and must learn where this leader's history parts from it.
+        self.log.leader_epoch_cache.assign(self.leader_epoch, start)
+        self.leader_epoch_start_offset = start
+        # Kafka's resetReplicaState: a new leader learns followers' log ends from their
+        # fetches; ISR members get a fresh lag window, the others none (they must not
+        # hold the high watermark back before they fetch).
+        now = self.clock()
+        known = {} if new_leader else self.followers
+        self.followers = {}
+        for replica in self.state.replicas:
+            if replica == self.local_broker_id:
+                continue
+            in_sync = replica in self.state.isr
+            previous = known.get(replica)
+            self.followers[replica] = FollowerState(
+                log_end_offset=-1 if previous is None else previous.log_end_offset,
+                log_start_offset=-1 if previous is None else previous.log_start_offset,
+                last_fetch_leader_end=-1 if previous is None else start,
+                last_fetch_s=now if in_sync and previous is not None else NEVER,
+                last_caught_up_s=now if in_sync else NEVER)
+        self.maybe_increment_high_watermark()
+
+    def _sync_followers(self) -> None:
+        """Track the followers of a changed replica set (a reassignment)."""
+        followers = [r for r in self.state.replicas if r != self.local_broker_id]
+        self.followers = {r: self.followers.get(r) or FollowerState() for r in followers}
 
     # ------------------------------------------------------------------- leader
     def append_as_leader(self, records: bytes, required_acks: int) -> AppendResult:
@@ -121,100 +206,166 @@ class Partition:
             raise LogAppendError(
                 ErrorCode.not_leader_or_follower,
                 f"broker {self.local_broker_id} does not lead {self.name}")
-        min_isr = self.log.config["min.insync.replicas"]
-        if required_acks == -1 and len(self.isr) < min_isr:
+        if required_acks == -1 and self.is_under_min_isr:
             raise LogAppendError(ErrorCode.not_enough_replicas,
                                  f"ISR {list(self.isr)} is smaller than min.insync.replicas "
-                                 f"{min_isr}")
+                                 f"{self.effective_min_isr}")
         result = self.log.append_as_leader(records, self.leader_epoch)
         self.maybe_increment_high_watermark()
         return result
 
     def maybe_increment_high_watermark(self) -> bool:
-        """Advance the HW to the smallest log end offset across the ISR; True if it moved."""
-        ends = [self.log.log_end_offset if broker == self.local_broker_id
-                else self.followers.get(broker, FollowerState()).log_end_offset
-                for broker in self.isr]
-        candidate = min(ends) if ends else self.log.log_end_offset
+        """Advance the HW as far as every replica that counts has; True if it moved."""
+        if not self.is_leader or self.is_under_min_isr:
+            return False
+        leader_end = self.log.log_end_offset
+        candidate = leader_end
+        if self.followers:
+            now = self.clock()
+            maximal = self.maximal_isr
+            for replica, follower in self.followers.items():
+                if follower.log_end_offset < candidate and (
+                        replica in maximal
+                        or follower.is_caught_up(leader_end, now, self.replica_lag_time_max_s)):
+                    candidate = follower.log_end_offset
         if candidate > self.high_watermark:
             self.high_watermark = candidate
             return True
         return False
 
-    def record_follower_fetch(self, replica_id: int, fetch_offset: int, now_s: float) -> bool:
-        """A follower fetched from ``fetch_offset``; True if the high watermark moved."""
+    def diverging_epoch(self, last_fetched_epoch: int, fetch_offset: int
+                        ) -> tuple[int, int] | None:
+        """Where a fetcher's log parts from this one, as Kafka's readRecords checks it.
+
+        ``(epoch, end offset)``: this log's largest epoch not after the fetcher's
+        last fetched one, and where it ends here, if that is before the fetch
+        offset or is an older epoch (the fetcher holds records this log does not
+        have); None if the fetcher's log continues this one. Raises
+        OffsetOutOfRange if that epoch's end is unknown or the offset is below
+        the log start.
+        """
+        epoch, end = self.log.leader_epoch_cache.end_offset_for(last_fetched_epoch,
+                                                                self.log.log_end_offset)
+        if end < 0 or fetch_offset < self.log.log_start_offset:
+            raise OffsetOutOfRange(fetch_offset, self.log.log_start_offset,
+                                   self.log.log_end_offset)
+        if epoch < last_fetched_epoch or end < fetch_offset:
+            return epoch, end
+        return None
+
+    def is_replica(self, broker_id: int) -> bool:
+        return broker_id in self.followers
+
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int, log_start_offset: int,
+                              leader_end: int) -> bool:
+        """A follower fetched from ``fetch_offset`` (its log end) while this log ended at
+        ``leader_end``; True if the high watermark moved (Kafka's updateFetchState)."""
         follower = self.followers.get(replica_id)
         if follower is None:
             return False
-        leader_end = self.log.log_end_offset
+        now = self.clock()
         if fetch_offset >= leader_end:
-            follower.last_caught_up_s = now_s
+            follower.last_caught_up_s = max(follower.last_caught_up_s, now)
         elif fetch_offset >= follower.last_fetch_leader_end:
             follower.last_caught_up_s = max(follower.last_caught_up_s, follower.last_fetch_s)
+        moved = follower.log_end_offset != fetch_offset
         follower.log_end_offset = fetch_offset
-        follower.last_fetch_leader_end = leader_end
-        follower.last_fetch_s = now_s
-        return self.maybe_increment_high_watermark()
+        follower.log_start_offset = log_start_offset
+        follower.last_fetch_leader_end = max(leader_end, follower.last_fetch_leader_end)
+        follower.last_fetch_s = now
+        return moved and self.maybe_increment_high_watermark()
 
-    def propose_isr_expansion(self) -> PartitionState | None:
-        """The ISR change that admits followers that caught up, if any and none is pending;
-        it becomes the pending one."""
-        if not self.is_leader or self.pending_isr is not None:
+    def propose_isr_expansion(self, replica_id: int) -> PartitionState | None:
+        """The ISR change admitting ``replica_id`` if it caught up, unless a change is
+        pending; it becomes the pending one."""
+        follower = self.followers.get(replica_id)
+        if (not self.is_leader or self.pending_isr is not None or follower is None
+                or replica_id in self.state.isr
+                or follower.log_end_offset < self.high_watermark
+                or follower.log_end_offset < self.leader_epoch_start_offset):
             return None
-        epoch_start = self._leader_epoch_start()
-        joining = [r for r, f in self.followers.items()
-                   if r not in self.isr and f.log_end_offset >= self.high_watermark
-                   and f.log_end_offset >= epoch_start]
-        if not joining:
-            return None
-        self.pending_isr = self.state.with_isr(self.isr + tuple(sorted(joining)))
+        self.pending_isr = self.state.with_isr(self.state.isr + (replica_id,))
         return self.pending_isr
 
-    def propose_isr_shrink(self, now_s: float, lag_max_s: float) -> PartitionState | None:
-        """The ISR change that drops followers not caught up for ``lag_max_s``, if any and
-        none is pending; it becomes the pending one."""
+    def out_of_sync_replicas(self) -> list[int]:
+        """ISR members not caught up for replica.lag.time.max.ms (none while a change is
+        pending)."""
         if not self.is_leader or self.pending_isr is not None:
-            return None
-        lagging = {r for r in self.isr if r != self.local_broker_id
-                   and now_s - self.followers.get(r, FollowerState()).last_caught_up_s > lag_max_s}
+            return []
+        now = self.clock()
+        leader_end = self.log.log_end_offset
+        return [r for r in self.state.isr if r != self.local_broker_id
+                and not self.followers.get(r, FollowerState()).is_caught_up(
+                    leader_end, now, self.replica_lag_time_max_s)]
+
+    def propose_isr_shrink(self) -> PartitionState | None:
+        """The ISR change dropping followers out of sync, if any and none is pending; it
+        becomes the pending one."""
+        lagging = self.out_of_sync_replicas()
         if not lagging:
             return None
-        self.pending_isr = self.state.with_isr(tuple(r for r in self.isr if r not in lagging))
+        self.pending_isr = self.state.with_isr(
+            tuple(r for r in self.state.isr if r not in lagging))
         return self.pending_isr
 
     def isr_changed(self, asked: PartitionState, written: PartitionState | None) -> bool:
-        """The answer to an ISR change; True if the high watermark moved with it."""
+        """The controller's answer to an ISR change; True if the high watermark moved.
+
+        ``None`` is a refusal: the partition epoch asked on is stale, so the change
+        stays pending and nothing more is asked until the newer state is applied.
+        """
         if self.pending_isr is not asked:
-            return False  # a newer state arrived meanwhile
-        self.pending_isr = None
-        if written is None or written.leader_epoch != self.state.leader_epoch:
+            return False  # a newer state was applied meanwhile
+        if written is None:
+            log.info("%s: ISR change to %s refused; waiting for the controller's state",
+                     self.name, list(asked.isr))
+            return False
+        if (written.leader_epoch != self.state.leader_epoch
+                or written.partition_epoch < self.state.partition_epoch):
             return False
         log.info("%s: ISR %s -> %s", self.name, list(self.state.isr), list(written.isr))
         self.state = written
+        self.pending_isr = None
         return self.maybe_increment_high_watermark()
 
-    def _leader_epoch_start(self) -> int:
-        cache = self.log.leader_epoch_cache
-        if cache.epochs and cache.epochs[-1] == self.leader_epoch:
-            return cache.start_offsets[-1]
-        return self.log.log_end_offset
+    def isr_change_failed(self, asked: PartitionState) -> None:
+        """The ISR change could not be asked at all (the cluster was unreachable): it is
+        dropped, so the next fetch or check asks again."""
+        if self.pending_isr is asked:
+            self.pending_isr = None
 
-    def acks_satisfied(self, required_offset: int) -> bool:
-        """Whether an acks=all write ending before ``required_offset`` is replicated."""
-        return self.high_watermark >= required_offset
+    def acks_error(self, required_offset: int) -> ErrorCode | None:
+        """How an acks=all write ending before ``required_offset`` is answered, or None
+        while it must wait (Kafka's checkEnoughReplicasReachOffset).
+
+        Kafka 3.x would keep such a write waiting while the ISR is below
+        min.insync.replicas (the high watermark does not move then) until its
+        timeout; it is answered at once instead, with the error that says it is in
+        the log but on too few replicas, so the producer need not wait to learn it.
+        """
+        if not self.is_leader:
+            return ErrorCode.not_leader_or_follower
+        if self.high_watermark >= required_offset:
+            if len(self.maximal_isr) < self.effective_min_isr:
+                return ErrorCode.not_enough_replicas_after_append
+            return ErrorCode.none
+        if self.is_under_min_isr:
+            return ErrorCode.not_enough_replicas_after_append
+        return None
 
     # ----------------------------------------------------------------- follower
     def follower_high_watermark(self, leader_high_watermark: int) -> None:
-        """Take the leader's HW, capped at this replica's own log end."""
-        self.high_watermark = max(self.high_watermark,
+        """Take the leader's HW, bounded by this replica's own log (Kafka's
+        updateHighWatermark: it may go back, e.g. to a new leader's lagging one)."""
+        self.high_watermark = max(self.log.log_start_offset,
                                   min(leader_high_watermark, self.log.log_end_offset))
 
     def truncate_to(self, offset: int) -> int:
-        """Drop this replica's records from ``offset`` on (it diverged from the leader);
+        """Drop this replica's records from ``offset`` on (they diverge from the leader's);
         return how many offsets went."""
         removed = max(0, self.log.log_end_offset - offset)
+        self.log.truncate_to(offset)
         if removed:
-            self.log.truncate_to(offset)
             log.warning("%s: truncated %d offset(s) from %d: they diverged from leader %d",
                         self.name, removed, offset, self.state.leader)
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)

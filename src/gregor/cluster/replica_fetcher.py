@@ -1,17 +1,28 @@
-"""ReplicaFetcher: a follower's loop that copies its leader's log, one per source broker.
+"""ReplicaFetcher: a follower's loop copying its leaders' logs, Kafka's ReplicaFetcherThread.
 
-It is Kafka's follower protocol, spoken over an ordinary client connection:
+One fetcher serves the partitions this broker follows from one leader
+(``num.replica.fetchers`` of them per leader, partitions spread by hash), over one
+connection, with Kafka's own Fetch (v12):
 
-1. Truncation first (KIP-101): before fetching a partition it has just started
-   following, the follower asks the leader (OffsetForLeaderEpoch) where its own
-   latest leader epoch ended in the leader's log, and cuts its log there, never
-   at its high watermark. When the leader answers an older epoch, the follower
-   cuts at the smaller of the leader's end of that epoch and its own (KIP-279).
-2. Then Fetch with its broker id as ``replica_id``, from its log end, with the
-   leader epoch it believes current (a deposed leader answers FENCED_LEADER_EPOCH):
-   batches are appended exactly as the leader stored them, and the leader's high
-   watermark is adopted up to the follower's own log end. The fetch offset tells
-   the leader how far this follower is, which is how the leader's HW and ISR move.
+- ``replica_id`` is this broker's id: the leader reads up to its log end rather
+  than its high watermark, and learns from ``fetch_offset`` (this replica's log
+  end) how far this follower is, which moves its high watermark and ISR.
+- ``current_leader_epoch`` is the epoch this replica follows: a deposed leader
+  answers FENCED_LEADER_EPOCH, one that has not heard of its election yet
+  UNKNOWN_LEADER_EPOCH, and the partition waits for the controller's next state.
+- ``last_fetched_epoch`` is the epoch of this log's end. If the leader's history
+  parts from this log's before ``fetch_offset``, it answers no records but a
+  ``diverging_epoch`` (the largest epoch it shares and where that epoch ends in
+  its log, KIP-320/595), and the follower truncates there and fetches again. When
+  the leader names an epoch this log never had, the follower cuts to the end of
+  its own epoch below that one and asks again, walking back one epoch at a time
+  (KIP-279). The high watermark is never used to truncate (KIP-101).
+- Batches are appended exactly as the leader stored them; the leader's high
+  watermark is adopted up to this log's end.
+
+A partition whose fetch failed is left out of the fetches for
+``replica.fetch.backoff.ms``, so one broken partition neither stalls the others
+nor turns the leader's long poll into a busy loop.
 """
 
 from __future__ import annotations
@@ -22,9 +33,9 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from kio.schema.fetch.v11 import request as fetch_request
-from kio.schema.offset_for_leader_epoch.v3 import request as epoch_request
+from kio.schema.fetch.v12 import request as fetch_request
 
 from gregor.cluster.broker_channel import BrokerChannel, ChannelError
 from gregor.cluster.partition import Partition
@@ -36,12 +47,12 @@ from gregor.storage.log_manager import TopicPartition
 
 log = logging.getLogger(__name__)
 
-FETCH_VERSION = 11
-EPOCH_VERSION = 3
-# Errors after which the follower waits for the controller's newer state.
+FETCH_VERSION = 12
+# Errors after which the partition waits for the controller's newer state.
 _WAIT_FOR_METADATA = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
                                 ErrorCode.unknown_leader_epoch,
                                 ErrorCode.unknown_topic_or_partition})
+_WARN_INTERVAL_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +70,40 @@ class FetcherSettings:
 @dataclass(slots=True)
 class _Target:
     partition: Partition
-    truncated: bool = False  # OffsetForLeaderEpoch done for the current leader epoch
-    epoch: int = -1
+    epoch: int  # the leader epoch it is followed at
+    delayed_until: float = 0.0
+
+
+def truncate_on_divergence(partition: Partition, epoch: int, end_offset: int) -> int:
+    """Truncate where the leader says this log diverges; return the new log end.
+
+    ``(epoch, end_offset)`` is the leader's largest epoch not after this log's
+    latest, and where it ends in the leader's log (Kafka's
+    getOffsetTruncationState). If this log had that epoch too, everything after
+    the earlier of both ends goes. If not, this log cuts to the end of its own
+    largest epoch below it, and its next fetch asks about that one (KIP-279).
+    """
+    log_end = partition.log_end_offset
+    own_epoch, own_end = partition.log.leader_epoch_cache.end_offset_for(epoch, log_end)
+    if own_end < 0:
+        # No epoch of ours at or below the leader's: its end is all we can trust.
+        offset = min(end_offset, log_end)
+    elif own_epoch != epoch:
+        offset = min(own_end, log_end)
+    else:
+        offset = min(own_end, end_offset, log_end)
+    partition.truncate_to(offset)
+    return partition.log_end_offset
+
+
+def fetcher_id(tp: TopicPartition, fetchers: int) -> int:
+    """Which of a leader's fetchers serves ``tp``: Kafka's hash of topic and partition,
+    stable across processes (Python's own string hash is not)."""
+    topic, index = tp
+    h = 0
+    for char in topic:
+        h = (31 * h + ord(char)) & 0xFFFFFFFF
+    return abs((31 * h + index) & 0x7FFFFFFF) % max(fetchers, 1)
 
 
 class ReplicaFetcher:
@@ -75,11 +118,12 @@ class ReplicaFetcher:
         self.targets: dict[TopicPartition, _Target] = {}
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self._warned_at = 0.0
+        self._warned_at: dict[str, float] = {}
 
     def add(self, partition: Partition) -> None:
+        """Follow ``partition`` from this leader at its current leader epoch."""
         self.targets[(partition.topic, partition.index)] = _Target(partition,
-                                                                    epoch=partition.leader_epoch)
+                                                                    partition.leader_epoch)
         self._wakeup.set()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
@@ -87,98 +131,82 @@ class ReplicaFetcher:
     def remove(self, tp: TopicPartition) -> None:
         self.targets.pop(tp, None)
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+    @property
+    def idle(self) -> bool:
+        return not self.targets
+
+    def shutdown(self) -> asyncio.Task | None:
+        """Stop fetching and close the connection; return the task to await, if any."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
         self.channel.close()
+        return task
+
+    async def stop(self) -> None:
+        task = self.shutdown()
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
 
     # ---------------------------------------------------------------------- loop
     async def _run(self) -> None:
         while True:
-            if not self.targets:
-                self._wakeup.clear()
-                await self._wakeup.wait()
+            ready = self._ready()
+            if not ready:
+                await self._wait_for_targets()
                 continue
             try:
-                await self._truncate()
-                if not await self._fetch():
-                    await asyncio.sleep(self.settings.backoff_s)
+                await self._fetch(ready)
             except ChannelError as exc:
-                self._warn(f"fetching from broker {self.leader_id} failed: {exc}")
-                await asyncio.sleep(self.settings.backoff_s)
+                self._warn("channel", f"fetching from broker {self.leader_id} failed: {exc}")
+                self._delay(t for _, t in ready)
             except Exception:
                 log.exception("replica fetcher for broker %d failed", self.leader_id)
-                await asyncio.sleep(self.settings.backoff_s)
+                self._delay(t for _, t in ready)
 
-    def _warn(self, message: str) -> None:
+    def _ready(self) -> list[tuple[TopicPartition, _Target]]:
+        """Targets still followed from this leader at their epoch and not backing off."""
         now = time.monotonic()
-        if now - self._warned_at > 10:
-            self._warned_at = now
+        return [(tp, t) for tp, t in self.targets.items()
+                if t.delayed_until <= now and self._current(tp, t)]
+
+    def _current(self, tp: TopicPartition, target: _Target) -> bool:
+        partition = target.partition
+        return (self.targets.get(tp) is target and partition.state.leader == self.leader_id
+                and partition.leader_epoch == target.epoch)
+
+    async def _wait_for_targets(self) -> None:
+        """Sleep until a partition is added or the first backoff ends."""
+        self._wakeup.clear()
+        now = time.monotonic()
+        delays = [t.delayed_until - now for t in self.targets.values() if t.delayed_until > now]
+        timeout = min(delays) if delays else None
+        try:
+            async with asyncio.timeout(timeout):
+                await self._wakeup.wait()
+        except TimeoutError:
+            pass
+
+    def _delay(self, targets: Any) -> None:
+        until = time.monotonic() + self.settings.backoff_s
+        for target in targets:
+            target.delayed_until = until
+
+    def _warn(self, kind: str, message: str) -> None:
+        now = time.monotonic()
+        if now - self._warned_at.get(kind, -_WARN_INTERVAL_S) >= _WARN_INTERVAL_S:
+            self._warned_at[kind] = now
             log.warning(message)
 
-    def _current(self) -> list[tuple[TopicPartition, _Target]]:
-        """Targets still followed from this leader at the epoch they were added with."""
-        return [(tp, t) for tp, t in list(self.targets.items())
-                if t.partition.state.leader == self.leader_id
-                and t.partition.leader_epoch == t.epoch]
-
-    # ---------------------------------------------------------------- truncation
-    async def _truncate(self) -> None:
-        pending = [(tp, t) for tp, t in self._current() if not t.truncated]
-        if not pending:
-            return
-        topics: dict[str, list] = {}
-        for (topic, index), target in pending:
-            topics.setdefault(topic, []).append(build(
-                epoch_request.OffsetForLeaderPartition, partition=index,
-                current_leader_epoch=target.epoch,
-                leader_epoch=target.partition.log.leader_epoch_cache.latest_epoch))
-        body = build(epoch_request.OffsetForLeaderEpochRequest,
-                     replica_id=self.settings.broker_id,
-                     topics=tuple(build(epoch_request.OffsetForLeaderTopic, topic=name,
-                                        partitions=tuple(ps)) for name, ps in topics.items()))
-        answer = await self.channel.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, body)
-        for topic in answer.topics:
-            for result in topic.partitions:
-                found = self.targets.get((topic.topic, result.partition))
-                if found is None:
-                    continue
-                if result.error_code != ErrorCode.none:
-                    self._warn(f"{topic.topic}-{result.partition}: leader {self.leader_id} "
-                               f"answered {result.error_code.name} to OffsetForLeaderEpoch")
-                    continue
-                self._truncate_to_leader(found.partition, result.leader_epoch,
-                                         result.end_offset)
-                found.truncated = True
-
-    @staticmethod
-    def _truncate_to_leader(partition: Partition, leader_epoch: int, end_offset: int) -> None:
-        log_end = partition.log_end_offset
-        cache = partition.log.leader_epoch_cache
-        if leader_epoch < 0:
-            # The leader knows none of our epochs: keep only what it had committed.
-            offset = min(partition.high_watermark, log_end)
-        else:
-            # KIP-279: where the leader's answer is an older epoch than ours, our own
-            # end of that epoch may be earlier still.
-            _, own_end = cache.end_offset_for(leader_epoch, log_end)
-            offset = min(end_offset, own_end if own_end >= 0 else log_end, log_end)
-        partition.truncate_to(offset)
-
     # --------------------------------------------------------------------- fetch
-    async def _fetch(self) -> bool:
-        """One fetch round; False if nothing could be fetched (back off)."""
-        current = [(tp, t) for tp, t in self._current() if t.truncated]
-        if not current:
-            return False
-        topics: dict[str, list] = {}
-        for (topic, index), target in current:
+    async def _fetch(self, ready: list[tuple[TopicPartition, _Target]]) -> None:
+        topics: dict[str, list[fetch_request.FetchPartition]] = {}
+        for (topic, index), target in ready:
             partition = target.partition
             topics.setdefault(topic, []).append(build(
                 fetch_request.FetchPartition, partition=index,
                 current_leader_epoch=target.epoch, fetch_offset=partition.log_end_offset,
+                last_fetched_epoch=partition.log.leader_epoch_cache.latest_epoch,
                 log_start_offset=partition.log_start_offset,
                 partition_max_bytes=self.settings.partition_max_bytes))
         body = build(fetch_request.FetchRequest, replica_id=self.settings.broker_id,
@@ -188,40 +216,59 @@ class ReplicaFetcher:
                                         partitions=tuple(ps)) for name, ps in topics.items()),
                      forgotten_topics_data=())
         answer = await self.channel.request(ApiKey.FETCH, FETCH_VERSION, body)
-        progressed = False
+        if answer.error_code != ErrorCode.none:
+            self._warn("fetch", f"leader {self.leader_id} refused the fetch: "
+                                f"{ErrorCode(answer.error_code).name}")
+            self._delay(t for _, t in ready)
+            return
+        sent = dict(ready)
         for topic in answer.responses:
             for data in topic.partitions:
-                found = self.targets.get((topic.topic, data.partition_index))
-                if found is None or found.epoch != found.partition.leader_epoch:
-                    continue  # stopped following it meanwhile
-                progressed |= self._apply(found, data)
-        return progressed
+                tp = (topic.topic, data.partition_index)
+                found = sent.get(tp)
+                # Stopped following it, or at another epoch, while the fetch was out.
+                if found is not None and self._current(tp, found):
+                    self._apply(found, data)
 
-    def _apply(self, target: _Target, data) -> bool:
+    def _apply(self, target: _Target, data: Any) -> None:
         partition = target.partition
-        if data.error_code == ErrorCode.offset_out_of_range:
+        error = ErrorCode(data.error_code)
+        if error == ErrorCode.none and data.diverging_epoch.epoch >= 0:
+            diverging = data.diverging_epoch
+            before = partition.log_end_offset
+            after = truncate_on_divergence(partition, diverging.epoch, diverging.end_offset)
+            log.info("%s: leader %d's log diverges after epoch %d (ending at %d): "
+                     "truncated from %d to %d", partition.name, self.leader_id, diverging.epoch,
+                     diverging.end_offset, before, after)
+            return
+        if error == ErrorCode.offset_out_of_range:
             if partition.log_end_offset < data.log_start_offset:
-                # Everything we have is below the leader's log start: start over there.
+                # Everything this log has is below the leader's log start: start over there.
                 partition.log.truncate_fully_and_start_at(data.log_start_offset)
                 partition.high_watermark = data.log_start_offset
             else:
-                target.truncated = False  # diverged: ask for the epoch's end again
-            return True
-        if data.error_code != ErrorCode.none:
-            if data.error_code not in _WAIT_FOR_METADATA:
-                self._warn(f"{partition.name}: leader {self.leader_id} answered "
-                           f"{data.error_code.name}")
-            return False
+                self._warn(f"range-{partition.name}",
+                           f"{partition.name}: leader {self.leader_id} has no offset "
+                           f"{partition.log_end_offset} in epoch "
+                           f"{partition.log.leader_epoch_cache.latest_epoch}")
+                self._delay([target])
+            return
+        if error != ErrorCode.none:
+            if error not in _WAIT_FOR_METADATA:
+                self._warn(f"error-{partition.name}",
+                           f"{partition.name}: leader {self.leader_id} answered {error.name}")
+            self._delay([target])
+            return
         if data.records:
             try:
                 partition.log.append_as_follower(data.records)
             except LogAppendError as exc:
-                self._warn(f"{partition.name}: cannot append what leader {self.leader_id} "
+                self._warn(f"append-{partition.name}",
+                           f"{partition.name}: cannot append what leader {self.leader_id} "
                            f"sent: {exc}")
-                target.truncated = False
-                return False
+                self._delay([target])
+                return
         if data.log_start_offset > partition.log_start_offset:
             partition.log.advance_log_start_offset(data.log_start_offset)
         partition.follower_high_watermark(data.high_watermark)
         self._appended(partition)
-        return True

@@ -3,14 +3,16 @@
 Produce appends through the partition leader; fetch reads below the high
 watermark. Two purgatories park requests until the replicas move on:
 
-- fetches that find too little data wait until an append to one of their
-  partitions wakes them or their deadline passes;
-- acks=all produces wait until the high watermark covers their records, the
-  partition stops being led here, or their timeout passes.
+- fetches that find too little data wait until an append or a high-watermark
+  move on one of their partitions wakes them, or their deadline passes;
+- acks=all produces wait in the delayed-produce purgatory until the high
+  watermark covers their records, the partition stops being led here, or their
+  timeout passes.
 
-In a cluster it also runs the replication loops: a fetcher per leader this
-broker follows, and the leader's periodic ISR shrink check. ISR changes go to
-the cluster through ``alter_isr``; alone, there is no one to change it with.
+In a cluster it applies the controller's partition states (lead, follow, stop),
+runs the fetchers that copy leaders' logs to this broker, and, as leader, the
+periodic ISR shrink check. ISR changes go to the cluster through ``alter_isr``;
+alone, there is no one to change it with, and the ISR is this broker.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from gregor.cluster.delayed_produce import DelayedProducePurgatory
 from gregor.cluster.metadata_image import TopicMetadata
-from gregor.cluster.partition import Partition
+from gregor.cluster.partition import Partition, StateChange
 from gregor.cluster.partition_state import PartitionState
-from gregor.cluster.replica_fetcher import FetcherSettings, ReplicaFetcher
+from gregor.cluster.replica_fetcher import FetcherSettings, ReplicaFetcher, fetcher_id
 from gregor.config import BrokerConfig, TopicConfig
 from gregor.protocol.errors import ErrorCode
 from gregor.storage.log_manager import LogManager, TopicPartition
@@ -47,11 +50,11 @@ class ReplicaManager:
         self.clock = clock
         self._broker_address = broker_address or (lambda broker_id: None)
         self._alter_isr = alter_isr
+        self._lag_max_s = config["replica.lag.time.max.ms"] / 1000
         self._waiters: defaultdict[TopicPartition, set[asyncio.Event]] = defaultdict(set)
-        # acks=all produces: (offset the HW must reach, future) per partition.
-        self._produce_waiters: defaultdict[TopicPartition, list[tuple[int, asyncio.Future]]] = (
-            defaultdict(list))
-        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self.delayed_produce = DelayedProducePurgatory(self.partitions.get)
+        # Keyed by (leader broker id, fetcher id): num.replica.fetchers per leader.
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._fetcher_settings = FetcherSettings(
             broker_id=self.broker_id, max_wait_ms=config["replica.fetch.wait.max.ms"],
             min_bytes=config["replica.fetch.min.bytes"],
@@ -77,41 +80,57 @@ class ReplicaManager:
         tp = (topic.name, index)
         log_ = self.log_manager.get_or_create(topic.name, index, self.topic_config(topic))
         partition = Partition(topic.name, index, log_, self.broker_id, state,
-                              high_watermark=self.log_manager.high_watermarks.get(tp, 0))
+                              high_watermark=self.log_manager.high_watermarks.get(tp, 0),
+                              clock=self.clock, replica_lag_time_max_s=self._lag_max_s)
         self.partitions[tp] = partition
         return partition
 
     def apply_partition_state(self, topic: TopicMetadata, index: int,
                               state: PartitionState) -> None:
-        """Follow the controller's newer state for a hosted partition: lead or follow."""
+        """Follow the controller's state for a partition: lead it, follow its leader, or
+        stop hosting it. Called for every hosted partition at start and on every change;
+        a state no newer than the replica's changes nothing."""
         tp = (topic.name, index)
+        if self.broker_id not in state.replicas:
+            self.remove_partition(topic.name, index)
+            return
         partition = self.partitions.get(tp)
         if partition is None:
             partition = self._open(topic, index, state)
-            changed = True
+            change = StateChange.LEADER_EPOCH
         else:
-            changed = partition.update_state(state, self.clock())
-        if not changed:
-            self._after_hw_change(tp, partition)  # the ISR may have moved the HW
+            change = partition.update_state(state)
+        if change is StateChange.NONE:
             return
-        for fetcher in self.fetchers.values():
-            fetcher.remove(tp)
-        if partition.is_leader:
-            partition.maybe_increment_high_watermark()
-        else:
-            # Produces waiting here can no longer be acknowledged by this broker.
-            self._fail_produce_waiters(tp, ErrorCode.not_leader_or_follower)
-            if state.has_leader:
-                self._fetcher_for(state.leader).add(partition)
-        self.notify(tp)
+        if change is StateChange.LEADER_EPOCH:
+            # A new epoch restarts fetching, even from the same leader, as in Kafka.
+            self._stop_fetching(tp)
+            if not partition.is_leader and state.has_leader:
+                self._fetcher_for(state.leader, tp).add(partition)
+        # Produces waiting here are answered (NOT_LEADER_OR_FOLLOWER once it follows; the
+        # ISR may have moved the HW or fallen below min.insync.replicas), fetches woken.
+        self._partition_changed(tp)
 
-    def _fetcher_for(self, leader_id: int) -> ReplicaFetcher:
-        fetcher = self.fetchers.get(leader_id)
+    def _fetcher_for(self, leader_id: int, tp: TopicPartition) -> ReplicaFetcher:
+        key = (leader_id, fetcher_id(tp, self.config["num.replica.fetchers"]))
+        fetcher = self.fetchers.get(key)
         if fetcher is None:
             fetcher = ReplicaFetcher(leader_id, self._fetcher_settings, self._broker_address,
                                      self._follower_appended)
-            self.fetchers[leader_id] = fetcher
+            self.fetchers[key] = fetcher
         return fetcher
+
+    def _stop_fetching(self, tp: TopicPartition) -> None:
+        for key, fetcher in list(self.fetchers.items()):
+            fetcher.remove(tp)
+            if fetcher.idle:
+                # Kafka shuts idle fetchers down: no connection kept to a broker no
+                # longer followed (which may be dead).
+                del self.fetchers[key]
+                task = fetcher.shutdown()
+                if task is not None:
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
 
     def _follower_appended(self, partition: Partition) -> None:
         self.notify((partition.topic, partition.index))
@@ -121,11 +140,9 @@ class ReplicaManager:
         tp = (topic, index)
         if self.partitions.pop(tp, None) is None:
             return
-        for fetcher in self.fetchers.values():
-            fetcher.remove(tp)
-        self._fail_produce_waiters(tp, ErrorCode.not_leader_or_follower)
+        self._stop_fetching(tp)
         self.log_manager.delete(*tp)
-        self.notify(tp)
+        self._partition_changed(tp)
 
     def remove_topic(self, topic: str) -> None:
         for tp in [tp for tp in self.partitions if tp[0] == topic]:
@@ -133,9 +150,13 @@ class ReplicaManager:
 
     def update_config(self, topic: TopicMetadata) -> None:
         config = self.topic_config(topic)
-        for (name, _), partition in self.partitions.items():
+        for (name, index), partition in self.partitions.items():
             if name == topic.name:
                 partition.log.config_changed(config)
+                # min.insync.replicas may have changed what acks=all waits for.
+                if partition.maybe_increment_high_watermark():
+                    self.notify((name, index))
+                self.delayed_produce.check((name, index))
 
     def get(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get((topic, partition))
@@ -144,40 +165,49 @@ class ReplicaManager:
         return {tp: p.high_watermark for tp, p in self.partitions.items()}
 
     # ---------------------------------------------------------------- leader
-    def record_follower_fetch(self, partition: Partition, replica_id: int,
-                              fetch_offset: int) -> None:
+    def record_follower_fetch(self, partition: Partition, replica_id: int, fetch_offset: int,
+                              log_start_offset: int, leader_end: int) -> None:
         """A follower fetched: its progress may move the HW and let it rejoin the ISR."""
-        if partition.record_follower_fetch(replica_id, fetch_offset, self.clock()):
-            self._after_hw_change((partition.topic, partition.index), partition)
-        proposal = partition.propose_isr_expansion()
+        if partition.record_follower_fetch(replica_id, fetch_offset, log_start_offset,
+                                           leader_end):
+            self._partition_changed((partition.topic, partition.index))
+        proposal = partition.propose_isr_expansion(replica_id)
         if proposal is not None:
+            log.info("%s: follower %d caught up (log end %d, high watermark %d)",
+                     partition.name, replica_id, fetch_offset, partition.high_watermark)
             self._spawn(self._change_isr(partition, proposal))
 
     def shrink_isrs(self) -> None:
         """Drop followers that have not caught up for replica.lag.time.max.ms."""
-        lag_max_s = self.config["replica.lag.time.max.ms"] / 1000
-        now = self.clock()
         for partition in self.partitions.values():
-            proposal = partition.propose_isr_shrink(now, lag_max_s)
+            proposal = partition.propose_isr_shrink()
             if proposal is not None:
-                log.info("%s: followers %s fell behind", partition.name,
-                         sorted(set(partition.isr) - set(proposal.isr)))
+                log.info("%s: followers %s fell behind (log end %d, high watermark %d)",
+                         partition.name, sorted(set(partition.isr) - set(proposal.isr)),
+                         partition.log_end_offset, partition.high_watermark)
                 self._spawn(self._change_isr(partition, proposal))
 
     async def _change_isr(self, partition: Partition, proposal: PartitionState) -> None:
-        written = None
-        if self._alter_isr is not None:
-            try:
-                written = await self._alter_isr((partition.topic, partition.index), proposal)
-            except Exception:
-                log.warning("%s: ISR change failed", partition.name, exc_info=True)
-        partition.isr_changed(proposal, written)
-        # A smaller ISR may let the HW (and the acks=all writes waiting on it) move on.
-        self._after_hw_change((partition.topic, partition.index), partition)
+        tp = (partition.topic, partition.index)
+        if self._alter_isr is None:
+            partition.isr_change_failed(proposal)  # alone: nobody to ask
+            return
+        try:
+            written = await self._alter_isr(tp, proposal)
+        except Exception:
+            log.warning("%s: ISR change to %s failed", partition.name, list(proposal.isr),
+                        exc_info=True)
+            partition.isr_change_failed(proposal)
+            return
+        if self.partitions.get(tp) is partition:
+            partition.isr_changed(proposal, written)
+            # A smaller ISR may let the HW move, or leave acks=all writes short of
+            # min.insync.replicas.
+            self._partition_changed(tp)
 
-    def _after_hw_change(self, tp: TopicPartition, partition: Partition) -> None:
+    def _partition_changed(self, tp: TopicPartition) -> None:
         self.notify(tp)
-        self._complete_produce_waiters(tp, partition)
+        self.delayed_produce.check(tp)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -186,55 +216,28 @@ class ReplicaManager:
 
     async def run_isr_checks(self) -> None:
         """Kafka's isr-expiration task: every half of replica.lag.time.max.ms."""
-        interval = self.config["replica.lag.time.max.ms"] / 2000
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self._lag_max_s / 2)
             self.shrink_isrs()
 
     async def stop(self) -> None:
-        for fetcher in self.fetchers.values():
+        fetchers = list(self.fetchers.values())
+        self.fetchers.clear()
+        for fetcher in fetchers:
             await fetcher.stop()
-        for task in self._tasks:
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     # ------------------------------------------------- acks=all purgatory
     async def wait_for_acks(self, partition: Partition, required_offset: int,
                             timeout_s: float) -> ErrorCode:
-        """Wait until the HW covers ``required_offset`` (an acks=all write's end)."""
-        tp = (partition.topic, partition.index)
-        if partition.acks_satisfied(required_offset):
-            return self._acks_error(partition)
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
-        entry = (required_offset, future)
-        self._produce_waiters[tp].append(entry)
-        try:
-            return await asyncio.wait_for(future, timeout_s)
-        except TimeoutError:
-            return ErrorCode.request_timed_out
-        finally:
-            waiters = self._produce_waiters.get(tp)
-            if waiters is not None and entry in waiters:
-                waiters.remove(entry)
-
-    def _acks_error(self, partition: Partition) -> ErrorCode:
-        # Kafka: records covered by the HW while the ISR shrank below min.insync.replicas
-        # are in, but not as durable as asked.
-        if len(partition.isr) < partition.log.config["min.insync.replicas"]:
-            return ErrorCode.not_enough_replicas_after_append
-        return ErrorCode.none
-
-    def _complete_produce_waiters(self, tp: TopicPartition, partition: Partition) -> None:
-        waiters = self._produce_waiters.get(tp)
-        if not waiters:
-            return
-        for required_offset, future in list(waiters):
-            if partition.acks_satisfied(required_offset) and not future.done():
-                future.set_result(self._acks_error(partition))
-
-    def _fail_produce_waiters(self, tp: TopicPartition, error: ErrorCode) -> None:
-        for _, future in self._produce_waiters.pop(tp, []):
-            if not future.done():
-                future.set_result(error)
+        """acks=all for one write ending before ``required_offset`` (the group
+        coordinator's offset commits); produce requests wait for all their partitions
+        together in ``delayed_produce``."""
+        (error,) = await self.delayed_produce.wait([(partition, required_offset)], timeout_s)
+        return error
 
     # --------------------------------------------------------- fetch purgatory
     def notify(self, tp: TopicPartition) -> None:

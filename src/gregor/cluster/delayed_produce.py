@@ -1,0 +1,115 @@
+"""DelayedProduce: acks=all produce requests waiting for their records to be replicated.
+
+Kafka's delayed-produce purgatory. A request's partitions are answered together:
+each one is settled when its high watermark covers the request's records (or
+when the partition stops being led here, or when the ISR fell below
+min.insync.replicas), and the request completes when all are settled or its
+timeout passes, whichever comes first; the rest then answer REQUEST_TIMED_OUT.
+
+A request is checked once when it arrives; only if something is missing does it
+get a future and a timer (a loop timer, not a task), and it is checked again
+only when one of its partitions changes: its high watermark or ISR moved, or it
+changed leader. On one broker every acks=all write is settled by the first check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+from gregor.cluster.partition import Partition
+from gregor.protocol.errors import ErrorCode
+from gregor.storage.log_manager import TopicPartition
+
+Lookup = Callable[[TopicPartition], Partition | None]
+
+
+class DelayedProduce:
+    """One request: per partition, the offset its high watermark must reach."""
+
+    __slots__ = ("parts", "errors", "future", "timer")
+
+    def __init__(self, parts: Sequence[tuple[Partition, int]]) -> None:
+        self.parts = parts
+        self.errors: list[ErrorCode | None] = [None] * len(parts)
+        self.future: asyncio.Future[list[ErrorCode]] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+    def try_complete(self, lookup: Lookup) -> bool:
+        """Settle what can be settled; True once every partition is."""
+        done = True
+        for i, (partition, required_offset) in enumerate(self.parts):
+            if self.errors[i] is not None:
+                continue
+            if lookup((partition.topic, partition.index)) is not partition:
+                # Deleted, or moved off this broker and back: not the log written to.
+                self.errors[i] = ErrorCode.not_leader_or_follower
+                continue
+            self.errors[i] = partition.acks_error(required_offset)
+            done = done and self.errors[i] is not None
+        return done
+
+    def result(self) -> list[ErrorCode]:
+        return [ErrorCode.request_timed_out if e is None else e for e in self.errors]
+
+
+class DelayedProducePurgatory:
+    def __init__(self, lookup: Lookup) -> None:
+        self._lookup = lookup
+        self._watchers: defaultdict[TopicPartition, list[DelayedProduce]] = defaultdict(list)
+
+    async def wait(self, parts: Sequence[tuple[Partition, int]],
+                   timeout_s: float) -> list[ErrorCode]:
+        """Each partition's answer to an acks=all request, in ``parts`` order, once all
+        are settled or ``timeout_s`` passed."""
+        operation = DelayedProduce(parts)
+        if operation.try_complete(self._lookup):
+            return operation.result()
+        loop = asyncio.get_running_loop()
+        operation.future = loop.create_future()
+        keys = self._keys(operation)
+        for key in keys:
+            self._watchers[key].append(operation)
+        operation.timer = loop.call_later(timeout_s, self._expire, operation)
+        try:
+            return await operation.future
+        finally:
+            # Completed, expired, or the request was cancelled (the broker stopping).
+            operation.timer.cancel()
+            self._unwatch(operation, keys)
+
+    def check(self, tp: TopicPartition) -> None:
+        """The partition's high watermark, ISR or leadership changed: settle what waits on it."""
+        watching = self._watchers.get(tp)
+        if not watching:
+            return
+        for operation in list(watching):
+            future = operation.future
+            if future is not None and not future.done() and operation.try_complete(self._lookup):
+                future.set_result(operation.result())
+
+    def watched(self, tp: TopicPartition) -> int:
+        """How many requests wait on ``tp``."""
+        return len(self._watchers.get(tp, ()))
+
+    @staticmethod
+    def _expire(operation: DelayedProduce) -> None:
+        if operation.future is not None and not operation.future.done():
+            operation.future.set_result(operation.result())
+
+    @staticmethod
+    def _keys(operation: DelayedProduce) -> list[TopicPartition]:
+        return list(dict.fromkeys((p.topic, p.index) for (p, _), error
+                                  in zip(operation.parts, operation.errors, strict=True)
+                                  if error is None))
+
+    def _unwatch(self, operation: DelayedProduce, keys: list[TopicPartition]) -> None:
+        for key in keys:
+            watching = self._watchers.get(key)
+            if watching is None:
+                continue
+            if operation in watching:
+                watching.remove(operation)
+            if not watching:
+                del self._watchers[key]

@@ -1,0 +1,200 @@
+"""Replication over real sockets: a gregor broker leads a partition, a follower's
+ReplicaManager in the same event loop copies it with Kafka's Fetch over its broker
+channel, and a real client produces with acks=all.
+
+The leading broker runs alone (no ZooKeeper); the partition states the metadata
+listener would deliver are applied to both replica managers directly, through the
+same ``apply_partition_state`` the listener calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from confluent_kafka import Producer
+from kio.schema.fetch.v12 import request as fetch_request
+from kio.schema.offset_for_leader_epoch.v4 import request as epoch_request
+from replication_helpers import log_bytes, state
+from storage_helpers import batch
+
+from gregor.broker.broker import Broker
+from gregor.cluster.broker_channel import BrokerChannel
+from gregor.cluster.metadata_image import TopicMetadata
+from gregor.cluster.partition import Partition
+from gregor.cluster.replica_manager import ReplicaManager
+from gregor.config import BrokerConfig
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
+from gregor.storage.log_manager import LogManager
+
+TIMEOUT_S = 60.0
+RECORDS = 200
+
+
+@asynccontextmanager
+async def leading_broker(tmp_path: Path) -> AsyncIterator[tuple[Broker, TopicMetadata]]:
+    """Broker 1 serving topic t, whose partition 0 it leads at epoch 1 with follower 2."""
+    broker = Broker(BrokerConfig.load(None, {"broker.id": "1",
+                                             "log.dirs": str(tmp_path / "leader"),
+                                             "listeners": "PLAINTEXT://127.0.0.1:0"}))
+    await broker.start()
+    try:
+        topic = await broker.controller.create_topic("t", 1, 1)
+        broker.replica_manager.apply_partition_state(topic, 0, state(1, 1, (1, 2), (1, 2), 1))
+        yield broker, topic
+    finally:
+        await broker.stop()
+
+
+def follower_manager(tmp_path: Path, leader: Broker) -> ReplicaManager:
+    config = BrokerConfig.from_mapping({"broker.id": "2", "log.dirs": str(tmp_path / "follower"),
+                                        "replica.fetch.backoff.ms": "50"})
+    return ReplicaManager(config, LogManager(tmp_path / "follower"),
+                          broker_address=lambda b: leader.bound_address if b == 1 else None)
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(TIMEOUT_S):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+def produce_acks_all(address: tuple[str, int]) -> list[tuple[int, str | None]]:
+    """Produce RECORDS values with an idempotent acks=all producer; (offset, error) each."""
+    host, port = address
+    producer = Producer({"bootstrap.servers": f"{host}:{port}", "acks": "all",
+                         "enable.idempotence": True, "linger.ms": 5})
+    delivered: list[tuple[int, str | None]] = []
+    for i in range(RECORDS):
+        producer.produce("t", value=b"v%d" % i, partition=0, on_delivery=lambda err, msg: (
+            delivered.append((msg.offset(), None if err is None else str(err)))))
+    assert producer.flush(TIMEOUT_S) == 0
+    return delivered
+
+
+def test_a_follower_copies_acks_all_writes_byte_for_byte(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with leading_broker(tmp_path) as (broker, topic):
+            follower = follower_manager(tmp_path, broker)
+            follower.apply_partition_state(topic, 0, state(1, 1, (1, 2), (1, 2), 1))
+            leader = broker.replica_manager.get("t", 0)
+            copy = follower.get("t", 0)
+            assert leader is not None and copy is not None and not copy.is_leader
+            try:
+                delivered = await asyncio.to_thread(produce_acks_all, broker.bound_address)
+                assert sorted(delivered) == [(i, None) for i in range(RECORDS)]
+                # Each acknowledgement came once the follower had the records.
+                assert leader.high_watermark == leader.log_end_offset == RECORDS
+                assert leader.followers[2].log_end_offset == RECORDS
+                await until(lambda: copy.high_watermark == RECORDS)
+                assert log_bytes(copy) == log_bytes(leader)
+                assert copy.log.leader_epoch_cache.epochs == [1]
+                producers = copy.log.producer_state.producers
+                assert [p.last_seq for p in producers.values()] == [RECORDS - 1]
+            finally:
+                await follower.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_follower_truncates_what_it_alone_wrote_then_copies(tmp_path: Path) -> None:
+    """Broker 2 led epoch 1 alone and wrote records broker 1 never had; broker 1 now
+    leads epoch 2 with records of its own. Over the wire, the leader answers broker 2's
+    first fetch with a diverging epoch; broker 2 cuts and ends with the leader's log."""
+    async def scenario() -> None:
+        async with leading_broker(tmp_path) as (broker, topic):
+            broker.replica_manager.apply_partition_state(topic, 0,
+                                                         state(1, 2, (1,), (1, 2), 2))
+            leader = broker.replica_manager.get("t", 0)
+            assert leader is not None
+            leader.append_as_leader(batch(5, tag="leader"), 1)
+            follower = follower_manager(tmp_path, broker)
+            follower.apply_partition_state(topic, 0, state(2, 1, (2,), (1, 2), 1))
+            copy = follower.get("t", 0)
+            assert copy is not None
+            copy.append_as_leader(batch(3, tag="alone"), 1)
+            try:
+                follower.apply_partition_state(topic, 0, state(1, 2, (1,), (1, 2), 2))
+                await until(lambda: copy.log_end_offset == leader.log_end_offset
+                            and copy.log.leader_epoch_cache.epochs == [2])
+                assert log_bytes(copy) == log_bytes(leader)
+                # Caught up to the leader's epoch start and high watermark: it is asked in.
+                assert leader.followers[2].log_end_offset == 5
+            finally:
+                await follower.stop()
+
+    asyncio.run(scenario())
+
+
+async def _epoch_query(channel: BrokerChannel, current: int, epoch: int,
+                       topic: str = "t") -> tuple[ErrorCode, int, int]:
+    answer = await channel.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4,
+                                   epoch_request.OffsetForLeaderEpochRequest(
+        replica_id=-1, topics=(epoch_request.OffsetForLeaderTopic(topic=topic, partitions=(
+            epoch_request.OffsetForLeaderPartition(partition=0, current_leader_epoch=current,
+                                                   leader_epoch=epoch),)),)))
+    result = answer.topics[0].partitions[0]
+    return result.error_code, result.leader_epoch, result.end_offset
+
+
+async def _fetch(channel: BrokerChannel, replica_id: int, current: int, offset: int,
+                 last_fetched_epoch: int) -> object:
+    answer = await channel.request(ApiKey.FETCH, 12, fetch_request.FetchRequest(
+        replica_id=replica_id, max_wait=datetime.timedelta(0), min_bytes=0,
+        topics=(fetch_request.FetchTopic(topic="t", partitions=(fetch_request.FetchPartition(
+            partition=0, current_leader_epoch=current, fetch_offset=offset,
+            last_fetched_epoch=last_fetched_epoch, partition_max_bytes=1 << 20),)),),
+        forgotten_topics_data=()))
+    return answer.responses[0].partitions[0]
+
+
+def test_leader_epoch_answers_over_the_wire(tmp_path: Path) -> None:
+    """OffsetForLeaderEpoch and Fetch as librdkafka, the Java client and followers see
+    them: end offsets per epoch, and Kafka's errors for stale or unknown epochs."""
+    async def scenario() -> None:
+        async with leading_broker(tmp_path) as (broker, topic):
+            leader = broker.replica_manager.get("t", 0)
+            assert isinstance(leader, Partition)
+            leader.append_as_leader(batch(4), 1)  # epoch 1: offsets 0-3
+            broker.replica_manager.apply_partition_state(topic, 0, state(1, 3, (1, 2), (1, 2), 3))
+            leader.append_as_leader(batch(2), 1)  # epoch 3: offsets 4-5
+            channel = BrokerChannel(1, lambda b: broker.bound_address, TIMEOUT_S)
+            try:
+                assert await _epoch_query(channel, 3, 3) == (ErrorCode.none, 3, 6)
+                assert await _epoch_query(channel, 3, 1) == (ErrorCode.none, 1, 4)
+                assert await _epoch_query(channel, 3, 2) == (ErrorCode.none, 1, 4)
+                assert await _epoch_query(channel, -1, 0) == (ErrorCode.none, 0, 0)
+                assert (await _epoch_query(channel, 2, 1))[0] == ErrorCode.fenced_leader_epoch
+                assert (await _epoch_query(channel, 4, 1))[0] == ErrorCode.unknown_leader_epoch
+                assert (await _epoch_query(channel, 3, 1, "nope"))[0] == (
+                    ErrorCode.unknown_topic_or_partition)
+
+                # A follower that fetched to 5 in epoch 2 (which this leader never had).
+                answer = await _fetch(channel, 2, 3, 5, 2)
+                assert answer.error_code == ErrorCode.none and not answer.records
+                assert (answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset) == (
+                    1, 4)
+                assert leader.followers[2].log_end_offset == -1  # not counted
+                answer = await _fetch(channel, 2, 3, 4, 1)
+                assert answer.diverging_epoch.epoch == -1 and answer.records
+                assert leader.followers[2].log_end_offset == 4
+                answer = await _fetch(channel, 7, 3, 0, -1)  # not a replica
+                assert answer.error_code == ErrorCode.unknown_leader_epoch
+                answer = await _fetch(channel, -1, 3, 0, -1)  # a consumer: below the HW
+                assert answer.error_code == ErrorCode.none
+                assert answer.high_watermark == 4 and answer.records
+
+                # Deposed: broker 2 leads epoch 4.
+                broker.replica_manager.apply_partition_state(topic, 0,
+                                                             state(2, 4, (2,), (1, 2), 4))
+                assert (await _epoch_query(channel, 4, 3))[0] == ErrorCode.not_leader_or_follower
+                answer = await _fetch(channel, -1, 4, 0, -1)
+                assert answer.error_code == ErrorCode.not_leader_or_follower
+            finally:
+                channel.close()
+
+    asyncio.run(scenario())
