@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Set up everything the tests need and run the whole suite.
+# Set up everything the tests need, check lint and types, and run the whole suite.
 # Extra arguments go to pytest (e.g. -k produce -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh test,spark,bench
 scripts/install-zookeeper.sh tests
 .venv/bin/ruff check src tests bench
+.venv/bin/mypy
 exec .venv/bin/python -m pytest -q "$@"

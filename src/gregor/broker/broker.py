@@ -63,7 +63,7 @@ class Broker:
         group_routes.register(self.router)
         self.advertised_address = config.advertised_address()
         self.bound_address = self.advertised_address  # the first listener, once bound
-        self._servers: list[asyncio.AbstractServer] = []
+        self._servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task] = []
         self._connections: set[asyncio.Task] = set()
         self._warned: dict[str, float] = {}

@@ -91,14 +91,15 @@ def topic_metadata(client: MetadataClient, watch: ConnectionWatch, topic: str,
     deadline = time.monotonic() + timeout
     while True:
         found = cluster_metadata(client, watch, topic, timeout).topics.get(topic)
-        error = found.error if found is not None else None
-        if found is not None and error is None:
+        if found is None:
+            raise CliError(f"unknown topic {topic!r}")
+        error = found.error
+        if error is None:
             return found
-        if error is not None and error.code() in _TRANSIENT_TOPIC_ERRORS \
-                and time.monotonic() < deadline:
+        if error.code() in _TRANSIENT_TOPIC_ERRORS and time.monotonic() < deadline:
             time.sleep(0.1)
             continue
-        if found is None or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
             raise CliError(f"unknown topic {topic!r}")
         raise CliError(f"topic {topic!r}: {error.str()}")
 

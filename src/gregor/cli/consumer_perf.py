@@ -102,10 +102,11 @@ def _consume(consumer: Consumer, args: argparse.Namespace) -> ConsumeResult:
         messages = consumer.consume(min(_BATCH, args.messages - count), _POLL_S)
         now = time.monotonic()
         if messages:
-            failed = [message for message in messages if message.error() is not None]
-            for message in failed:
-                errors.handle(message.error())
-                messages.remove(message)
+            for message in list(messages):
+                error = message.error()
+                if error is not None:
+                    errors.handle(error)
+                    messages.remove(message)
             if count == 0 and messages:
                 first_record = now
             count += len(messages)

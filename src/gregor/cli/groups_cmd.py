@@ -13,8 +13,8 @@ import argparse
 import datetime
 import sys
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
+from enum import Enum
 from typing import Literal
 
 from confluent_kafka import (
@@ -34,10 +34,11 @@ from confluent_kafka.admin import (
 
 from gregor.cli.client_config import add_client_arguments, client_config
 from gregor.cli.cluster_metadata import cluster_metadata
-from gregor.cli.errors import CliError, kafka_error_text
+from gregor.cli.errors import CliError, admin_result, kafka_error_text
 
-# librdkafka's names for the group states, mapped back to Kafka's own.
-STATE_NAMES = {
+# librdkafka's names for the group states, mapped back to Kafka's own. Keyed by Enum:
+# confluent-kafka types the state of a group description as Enum, not ConsumerGroupState.
+STATE_NAMES: dict[Enum, str] = {
     ConsumerGroupState.STABLE: "Stable",
     ConsumerGroupState.EMPTY: "Empty",
     ConsumerGroupState.PREPARING_REBALANCING: "PreparingRebalance",
@@ -93,13 +94,6 @@ def _connect(args: argparse.Namespace) -> tuple[AdminClient, ClusterMetadata]:
     return admin, cluster_metadata(admin, watch)
 
 
-def _result(future: Future, what: str) -> object:
-    try:
-        return future.result()
-    except KafkaException as exc:
-        raise CliError(f"cannot {what}: {kafka_error_text(exc)}") from None
-
-
 def _print_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
     cells = [[str(value) for value in row] for row in [headers, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
@@ -113,21 +107,22 @@ def log_offsets(admin: AdminClient, partitions: Iterable[tuple[str, int]],
     wanted = {TopicPartition(topic, partition): spec for topic, partition in partitions}
     if not wanted:
         return {}
-    return {(tp.topic, tp.partition): _result(future, f"list offsets of {tp.topic}").offset
+    return {(tp.topic, tp.partition): admin_result(future, f"list offsets of {tp.topic}").offset
             for tp, future in admin.list_offsets(wanted).items()}
 
 
 def describe_group(admin: AdminClient, group: str) -> ConsumerGroupDescription | None:
     """The group's description, or None if it does not exist ("Dead")."""
-    description = _result(admin.describe_consumer_groups([group])[group], f"describe {group!r}")
+    description = admin_result(admin.describe_consumer_groups([group])[group],
+                               f"describe {group!r}")
     assert isinstance(description, ConsumerGroupDescription)
     return None if description.state == ConsumerGroupState.DEAD else description
 
 
 def committed_offsets(admin: AdminClient, group: str) -> dict[tuple[str, int], int]:
     request = [ConsumerGroupTopicPartitions(group)]
-    answer = _result(admin.list_consumer_group_offsets(request)[group],
-                     f"list offsets of group {group!r}")
+    answer = admin_result(admin.list_consumer_group_offsets(request)[group],
+                          f"list offsets of group {group!r}")
     return {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions
             if tp.error is None and tp.offset >= 0}
 
@@ -135,7 +130,7 @@ def committed_offsets(admin: AdminClient, group: str) -> dict[tuple[str, int], i
 # --------------------------------------------------------------------- list
 def run_list(args: argparse.Namespace) -> int:
     admin, _ = _connect(args)
-    listed = _result(admin.list_consumer_groups(), "list groups")
+    listed = admin_result(admin.list_consumer_groups(), "list groups")
     if listed.errors:
         raise CliError(f"cannot list groups: {listed.errors[0]}")
     groups = sorted(listed.valid, key=lambda g: g.group_id)
@@ -272,12 +267,12 @@ def commit_offsets(admin: AdminClient, group: str,
     request = [ConsumerGroupTopicPartitions(group, [
         TopicPartition(topic, partition, offset)
         for (topic, partition), offset in offsets.items()])]
-    _result(admin.alter_consumer_group_offsets(request)[group],
-            f"reset offsets of group {group!r}")
+    admin_result(admin.alter_consumer_group_offsets(request)[group],
+                 f"reset offsets of group {group!r}")
 
 
 def reset_partitions(metadata: ClusterMetadata, topics: list[str]) -> list[tuple[str, int]]:
-    partitions = []
+    partitions: list[tuple[str, int]] = []
     for spec in topics:
         topic, _, listed = spec.partition(":")
         found = metadata.topics.get(topic)

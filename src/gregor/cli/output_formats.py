@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
 
@@ -22,6 +22,7 @@ _LOGFMT_BARE = re.compile(r"[^\s\"=\\]+")
 _LOGFMT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 Formatter = Callable[[Message], bytes]
+Headers = list[tuple[str, bytes | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,16 @@ def _timestamp(message: Message) -> tuple[str | None, int | None]:
     return (name, value) if name else (None, None)
 
 
+def consumed_headers(message: Message) -> Headers:
+    """A consumed record's headers, in order (empty when it has none).
+
+    confluent-kafka's stubs give ``Message.headers()`` the type of what ``produce()``
+    accepts (a dict, or str values too); librdkafka hands a consumer (name, bytes or
+    None) pairs.
+    """
+    return cast(Headers, message.headers() or [])
+
+
 def _readable(data: bytes | None) -> str:
     return "null" if data is None else data.decode("utf-8", "backslashreplace")
 
@@ -62,7 +73,7 @@ def _text_line(message: Message, fields: TextFields) -> bytes:
     if fields.offset:
         parts.append(f"Offset:{message.offset()}")
     if fields.headers:
-        headers = message.headers()
+        headers = consumed_headers(message)
         parts.append(",".join(f"{name}:{_readable(value)}" for name, value in headers)
                      if headers else "NO_HEADERS")
     if fields.key:
@@ -91,7 +102,7 @@ def _json_line(message: Message) -> bytes:
     _json_bytes(record, "key", message.key())
     _json_bytes(record, "value", message.value())
     headers = []
-    for name, value in message.headers() or ():
+    for name, value in consumed_headers(message):
         header: dict[str, Any] = {"key": name}
         _json_bytes(header, "value", value)
         headers.append(header)
@@ -125,7 +136,7 @@ def _logfmt_line(message: Message) -> bytes:
              ("offset", str(message.offset())),
              ("timestamp", None if timestamp is None else str(timestamp)),
              ("timestamp_type", kind), ("key", message.key()), ("value", message.value())]
-    pairs += [(f"header.{name}", value) for name, value in message.headers() or ()]
+    pairs += [(f"header.{name}", value) for name, value in consumed_headers(message)]
     return (" ".join(f"{name}={_logfmt_value(value)}" for name, value in pairs)
             + "\n").encode("utf-8")
 

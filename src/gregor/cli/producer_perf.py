@@ -48,7 +48,9 @@ class LatencyRecorder:
         if error is not None:
             self.failures[error.str()] += 1
             return
-        latency_ms = message.latency() * 1000.0
+        latency_s = message.latency()
+        assert latency_s is not None  # librdkafka times every record it delivers
+        latency_ms = latency_s * 1000.0
         self.latencies_ms.append(latency_ms)
         self._window_count += 1
         self._window_latency_ms += latency_ms

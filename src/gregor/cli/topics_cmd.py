@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable, Mapping
-from concurrent.futures import Future
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
@@ -22,7 +21,7 @@ from confluent_kafka.admin import (
 
 from gregor.cli.client_config import add_client_arguments, client_config, parse_assignments
 from gregor.cli.cluster_metadata import cluster_metadata
-from gregor.cli.errors import CliError, kafka_error_text
+from gregor.cli.errors import CliError, admin_result, kafka_error_text
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -86,13 +85,6 @@ def _require_topics(metadata: ClusterMetadata, names: Iterable[str]) -> None:
                        + ", ".join(repr(name) for name in missing))
 
 
-def _result(future: Future, what: str) -> object:
-    try:
-        return future.result()
-    except KafkaException as exc:
-        raise CliError(f"cannot {what}: {kafka_error_text(exc)}") from None
-
-
 def run_create(args: argparse.Namespace) -> int:
     admin, _ = _connect(args)
     configs = dict(parse_assignments(args.config, "--config"))
@@ -122,18 +114,20 @@ def _offsets(admin: AdminClient, partitions: list[TopicPartition],
     if not partitions:
         return {}
     futures = admin.list_offsets({tp: spec for tp in partitions})
-    return {(tp.topic, tp.partition): _result(future, f"list offsets of {tp.topic}").offset
+    return {(tp.topic, tp.partition): admin_result(future, f"list offsets of {tp.topic}").offset
             for tp, future in futures.items()}
 
 
-def _config_overrides(admin: AdminClient, names: list[str]) -> dict[str, dict[str, str]]:
-    """Per topic, the configs set on the topic itself (what ``kafka-topics --describe`` shows)."""
+def _config_overrides(admin: AdminClient,
+                      names: list[str]) -> dict[str, dict[str, str | None]]:
+    """Per topic, the configs set on the topic itself (what ``kafka-topics --describe`` shows);
+    a sensitive config's value is None, as the broker does not disclose it."""
     if not names:
         return {}
     futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, name) for name in names])
     overrides = {}
     for resource, future in futures.items():
-        entries: Mapping[str, ConfigEntry] = _result(future, f"describe {resource.name}")
+        entries: Mapping[str, ConfigEntry] = admin_result(future, f"describe {resource.name}")
         overrides[resource.name] = {
             name: entry.value for name, entry in sorted(entries.items())
             if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
@@ -190,12 +184,12 @@ def run_alter(args: argparse.Namespace) -> int:
     if args.partitions is not None:
         before = len(metadata.topics[args.name].partitions)
         future = admin.create_partitions([NewPartitions(args.name, args.partitions)])[args.name]
-        _result(future, f"add partitions to {args.name!r}")
+        admin_result(future, f"add partitions to {args.name!r}")
         print(f"Topic {args.name}: partitions {before} -> {args.partitions}.")
     if changes:
         resource = ConfigResource(ResourceType.TOPIC, args.name, incremental_configs=changes)
         for future in admin.incremental_alter_configs([resource]).values():
-            _result(future, f"alter configs of {args.name!r}")
+            admin_result(future, f"alter configs of {args.name!r}")
         for entry in changes:
             action = ("deleted" if entry.incremental_operation == AlterConfigOpType.DELETE
                       else f"set to {entry.value}")

@@ -145,9 +145,10 @@ def activity_events(
         if rng.random() < 0.3:
             user = rng.randrange(users)
         ts = start_ms + index * interval_ms
-        value = {"user_id": f"u{user:02d}", "page": rng.choice(PAGES),
-                 "action": rng.choice(ACTIONS), "ts": ts}
-        yield Event(topic, value["user_id"], value, ts)
+        user_id = f"u{user:02d}"
+        value = {"user_id": user_id, "page": rng.choice(PAGES), "action": rng.choice(ACTIONS),
+                 "ts": ts}
+        yield Event(topic, user_id, value, ts)
         index += 1
 
 

@@ -31,6 +31,10 @@ class Region(Protocol):
     @property
     def length(self) -> int: ...
 
+    def read(self) -> bytes:
+        """The bytes themselves, for regions too small to be worth a ``sendfile``."""
+        ...
+
 
 @dataclass(slots=True)
 class FetchedPartition:

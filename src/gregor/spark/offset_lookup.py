@@ -32,9 +32,10 @@ class OffsetLookup:
     """Answers offset questions for one query; not picklable, so it lives on the driver only."""
 
     def __init__(self, client_config: dict[str, str]) -> None:
-        config = dict(client_config)
         # An admin client has no isolation level of its own: it is passed per request.
-        level = config.pop("isolation.level", READ_UNCOMMITTED).lower()
+        level = client_config.get("isolation.level", READ_UNCOMMITTED).lower()
+        config: dict[str, str | int | float | bool] = {
+            name: value for name, value in client_config.items() if name != "isolation.level"}
         self._isolation = (
             IsolationLevel.READ_COMMITTED
             if level == "read_committed"

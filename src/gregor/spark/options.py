@@ -170,8 +170,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
 
 def _subscription(options: Mapping[str, str]) -> Subscription:
     given = {
-        name: options.get(name)
-        for name in ("subscribe", "subscribePattern", "assign")
+        name: options[name] for name in ("subscribe", "subscribePattern", "assign")
         if options.get(name) is not None
     }
     if len(given) != 1:
@@ -232,7 +231,7 @@ def _offset_bound(
         return default
     word = text.strip().lower()
     if word in ("earliest", "latest"):
-        bound: OffsetBound = EarliestOrLatest(EARLIEST if word == "earliest" else LATEST)
+        bound = EarliestOrLatest(EARLIEST if word == "earliest" else LATEST)
         if bound.marker == forbidden:
             raise ValueError(f"option {name!r}: {word!r} is not valid for batch queries")
         return bound

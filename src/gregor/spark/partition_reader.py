@@ -105,8 +105,9 @@ class _RangeReader:
                     pending, pending_bytes = [], 0
             if len(records) != len(messages):
                 for message in messages:
-                    if message.error() is not None:
-                        self._handle_event(message)
+                    error = message.error()
+                    if error is not None:
+                        self._handle_event(error, message)
             if not records and self.position < part.end and time.monotonic() > deadline:
                 raise TimeoutError(
                     f"{part.topic}-{part.partition}: no record at offset {self.position} "
@@ -130,18 +131,17 @@ class _RangeReader:
     def _take_in_range(self, records: list[Message]) -> list[Message]:
         """Advance ``position`` past ``records`` and drop those at or beyond the end."""
         end = self._part.end
-        last = records[-1].offset()
+        last = _offset(records[-1])
         if last < end:
             self.position = last + 1
             return records
         self.position = end
-        return [m for m in records if m.offset() < end]
+        return [m for m in records if _offset(m) < end]
 
-    def _handle_event(self, message: Message) -> None:
-        error = message.error()
+    def _handle_event(self, error: KafkaError, message: Message) -> None:
         code = error.code()
         if code == KafkaError._PARTITION_EOF:
-            self._at_end_of_log(message.offset())
+            self._at_end_of_log(_offset(message))
         elif code in _OUT_OF_RANGE:
             self._out_of_range()
         elif error.fatal() or not error.retriable():
@@ -193,3 +193,11 @@ class _RangeReader:
     def _to_batch(self, records: list[Message]) -> pa.RecordBatch:
         part = self._part
         return records_to_batch(records, part.topic, part.partition, part.settings.include_headers)
+
+
+def _offset(message: Message) -> int:
+    """A record's offset, or an end-of-partition event's log end offset. confluent-kafka
+    types ``offset()`` as optional, for the messages that carry none (other errors)."""
+    offset = message.offset()
+    assert offset is not None
+    return offset

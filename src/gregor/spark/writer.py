@@ -199,7 +199,7 @@ def _produce(
     value: bytes | str | None,
     key: bytes | str | None,
     partition: int,
-    headers: list[tuple[str, bytes | None]] | None,
+    headers: list[tuple[str, str | bytes | None]] | None,
 ) -> None:
     """Produce one record, waiting for room when the client's queue is full."""
     while True:

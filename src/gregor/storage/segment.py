@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 from gregor.protocol import record_batch
 from gregor.protocol.record_batch import (
@@ -50,12 +50,12 @@ class FileRegion:
     a fetch is in flight stays readable until the response is written.
     """
 
-    file: object
+    file: BinaryIO
     position: int
     length: int
 
     def read(self) -> bytes:
-        return os.pread(self.file.fileno(), self.length, self.position)  # type: ignore[attr-defined]
+        return os.pread(self.file.fileno(), self.length, self.position)
 
 
 class BatchLocation(NamedTuple):
