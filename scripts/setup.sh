@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install gregor with what its tests need; install Debian tools
-# the tests use (kcat). Safe to run again: it only installs what is missing.
+# the tests use (kcat); with the console extra, build the web console's front end.
+# Safe to run again: it only installs (and builds) what is missing or changed.
 # Usage: scripts/setup.sh [extras]   e.g. scripts/setup.sh test,spark
 #
 # pip runs only when needed, so that run-broker.sh restarts in about a second: each
@@ -46,4 +47,8 @@ if [[ ",$extras," == *",test,"* ]] && ! command -v kcat >/dev/null 2>&1; then
   else
     echo "warning: kcat is not installed and apt-get is unavailable; kcat tests will be skipped" >&2
   fi
+fi
+
+if [[ ",$extras," == *",console,"* ]]; then
+  scripts/build-console.sh
 fi

@@ -33,12 +33,15 @@ def run(args: argparse.Namespace) -> int:
 
         from gregor.console.admin import ClusterAdmin
         from gregor.console.history import History
-        from gregor.console.server import create_app
+        from gregor.console.server import WEB_DIST, create_app
     except ImportError as exc:
         raise CliError(f"the console needs the 'console' extra ({exc}): "
-                       "run scripts/build-console.sh, or pip install 'gregor[console]'") from None
+                       "run scripts/setup.sh console") from None
     if args.refresh <= 0 or args.history <= 0:
         raise CliError("--refresh and --history must be positive")
+    if not (WEB_DIST / "index.html").is_file():
+        raise CliError("the console's front end is not built: run scripts/build-console.sh "
+                       "(scripts/setup.sh console runs it too)")
     # Bind before anything else, so a port in use fails at once and --port 0 is known.
     try:
         listener = socket.create_server((args.host, args.port), family=_family(args.host))

@@ -1,0 +1,49 @@
+import { useEffect, useRef } from 'preact/hooks';
+import uPlot from 'uplot';
+import 'uplot/dist/uPlot.min.css';
+
+const COLORS = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '#0891b2', '#ca8a04',
+  '#db2777', '#4b5563', '#65a30d'];
+
+// A time series chart. `times` are seconds since the epoch; each series is
+// { label, values } with null for a gap. Redrawn in place when the data changes,
+// resized with its container (so it fits a phone as well as a laptop).
+export function Chart({ times, series, label, height = 180 }) {
+  const box = useRef(null);
+  const plot = useRef(null);
+  const shape = series.map((s) => s.label).join('\u0000');
+
+  useEffect(() => {
+    const width = Math.max(box.current.clientWidth, 200);
+    const options = {
+      width,
+      height,
+      legend: { show: series.length > 1 },
+      scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(max, 1)] } },
+      axes: [{}, { label, size: 60 }],
+      series: [{}, ...series.map((s, i) => ({
+        label: s.label,
+        stroke: COLORS[i % COLORS.length],
+        width: 2,
+        spanGaps: false,
+        points: { show: false },
+      }))],
+    };
+    plot.current = new uPlot(options, [times, ...series.map((s) => s.values)], box.current);
+    const observer = new ResizeObserver(() => {
+      plot.current.setSize({ width: Math.max(box.current.clientWidth, 200), height });
+    });
+    observer.observe(box.current);
+    return () => {
+      observer.disconnect();
+      plot.current.destroy();
+      plot.current = null;
+    };
+  }, [shape, height, label]);
+
+  useEffect(() => {
+    if (plot.current) plot.current.setData([times, ...series.map((s) => s.values)]);
+  }, [times, series]);
+
+  return <div class="chart" ref={box} data-points={times.length} />;
+}

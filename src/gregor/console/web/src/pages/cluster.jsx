@@ -1,0 +1,91 @@
+import { Chart } from '../chart.jsx';
+import { formatRate } from '../format.js';
+import { useResource } from '../hooks.js';
+import { ErrorBox, Loading, Notice, Stat, Table } from '../ui.jsx';
+
+function PartitionRows({ rows }) {
+  return rows.map((p) => (
+    <tr key={`${p.topic}-${p.partition}`}>
+      <td><a href={`#/topics/${encodeURIComponent(p.topic)}`}>{p.topic}</a></td>
+      <td class="num">{p.partition}</td>
+      <td class="num">{p.leader ?? 'none'}</td>
+      <td>{p.replicas.join(', ')}</td>
+      <td>{p.isr.join(', ') || 'empty'}</td>
+      <td>{p.offline_replicas.join(', ') || '–'}</td>
+    </tr>
+  ));
+}
+
+function Unhealthy({ title, rows, name }) {
+  return (
+    <section>
+      <h2>{title} <span class="count">{rows.length}</span></h2>
+      <Table name={name}>
+        <thead><tr><th>Topic</th><th class="num">Partition</th><th class="num">Leader</th>
+          <th>Replicas</th><th>In-sync replicas</th><th>Offline replicas</th></tr></thead>
+        <tbody><PartitionRows rows={rows} /></tbody>
+      </Table>
+    </section>
+  );
+}
+
+export function Throughput({ rate, title = 'Messages in per second' }) {
+  const last = rate.messages_in.length ? rate.messages_in[rate.messages_in.length - 1] : null;
+  return (
+    <section class="panel">
+      <h2>{title} <span class="count">{formatRate(last)} now</span></h2>
+      {rate.t.length > 1
+        ? <Chart times={rate.t} series={[{ label: 'messages/s', values: rate.messages_in }]} label="messages/s" />
+        : <p class="muted">Sampling log end offsets; the chart appears after two samples.</p>}
+    </section>
+  );
+}
+
+export function ClusterPage({ refresh }) {
+  const { data, error, loading } = useResource('/api/cluster', refresh);
+  return (
+    <div class="page" data-page="cluster">
+      <h1>Cluster {data ? <small class="muted">{data.cluster_id}</small> : null}</h1>
+      <ErrorBox error={error} prefix={data ? 'Showing the last answer:' : null} />
+      {loading && !data ? <Loading what="the cluster" /> : null}
+      {data ? (
+        <>
+          <div class="stats">
+            <Stat name="brokers" label="Brokers" value={data.brokers.length} />
+            <Stat name="controller" label="Controller" value={data.controller ?? 'none'} kind={data.controller === null ? 'bad' : ''} />
+            <Stat name="topics" label="Topics" value={data.topics} />
+            <Stat name="partitions" label="Partitions" value={data.partitions} />
+            <Stat name="under-replicated" label="Under-replicated" value={data.under_replicated.length}
+              kind={data.under_replicated.length ? 'warn' : 'good'} />
+            <Stat name="offline" label="Offline partitions" value={data.offline.length}
+              kind={data.offline.length ? 'bad' : 'good'} />
+          </div>
+          <section>
+            <h2>Brokers</h2>
+            <Table name="brokers">
+              <thead><tr><th class="num">ID</th><th>Address</th><th>Rack</th><th>Role</th></tr></thead>
+              <tbody>
+                {data.brokers.map((b) => (
+                  <tr key={b.id}>
+                    <td class="num">{b.id}</td>
+                    <td>{b.host}:{b.port}</td>
+                    <td>{b.rack || '–'}</td>
+                    <td>{b.controller ? <span class="badge good">controller</span> : 'broker'}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </Table>
+          </section>
+          {data.offline.length ? <Unhealthy title="Offline partitions" rows={data.offline} name="offline" /> : null}
+          {data.under_replicated.length
+            ? <Unhealthy title="Under-replicated partitions" rows={data.under_replicated} name="under-replicated" />
+            : null}
+          {!data.offline.length && !data.under_replicated.length
+            ? <Notice>Every partition has a leader and a full set of in-sync replicas.</Notice> : null}
+          <Throughput rate={data.throughput.messages_in} />
+          {data.throughput.bytes_note ? <p class="muted note" data-note="metrics">{data.throughput.bytes_note}</p> : null}
+        </>
+      ) : null}
+    </div>
+  );
+}
