@@ -17,7 +17,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 TIMEOUT = 30.0
@@ -58,14 +65,18 @@ class PollingConsumer:
 
     With ``commit_each`` it commits every record synchronously after "processing"
     it (and never automatically), so a record whose commit succeeded is one the group
-    must never deliver again.
+    must never deliver again. What went wrong is kept apart so tests can assert on it:
+    ``errors`` holds the errors poll() reported, ``commit_failures`` the commits the
+    coordinator refused. librdkafka's statistics (every 100 ms) show what a test cannot
+    see from outside: the requests it sent and the rebalances it went through.
     """
 
     def __init__(self, bootstrap: str, group: str, topics: list[str], *,
                  commit_each: bool = False, **config: object) -> None:
         if commit_each:
             config["enable.auto.commit"] = False
-        self.consumer = group_consumer(bootstrap, group, **config)
+        self.consumer = group_consumer(bootstrap, group, **{
+            "statistics.interval.ms": 100, "stats_cb": self._on_stats, **config})
         self.client_id = str(config.get("client.id", "rdkafka"))
         self.commit_each = commit_each
         self.values: list[bytes] = []
@@ -73,7 +84,10 @@ class PollingConsumer:
         self.assignment: frozenset[tuple[str, int]] = frozenset()
         self.assign_calls = 0
         self.revoke_calls = 0
+        self.revoked: list[frozenset[tuple[str, int]]] = []
         self.errors: list[KafkaError] = []
+        self.commit_failures: list[KafkaError] = []
+        self._stats: dict = {}
         self._stop = threading.Event()
         self._stalled = threading.Event()
         self._lock = threading.Lock()
@@ -86,6 +100,27 @@ class PollingConsumer:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.revoke_calls += 1
+        self.revoked.append(frozenset((tp.topic, tp.partition) for tp in partitions))
+
+    def _on_stats(self, stats: str) -> None:
+        self._stats = json.loads(stats)
+
+    def requests_sent(self, request: str) -> int:
+        """How many ``request`` requests (librdkafka's names: "Heartbeat", "Fetch", ...)
+        this member has sent, over all its connections, by its latest statistics."""
+        return sum(broker.get("req", {}).get(request, 0)
+                   for broker in self._stats.get("brokers", {}).values())
+
+    def fetch_position(self, topic: str, partition: int) -> int:
+        """The offset librdkafka fetches from next; -1 until it is fetching (before,
+        while it looks up the committed offset or resets, the number means nothing)."""
+        partitions = self._stats.get("topics", {}).get(topic, {}).get("partitions", {})
+        state = partitions.get(str(partition), {})
+        return state["next_offset"] if state.get("fetch_state") == "active" else -1
+
+    def rebalances(self) -> int:
+        """librdkafka's count of the assignments and revocations this member went through."""
+        return self._stats.get("cgrp", {}).get("rebalance_cnt", 0)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -109,7 +144,7 @@ class PollingConsumer:
                 except KafkaException as exc:
                     # Expected while the group rebalances (REBALANCE_IN_PROGRESS,
                     # ILLEGAL_GENERATION): the record is simply not committed.
-                    self.errors.append(exc.args[0])
+                    self.commit_failures.append(exc.args[0])
                 else:
                     with self._lock:
                         self.committed_values.add(message.value())
@@ -130,6 +165,30 @@ class PollingConsumer:
         self._stop.set()
         self._thread.join(TIMEOUT)
         self.consumer.close()
+
+
+# What a commit may meet while the group rebalances under it: the record is then not
+# committed, and the group delivers it again (to this member or another).
+REBALANCE_COMMIT_ERRORS = frozenset({KafkaError.REBALANCE_IN_PROGRESS,
+                                     KafkaError.ILLEGAL_GENERATION,
+                                     KafkaError.UNKNOWN_MEMBER_ID})
+
+
+def assert_no_errors(consumers: list[PollingConsumer]) -> None:
+    """No member's poll() reported an error, and every refused commit was refused
+    because the group was rebalancing."""
+    assert [e for c in consumers for e in c.errors] == []
+    assert [e for c in consumers for e in c.commit_failures
+            if e.code() not in REBALANCE_COMMIT_ERRORS] == []
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
+    """The group's committed offset of each partition (-1001 where there is none)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p)
+                                                   for p in range(partitions)])
+    result = admin.list_consumer_group_offsets([request])[group].result(TIMEOUT)
+    return [tp.offset for tp in sorted(result.topic_partitions, key=lambda tp: tp.partition)]
 
 
 def wait_for_assignments(consumers: list[PollingConsumer], partitions: int,
