@@ -280,6 +280,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("leader.imbalance.per.broker.percentage", ConfigType.INT, 10,
                   "share of a broker's partitions led elsewhere that triggers a rebalance",
                   minimum=0),
+        # ---- monitoring
+        ConfigDef("metrics.listener", ConfigType.STRING, "",
+                  "where Prometheus scrapes this broker's metrics "
+                  "(http://127.0.0.1:9644/metrics); empty: no metrics"),
     )
 }
 
@@ -405,6 +409,19 @@ class BrokerConfig:
         except ValueError:
             return None  # a host name, or every address
         return None if address.is_unspecified else host
+
+    @property
+    def metrics_listener(self) -> tuple[str, int, str] | None:
+        """``(host, port, path)`` of the metrics endpoint, or None when metrics are off."""
+        text = self.values["metrics.listener"].strip()
+        if not text:
+            return None
+        scheme, sep, rest = text.partition("://")
+        if sep and scheme != "http":
+            raise ConfigError(f"metrics.listener {text!r}: only http:// is served")
+        address, slash, path = (rest if sep else text).partition("/")
+        host, port = parse_listener(address)
+        return host, port, "/" + path if slash and path else "/metrics"
 
     def advertised_address(self) -> tuple[str, int]:
         listeners = self.values["advertised.listeners"] or self.values["listeners"]

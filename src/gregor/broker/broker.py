@@ -27,6 +27,8 @@ from gregor.cluster.znodes import BrokerRegistration
 from gregor.config import BrokerConfig, TopicConfig
 from gregor.groups.coordinator import GroupCoordinator
 from gregor.groups.offsets_store import OFFSETS_TOPIC
+from gregor.metrics.broker_metrics import BrokerMetrics
+from gregor.metrics.endpoint import MetricsServer
 from gregor.storage.checkpoint_file import write_atomically
 from gregor.storage.cleaner import LogCleaner
 from gregor.storage.log_manager import LogManager
@@ -59,6 +61,13 @@ class Broker:
             self.replica_manager = ReplicaManager(config, self.log_manager)
             self.controller = SingleNodeController(config, self.image, self.replica_manager)
         self.router = Router()
+        # None when metrics.listener is unset: the hot path then counts nothing.
+        self.metrics: BrokerMetrics | None = None
+        self.metrics_server: MetricsServer | None = None
+        metrics_listener = config.metrics_listener
+        if metrics_listener is not None:
+            self.metrics = BrokerMetrics()
+            self.metrics_server = MetricsServer(self, self.metrics, metrics_listener)
         self.group_coordinator = GroupCoordinator(config, self.controller, self.replica_manager)
         group_routes.register(self.router)
         self.advertised_address = config.advertised_address()
@@ -113,6 +122,8 @@ class Broker:
             await server.start_serving()
             host, port = server.sockets[0].getsockname()[:2]
             log.info("listening on %s:%s", host, port)
+        if self.metrics_server is not None:
+            await self.metrics_server.start()
         host, port = self.advertised_address
         if self.cluster is not None:
             await self.cluster.register(host, port)
@@ -153,6 +164,8 @@ class Broker:
                 lambda: FrameProtocol(MIN_REQUEST_SIZE, max_request, self._on_connect),
                 host or None, port, reuse_address=True, backlog=1024, start_serving=False)
             self._servers.append(server)
+        if self.metrics_server is not None:
+            await self.metrics_server.bind()
         bound = self._servers[0].sockets[0].getsockname()
         self.bound_address = (bound[0], bound[1])
         if listeners[0][1] == 0 and not self.config["advertised.listeners"]:
@@ -163,6 +176,8 @@ class Broker:
             await self.cluster.controlled_shutdown(_CONTROLLED_SHUTDOWN_TIMEOUT_S)
         for server in self._servers:
             server.close()
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         for task in [*self._tasks, *self._connections]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._connections, return_exceptions=True)
@@ -183,8 +198,10 @@ class Broker:
         await self.start()
         if ready_file is not None:
             host, port = self.bound_address
-            write_atomically(Path(ready_file), json.dumps(
-                {"broker_id": self.broker_id, "host": host, "port": port, "pid": os.getpid()}))
+            ready = {"broker_id": self.broker_id, "host": host, "port": port, "pid": os.getpid()}
+            if self.metrics_server is not None:
+                ready["metrics_url"] = self.metrics_server.url
+            write_atomically(Path(ready_file), json.dumps(ready))
         try:
             await stop.wait()
         finally:

@@ -17,11 +17,13 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from typing import TYPE_CHECKING, NoReturn
 
 from gregor.broker import api_versions
 from gregor.broker.frame_protocol import ClientGone, FrameProtocol, FrameSizeError
 from gregor.broker.request import RawResponse, Request
+from gregor.metrics.broker_metrics import BrokerMetrics
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import MalformedRequest, decode_request, encode_response, peek_api
 from gregor.storage.segment import FileRegion
@@ -51,6 +53,7 @@ class Connection:
         self.transport = frames.transport
         peer = self.transport.get_extra_info("peername") or ("?", 0)
         self.client_host, self.client_port = peer[0], peer[1]
+        self.request: Request | None = None  # the latest request decoded
 
     async def run(self) -> None:
         """Serve requests until the client leaves, is refused, or the broker stops.
@@ -58,9 +61,13 @@ class Connection:
         Never raises, not even when cancelled by the broker's shutdown: whatever
         happens, only this connection ends.
         """
+        metrics = self.broker.metrics
         try:
             while True:
                 frame = await self._read_frame()
+                if metrics is not None:
+                    await self._serve_measured(frame, metrics)
+                    continue
                 response = await self.dispatch(frame)
                 if response is not None:
                     await self.send(response)
@@ -73,6 +80,19 @@ class Connection:
                                   self.client_host, self.client_port, exc_info=exc)
         finally:
             self.transport.close()
+
+    async def _serve_measured(self, frame: bytes | memoryview, metrics: BrokerMetrics) -> None:
+        """Serve one request and count it as Kafka's RequestMetrics do: its time from
+        arrival to its answer sent, of which the wait behind earlier requests."""
+        started = time.perf_counter()
+        api_key, version, _ = peek_api(frame)
+        response = await self.dispatch(frame)
+        if response is not None:
+            await self.send(response)
+        follower = (api_key == ApiKey.FETCH and self.request is not None
+                    and getattr(self.request.body, "replica_id", -1) >= 0)
+        metrics.request_completed(api_key, version, follower, self.frames.received_at,
+                                  started, time.perf_counter())
 
     async def _read_frame(self) -> bytes | memoryview:
         try:
@@ -101,11 +121,16 @@ class Connection:
         except MalformedRequest as exc:
             log.debug("malformed frame starts %s", frame[:512].hex())
             self._refuse(f"malformed-{api_key}", "%s", exc)
-        request = Request(header, body, self.client_host, self.client_port)
+        request = self.request = Request(header, body, self.client_host, self.client_port)
         try:
             result = await route.handler(self.broker, request)
             if result is None or isinstance(result, RawResponse):
                 return result
+            # Produce and Fetch count their answers per partition; most others
+            # carry one error code.
+            error_code = getattr(result, "error_code", None)
+            if error_code is not None and self.broker.metrics is not None:
+                self.broker.metrics.answered(api_key, error_code)
             return encode_response(api_key, version, correlation_id, result)
         except ConnectionClosed:
             raise  # a handler's deliberate way to answer (acks=0 produce errors)

@@ -19,6 +19,8 @@ import time
 from typing import TYPE_CHECKING
 
 from gregor.broker.request import RawResponse, Request
+from gregor.metrics.broker_metrics import BrokerMetrics
+from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.fetch_response import FetchedPartition, encode_fetch_response
 from gregor.storage.log import OffsetOutOfRange
@@ -119,6 +121,17 @@ def _read_partition(broker: Broker, topic: str, wanted, budget: int, replica_id:
     return FetchedPartition(wanted.partition, ErrorCode.none, hw, hw, start, region), size
 
 
+def _count(metrics: BrokerMetrics, topics: list, follower: bool) -> None:
+    """Bytes sent per topic (to consumers, or to followers), and each partition's error."""
+    for topic, partitions in topics:
+        for answer in partitions:
+            metrics.answered(ApiKey.FETCH, answer.error_code)
+            records = answer.records
+            if records is not None:
+                metrics.fetched(topic, len(records) if isinstance(records, bytes)
+                                else records.length, follower)
+
+
 async def handle(broker: Broker, request: Request):
     body = request.body
     version = request.version
@@ -140,5 +153,7 @@ async def handle(broker: Broker, request: Request):
         if total >= min_bytes or urgent or remaining <= 0 or not watched:
             break
         await broker.replica_manager.wait_for_data(watched, remaining)
+    if broker.metrics is not None:
+        _count(broker.metrics, topics, replica_id >= 0)
     return RawResponse(encode_fetch_response(version, request.header.correlation_id, 0,
                                              ErrorCode.none, _NO_SESSION, topics))

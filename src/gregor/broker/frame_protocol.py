@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -72,7 +73,10 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._huge_size = 0
         self._spare: bytearray | None = None
         self._lent: bytearray | None = None  # the buffer behind the frame last handed out
-        self._frames: deque[tuple[bytes | memoryview, bytearray | None]] = deque()
+        # Each frame with the time its last byte arrived (time.perf_counter()).
+        self._frames: deque[tuple[bytes | memoryview, bytearray | None, float]] = deque()
+        # When the frame last handed out arrived: where its request queue time starts.
+        self.received_at = 0.0
         self._queued_bytes = 0
         self._reading_paused = False
         self._error: BaseException | None = None
@@ -143,7 +147,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
                 await self._frame_waiter
             finally:
                 self._frame_waiter = None
-        frame, self._lent = self._frames.popleft()
+        frame, self._lent, self.received_at = self._frames.popleft()
         self._queued_bytes -= len(frame)
         if self._reading_paused and self._queued_bytes < READ_AHEAD_BYTES and self._error is None:
             self._reading_paused = False
@@ -206,7 +210,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         return bytearray(-(-size // _OWN_BUFFER_ROUNDING) * _OWN_BUFFER_ROUNDING)
 
     def _push(self, frame: bytes | memoryview, buffer: bytearray | None) -> None:
-        self._frames.append((frame, buffer))
+        self._frames.append((frame, buffer, time.perf_counter()))
         self._queued_bytes += len(frame)
         if self._queued_bytes >= READ_AHEAD_BYTES and not self._reading_paused:
             self._reading_paused = True

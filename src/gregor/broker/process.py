@@ -50,7 +50,8 @@ class BrokerProcess:
     ``start``, ``stop`` (SIGTERM: a clean shutdown), ``kill`` (SIGKILL: a crash),
     ``pause``/``resume`` (SIGSTOP/SIGCONT) and ``restart`` act on the process;
     ``bootstrap`` is the ``host:port`` clients use, ``broker_id`` the id the broker
-    reported at its latest start, ``pid`` the running process's (None when stopped).
+    reported at its latest start, ``pid`` the running process's (None when stopped),
+    ``metrics_url`` where it serves metrics (None unless ``metrics.listener`` is set).
     """
 
     def __init__(self, data_dir: Path, port: int = 0,
@@ -64,6 +65,7 @@ class BrokerProcess:
         self.log_path = log_path or self.data_dir.parent / f"{self.data_dir.name}.log"
         self.ready_file = self.data_dir.parent / f"{self.data_dir.name}.ready"
         self.broker_id: int | None = None
+        self.metrics_url: str | None = None
         self.proc: subprocess.Popen | None = None
         self._log_start = 0
 
@@ -108,6 +110,7 @@ class BrokerProcess:
                 raise RuntimeError(f"broker not ready within {timeout}s:\n{self.log_tail()}")
             time.sleep(_POLL_S)
         self.port, self.broker_id = ready["port"], ready["broker_id"]
+        self.metrics_url = ready.get("metrics_url")
         return self
 
     def _read_ready(self) -> dict | None:

@@ -69,6 +69,9 @@ def _append(broker: Broker, request: Request, topic: str, data
         return _PartitionResult(exc.error, str(exc)), None, -1
     if not result.duplicate:
         broker.replica_manager.notify((topic, data.index))
+        if broker.metrics is not None:
+            # The record count is the batch headers' (the log never reads records).
+            broker.metrics.appended(topic, result.record_count, len(data.records))
     append_time = None
     if result.log_append_time >= 0:
         append_time = datetime.datetime.fromtimestamp(result.log_append_time / 1000,
@@ -113,10 +116,13 @@ async def handle(broker: Broker, request: Request):
         await _wait_for_replicas(broker, waits, body.timeout.total_seconds())
     failed = False
     responses = []
+    metrics = broker.metrics
     for name, results in appended:
         partition_responses = []
         for index, result in results:
             failed = failed or result.error != ErrorCode.none
+            if metrics is not None:
+                metrics.answered(_KEY, result.error)
             partition_responses.append(build(
                 partition_cls, index=index, error_code=result.error,
                 base_offset=result.base_offset, log_append_time=result.log_append_time,

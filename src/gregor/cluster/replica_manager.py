@@ -64,6 +64,9 @@ class ReplicaManager:
             timeout_s=config["replica.socket.timeout.ms"] / 1000,
             source_address=config.source_address)
         self._tasks: set[asyncio.Task] = set()
+        # ISR changes of partitions led here, for metrics (Kafka's IsrShrinks/ExpandsPerSec).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     def topic_config(self, topic: TopicMetadata) -> TopicConfig:
         return TopicConfig(self.config, topic.configs)
@@ -200,7 +203,10 @@ class ReplicaManager:
             partition.isr_change_failed(proposal)
             return
         if self.partitions.get(tp) is partition:
+            before = len(partition.isr)
             partition.isr_changed(proposal, written)
+            self.isr_shrinks += len(partition.isr) < before
+            self.isr_expands += len(partition.isr) > before
             # A smaller ISR may let the HW move, or leave acks=all writes short of
             # min.insync.replicas.
             self._partition_changed(tp)

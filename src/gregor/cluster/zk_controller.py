@@ -55,6 +55,9 @@ class ZkController:
         self._dirty = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._rebalance_task: asyncio.Task | None = None
+        # Leaderships this broker moved as controller, for metrics (Kafka's ControllerStats).
+        self.leader_elections = 0
+        self.unclean_leader_elections = 0
 
     @property
     def is_active(self) -> bool:
@@ -143,6 +146,7 @@ class ZkController:
                     break
         if decided is not None:
             if decided.unclean:
+                self.unclean_leader_elections += 1
                 log.warning("%s-%d: unclean leader election: broker %d was not in sync (ISR "
                             "%s) and now leads; records acknowledged by the ISR may be lost",
                             topic.name, index, decided.state.leader, list(state.isr))
@@ -177,6 +181,7 @@ class ZkController:
             # A leader changed the ISR meanwhile: decided again on the newer state.
             self._check_fenced(exc)
             return
+        self.leader_elections += after.leader != before.leader
         log.info("%s-%d: leader %d -> %d (epoch %d), ISR %s -> %s", topic, index, before.leader,
                  after.leader, after.leader_epoch, list(before.isr), list(after.isr))
 

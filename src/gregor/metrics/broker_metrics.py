@@ -1,0 +1,116 @@
+"""The counters the broker's hot path adds to: plain Python numbers, read at scrape time.
+
+A prometheus_client ``Counter.inc`` takes a lock per call; a produce or fetch here adds
+to an attribute or a list slot instead, since the event loop is the only writer and
+the scrape runs on that same loop. Counts come from what the broker has at hand
+anyway: a batch header's record count, a batch's or a file region's size, the error
+code of each answer, never from decoding records.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+
+from gregor.metrics import names
+from gregor.protocol.api_keys import ApiKey
+
+# Kafka's request times run from well under a millisecond (metadata) to the
+# max.wait of a long-polling fetch (500 ms by default) and the timeouts of joins.
+TIME_BUCKETS_MS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0,
+                   1000.0, 2500.0, 5000.0, 10000.0, 30000.0)
+
+
+class Histogram:
+    """Fixed buckets, counted per bucket (not cumulative) and summed once at scrape time."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...] = TIME_BUCKETS_MS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """Prometheus buckets: ``(le, count of observations <= le)``, ending with +Inf."""
+        running = 0
+        buckets = []
+        for bound, count in zip((*map(repr, self.bounds), "+Inf"), self.counts, strict=True):
+            running += count
+            buckets.append((bound, running))
+        return buckets
+
+
+class TopicCounters:
+    __slots__ = ("messages_in", "bytes_in", "bytes_out")
+
+    def __init__(self) -> None:
+        self.messages_in = 0
+        self.bytes_in = 0
+        self.bytes_out = 0
+
+
+class RequestCounters:
+    """One API's RequestMetrics: requests by version, answers by error, times in ms."""
+
+    __slots__ = ("by_version", "errors", "total_time", "queue_time")
+
+    def __init__(self) -> None:
+        self.by_version: defaultdict[int, int] = defaultdict(int)
+        self.errors: defaultdict[int, int] = defaultdict(int)
+        self.total_time = Histogram()
+        self.queue_time = Histogram()
+
+    def completed(self, version: int, queue_s: float, total_s: float) -> None:
+        self.by_version[version] += 1
+        self.queue_time.observe(queue_s * 1000)
+        self.total_time.observe(total_s * 1000)
+
+
+class BrokerMetrics:
+    """What happened on this broker since it started, by topic and by API."""
+
+    def __init__(self) -> None:
+        self.topics: defaultdict[str, TopicCounters] = defaultdict(TopicCounters)
+        self.replication_bytes_out = 0
+        self.requests: defaultdict[str, RequestCounters] = defaultdict(RequestCounters)
+        # By API key, so the hot path never builds a name.
+        self._by_key: dict[int, RequestCounters] = {}
+
+    def for_api(self, api_key: int) -> RequestCounters:
+        counters = self._by_key.get(api_key)
+        if counters is None:
+            counters = self._by_key[api_key] = self.requests[names.request_name(api_key)]
+        return counters
+
+    # ------------------------------------------------------------- requests
+    def request_completed(self, api_key: int, version: int, follower_fetch: bool,
+                          received_s: float, started_s: float, done_s: float) -> None:
+        """One request answered (or, for acks=0, handled): ``received_s`` when its last
+        byte arrived, ``started_s`` when its handler began, ``done_s`` once its answer
+        was written out (``time.perf_counter`` seconds)."""
+        queue_s, total_s = started_s - received_s, done_s - received_s
+        self.for_api(api_key).completed(version, queue_s, total_s)
+        if api_key == ApiKey.FETCH:
+            self.requests[names.FETCH_FOLLOWER if follower_fetch
+                          else names.FETCH_CONSUMER].completed(version, queue_s, total_s)
+
+    def answered(self, api_key: int, error_code: int) -> None:
+        """An answer's error (NONE too, as Kafka's ErrorsPerSec counts it)."""
+        self.for_api(api_key).errors[error_code] += 1
+
+    # ---------------------------------------------------------- produce, fetch
+    def appended(self, topic: str, records: int, size: int) -> None:
+        counters = self.topics[topic]
+        counters.messages_in += records
+        counters.bytes_in += size
+
+    def fetched(self, topic: str, size: int, follower: bool) -> None:
+        if follower:
+            self.replication_bytes_out += size
+        else:
+            self.topics[topic].bytes_out += size

@@ -1,0 +1,90 @@
+"""How busy the broker's event loop is: its idle share and how late it runs callbacks.
+
+Kafka reports NetworkProcessorAvgIdlePercent, the share of time its network threads
+wait for sockets. gregor's one network thread is the event loop, and it waits in its
+selector's ``select``: the monitor times those waits. It also schedules a probe every
+:data:`PROBE_INTERVAL_S`; how late the probe runs is the loop's lag, the delay every
+ready request was waiting behind whatever held the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+import time
+from collections import deque
+from typing import Any
+
+PROBE_INTERVAL_S = 0.5
+# The idle share is averaged over this many probe intervals (10 s).
+WINDOW_PROBES = 20
+
+
+class _TimedSelector:
+    """The loop's selector, with the time spent in ``select`` added up."""
+
+    def __init__(self, selector: selectors.BaseSelector) -> None:
+        self.wrapped = selector
+        self.idle_s = 0.0
+
+    def select(self, timeout: float | None = None) -> Any:
+        start = time.perf_counter()
+        try:
+            return self.wrapped.select(timeout)
+        finally:
+            self.idle_s += time.perf_counter() - start
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
+
+class LoopMonitor:
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._selector: _TimedSelector | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._samples: deque[tuple[float, float]] = deque(maxlen=WINDOW_PROBES + 1)
+        self.lag_s = 0.0
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        # asyncio's selector loops keep their selector in _selector; another loop
+        # (uvloop) has none, and reports lag only.
+        selector = getattr(loop, "_selector", None)
+        if isinstance(selector, selectors.BaseSelector):
+            self._selector = _TimedSelector(selector)
+            loop._selector = self._selector  # type: ignore[attr-defined]
+        self._probe(loop.time() + PROBE_INTERVAL_S, schedule_only=True)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        timed, loop = self._selector, self._loop
+        self._selector = None
+        # Put the loop's own selector back, unless someone wrapped it again since.
+        if timed is not None and loop is not None and getattr(loop, "_selector", None) is timed:
+            loop._selector = timed.wrapped  # type: ignore[attr-defined,union-attr]
+
+    @property
+    def idle_seconds(self) -> float | None:
+        return None if self._selector is None else self._selector.idle_s
+
+    @property
+    def idle_ratio(self) -> float | None:
+        """Share of the last seconds the loop spent waiting for sockets (0 to 1)."""
+        if self._selector is None or len(self._samples) < 2:
+            return None
+        (start, idle_start), (end, idle_end) = self._samples[0], self._samples[-1]
+        return min(1.0, (idle_end - idle_start) / (end - start)) if end > start else None
+
+    def _probe(self, due: float, schedule_only: bool = False) -> None:
+        loop = self._loop
+        assert loop is not None
+        if not schedule_only:
+            self.lag_s = max(0.0, loop.time() - due)
+            if self._selector is not None:
+                self._samples.append((time.perf_counter(), self._selector.idle_s))
+        next_due = loop.time() + PROBE_INTERVAL_S
+        self._handle = loop.call_at(next_due, self._probe, next_due)
