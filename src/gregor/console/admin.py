@@ -256,6 +256,7 @@ class ClusterAdmin:
 
     # ----------------------------------------------------------------- groups
     def groups(self) -> list[dict[str, Any]]:
+        self.metadata()  # a cluster that is down fails here at once, in words
         listed = wait(self.admin.list_consumer_groups(request_timeout=CALL_TIMEOUT_S),
                       "list groups")
         if listed.errors:
@@ -282,6 +283,7 @@ class ClusterAdmin:
         return rows
 
     def group(self, group: str) -> dict[str, Any]:
+        self.metadata()
         description = describe_group(self.admin, group)
         if description is None:
             raise NotFound(f"consumer group {group!r} does not exist")
@@ -306,8 +308,9 @@ class ClusterAdmin:
                       execute: bool) -> list[dict[str, Any]]:
         """New offsets per partition (``topics`` as ``TOPIC`` or ``TOPIC:P,P``), committed
         only when ``execute``; refused while the group has members, as the command is."""
+        metadata = self.metadata()
         require_inactive(self.admin, group)
-        partitions = reset_partitions(self.metadata(), topics)
+        partitions = reset_partitions(metadata, topics)
         targets = reset_targets(self.admin, group, partitions, to)
         before = committed_offsets(self.admin, group)
         if execute:
@@ -316,6 +319,7 @@ class ClusterAdmin:
                  "offset": offset} for (topic, partition), offset in targets.items()]
 
     def delete_group(self, group: str) -> None:
+        self.metadata()
         future = self.admin.delete_consumer_groups([group], request_timeout=CALL_TIMEOUT_S)[group]
         try:
             future.result(timeout=CALL_TIMEOUT_S)

@@ -14,7 +14,10 @@ export function Chart({ times, series, label, height = 180 }) {
   const shape = series.map((s) => s.label).join('\u0000');
 
   useEffect(() => {
-    const width = Math.max(box.current.clientWidth, 200);
+    // The element itself, not the ref: the ref is already null when an unmounted
+    // chart's last resize callback runs.
+    const element = box.current;
+    const width = Math.max(element.clientWidth, 200);
     const options = {
       width,
       height,
@@ -29,14 +32,15 @@ export function Chart({ times, series, label, height = 180 }) {
         points: { show: false },
       }))],
     };
-    plot.current = new uPlot(options, [times, ...series.map((s) => s.values)], box.current);
+    const chart = new uPlot(options, [times, ...series.map((s) => s.values)], element);
+    plot.current = chart;
     const observer = new ResizeObserver(() => {
-      plot.current.setSize({ width: Math.max(box.current.clientWidth, 200), height });
+      chart.setSize({ width: Math.max(element.clientWidth, 200), height });
     });
-    observer.observe(box.current);
+    observer.observe(element);
     return () => {
       observer.disconnect();
-      plot.current.destroy();
+      chart.destroy();
       plot.current = null;
     };
   }, [shape, height, label]);

@@ -19,9 +19,14 @@ export function useResource(path, refreshS) {
     }
   }, [path]);
 
+  // Another resource starts afresh; another refresh period (a tab that needs no
+  // refreshing) keeps what is shown.
   useEffect(() => {
     setState({ data: null, error: null, loading: true });
     load();
+  }, [load]);
+
+  useEffect(() => {
     if (!refreshS) return undefined;
     // Wait for an answer before asking again: a broker that is down makes answers slow.
     let stopped = false;

@@ -71,6 +71,8 @@ export function MessagesTab({ topic }) {
     source.current = null;
   };
   useEffect(() => stopFollowing, []);
+  // Opening the tab shows the newest messages at once.
+  useEffect(() => { browse(null); }, [topic.name]);
 
   const browse = async (resume) => {
     stopFollowing();
