@@ -17,7 +17,7 @@ import socket
 import struct
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -177,15 +177,54 @@ def _broker_rss(broker: BrokerProcess) -> int:
 
 # ------------------------------------------------------------------- framing
 
-def test_connection_closed_mid_frame_is_silent(broker: BrokerProcess,
-                                               client: RawConnection) -> None:
-    log = BrokerLog(broker.log_path)
-    frame = client.frame(ApiKey.METADATA, METADATA_VERSION, metadata_request([], False))
-    for cut in (2, 4, 9, len(frame) - 1):
-        with RawConnection(broker.bootstrap) as connection:
-            connection.send_raw(frame[:cut])
-    client.request(ApiKey.API_VERSIONS, 3, _api_versions_request())
-    assert log.text() == ""
+def _logged_while(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                  clients: Callable[[str], None],
+                  setup: Callable[[str], None] = lambda bootstrap: None) -> list[str]:
+    """What a broker of this test's own logged (INFO and up, its own logger's and
+    asyncio's) from ``clients`` (blocking, given the bootstrap address) up to the moment
+    it had ended every connection they opened, and ``setup`` before them.
+
+    The broker runs in this process so that the end of its last connection is an event
+    the test can wait on: a connection's log lines, if any, come before it ends. A
+    shared broker would also log for other tests, and a test's clients leaving are
+    handled after the test has moved on.
+    """
+    config = BrokerConfig.load(None, {"log.dirs": str(tmp_path / "data"),
+                                      "listeners": "PLAINTEXT://127.0.0.1:0"})
+    logged: list[str] = []
+
+    async def scenario() -> None:
+        broker = Broker(config)
+        await broker.start()
+        try:
+            host, port = broker.advertised_address
+            bootstrap = f"{host}:{port}"
+            await asyncio.to_thread(setup, bootstrap)
+            start = len(caplog.records)
+            await asyncio.to_thread(clients, bootstrap)
+            deadline = time.monotonic() + 10
+            while broker._connections:
+                assert time.monotonic() < deadline, "the broker kept a connection open"
+                await asyncio.sleep(0.01)
+            logged.extend(f"{r.name} {r.levelname} {r.getMessage()}"
+                          for r in caplog.records[start:] if r.levelno >= logging.INFO)
+        finally:
+            await broker.stop()
+
+    with caplog.at_level(logging.INFO):
+        asyncio.run(scenario())
+    return logged
+
+
+def test_connection_closed_mid_frame_is_silent(tmp_path: Path,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    def leave_mid_frame(bootstrap: str) -> None:
+        for cut in (2, 4, 9, -1):
+            with RawConnection(bootstrap) as connection:
+                frame = connection.frame(ApiKey.METADATA, METADATA_VERSION,
+                                         metadata_request([], False))
+                connection.send_raw(frame[:cut])
+    assert _logged_while(tmp_path, caplog, leave_mid_frame) == []
 
 
 def test_frame_split_across_writes_is_served(client: RawConnection) -> None:
@@ -261,17 +300,32 @@ def test_unsupported_api_versions_version_answers_error_35_then_lower_works(
     assert ranges[ApiKey.API_VERSIONS] == (0, 4)
 
 
-def test_real_client_connects_after_bad_input(broker: BrokerProcess,
-                                              client: RawConnection) -> None:
-    """kafka-python negotiates ApiVersions from v4 down; it must still work here."""
-    from kafka import KafkaConsumer
+def test_real_client_works_after_bad_input(broker: BrokerProcess, client: RawConnection,
+                                           topic_name: str) -> None:
+    """kafka-python negotiates ApiVersions from v4 down; after a neighbour's bad input
+    it still sees the topics, produces and reads back what it produced."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KafkaTopicPartition
 
+    _new_topic(client, topic_name)
     client.send_raw(_SIZE.pack(-5))
     assert client.closed_by_broker()
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, request_timeout_ms=10_000)
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, request_timeout_ms=10_000)
     try:
-        assert isinstance(consumer.topics(), set)
+        assert topic_name in consumer.topics()
+        sent = producer.send(topic_name, b"after bad input", partition=0).get(timeout=10)
+        assert sent.offset == 0
+        partition = KafkaTopicPartition(topic_name, 0)
+        consumer.assign([partition])
+        consumer.seek_to_beginning(partition)
+        read: list[bytes] = []
+        deadline = time.monotonic() + 10
+        while not read and time.monotonic() < deadline:
+            read = [r.value for r in consumer.poll(200).get(partition, [])]
+        assert read == [b"after bad input"]
     finally:
+        producer.close()
         consumer.close()
 
 
@@ -458,20 +512,25 @@ def test_real_admin_client_gets_invalid_partitions(broker: BrokerProcess, client
 
 # ------------------------------------------------ clients that leave or lag
 
-def test_client_leaving_during_long_poll_is_silent(broker: BrokerProcess, client: RawConnection,
-                                                   topic_name: str) -> None:
+def test_client_leaving_during_long_poll_is_silent(tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
     """The answer is ready only after the client left; writing it must fail quietly,
     on both the copying and the sendfile path."""
-    _new_topic(client, topic_name)
-    for value_size in (100, 100_000):  # answers below and above the sendfile threshold
-        assert _produce(client, topic_name, _batch(2, value_size)).error_code == ErrorCode.none
-    log = BrokerLog(broker.log_path)
-    for offset in (0, 2):
-        with RawConnection(broker.bootstrap) as leaving:
-            leaving.send(ApiKey.FETCH, FETCH_VERSION, fetch_request(
-                topic_name, 0, offset, max_wait_ms=200, min_bytes=10_000_000))
-    time.sleep(0.6)
-    assert log.text() == ""
+    topic = "long-poll"
+
+    def records(bootstrap: str) -> None:
+        with RawConnection(bootstrap) as connection:
+            _new_topic(connection, topic)
+            for value_size in (100, 100_000):  # answers below and above the sendfile threshold
+                assert _produce(connection, topic, _batch(2, value_size)).error_code == \
+                    ErrorCode.none
+
+    def leave_during_long_poll(bootstrap: str) -> None:
+        for offset in (0, 2):
+            with RawConnection(bootstrap) as leaving:
+                leaving.send(ApiKey.FETCH, FETCH_VERSION, fetch_request(
+                    topic, 0, offset, max_wait_ms=200, min_bytes=10_000_000))
+    assert _logged_while(tmp_path, caplog, leave_during_long_poll, setup=records) == []
 
 
 def test_slow_reader_cannot_make_broker_buffer(fresh_broker: BrokerProcess) -> None:
