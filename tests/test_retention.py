@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from clients import TIMEOUT, confluent_consume, confluent_consumer
-from confluent_kafka import KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from gregor.broker.process import BrokerProcess
@@ -63,6 +63,23 @@ def segment_bases(broker: BrokerProcess, topic: str) -> list[int]:
     return sorted(int(p.name.split(".")[0]) for p in (broker.data_dir / f"{topic}-0").glob("*.log"))
 
 
+def base_of_segment_holding(broker: BrokerProcess, topic: str, offset: int) -> int:
+    """The base offset of the segment that holds ``offset`` (retention never deletes a
+    segment holding a record still within retention, so this is where the log will
+    start once retention is done)."""
+    return max(base for base in segment_bases(broker, topic) if base <= offset)
+
+
+def first_event(consumer: Consumer) -> Message:
+    """The first record or event (an error, a partition EOF) the consumer hands out."""
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        messages = consumer.consume(1, 0.5)
+        if messages:
+            return messages[0]
+    raise AssertionError(f"nothing consumed in {TIMEOUT}s")
+
+
 def first_offset_after_reset(bootstrap: str, topic: str, reset: str) -> int:
     """Where a consumer asking for offset 0 ends up once the broker says it is gone."""
     consumer = confluent_consumer(bootstrap, **{"auto.offset.reset": reset})
@@ -81,11 +98,9 @@ def test_retention_ms_deletes_expired_segments_and_consumers_reset(
     produce(bootstrap, topic_name, 60, timestamp=now - 3 * HOUR_MS)
     produce(bootstrap, topic_name, 20, timestamp=now)
     # Every segment holding only old records goes; the first with a new one stays.
-    wait_for(lambda: watermarks(bootstrap, topic_name)[0] > 40, "retention")
-    time.sleep(0.5)
-    low, high = watermarks(bootstrap, topic_name)
-    assert high == 80
-    assert 40 < low <= 60
+    low = base_of_segment_holding(retention_broker, topic_name, 60)
+    assert 40 < low <= 60  # ~15 records a segment: the segments before it are old
+    wait_for(lambda: watermarks(bootstrap, topic_name) == (low, 80), "retention")
     assert segment_bases(retention_broker, topic_name)[0] == low
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -95,9 +110,14 @@ def test_retention_ms_deletes_expired_segments_and_consumers_reset(
 
     # Offset 0 is gone: OFFSET_OUT_OF_RANGE, then the reset policy decides.
     assert first_offset_after_reset(bootstrap, topic_name, "earliest") == low
-    consumer = confluent_consumer(bootstrap, **{"auto.offset.reset": "latest"})
+    consumer = confluent_consumer(bootstrap, **{"auto.offset.reset": "latest",
+                                                 "enable.partition.eof": True})
     consumer.assign([TopicPartition(topic_name, 0, 0)])
-    assert consumer.consume(10, 1.5) == []
+    # Reset to the log end, it hears first that it reached the end, at 80: no record.
+    reached_end = first_event(consumer)
+    assert reached_end.error() is not None
+    assert reached_end.error().code() == KafkaError._PARTITION_EOF
+    assert reached_end.offset() == 80
     produce(bootstrap, topic_name, 1, timestamp=now)
     assert confluent_consume(consumer, 1)[0].offset() == 80
     consumer.close()
@@ -142,13 +162,16 @@ def test_segments_roll_on_segment_bytes_and_segment_ms(retention_broker: BrokerP
     sizes = [p.stat().st_size for p in sorted(directory.glob("*.log"))]
     assert len(sizes) > 4 and all(size <= 2048 for size in sizes)
 
+    # segment.ms is measured, as Kafka does, by record timestamps: from the segment's
+    # first batch to the incoming one, so the test sets the time instead of waiting.
     timed = topic_name + "-ms"
-    create_topic(bootstrap, timed, **{"segment.ms": "500"})
-    produce(bootstrap, timed, 3)
-    assert len(segment_bases(retention_broker, timed)) == 1
-    time.sleep(0.7)
-    produce(bootstrap, timed, 1)
-    assert segment_bases(retention_broker, timed) == [0, 3]
+    create_topic(bootstrap, timed, **{"segment.ms": str(HOUR_MS)})
+    start = int(time.time() * 1000)
+    produce(bootstrap, timed, 3, timestamp=start)
+    produce(bootstrap, timed, 1, timestamp=start + HOUR_MS)  # exactly segment.ms: no roll
+    assert segment_bases(retention_broker, timed) == [0]
+    produce(bootstrap, timed, 1, timestamp=start + HOUR_MS + 1)
+    assert segment_bases(retention_broker, timed) == [0, 4]
 
 
 @pytest.mark.parametrize("restart", ["clean", "kill -9"])
@@ -187,11 +210,10 @@ def test_retention_survives_a_kill_9(retention_broker: BrokerProcess, topic_name
     create_topic(bootstrap, topic_name, **{"retention.ms": str(HOUR_MS)})
     produce(bootstrap, topic_name, 40, timestamp=int(time.time() * 1000) - 2 * HOUR_MS)
     produce(bootstrap, topic_name, 5)
-    # Retention passes run every 200 ms: wait until one more changes nothing.
-    seen: list[int] = []
-    wait_for(lambda: seen.append(watermarks(bootstrap, topic_name)[0]) or (
-        len(seen) > 3 and seen[-1] == seen[-4] > 0), "retention to settle")
-    low = seen[-1]
+    # Every segment of old records goes; the one holding the first new record stays.
+    low = base_of_segment_holding(retention_broker, topic_name, 40)
+    assert low > 0
+    wait_for(lambda: watermarks(bootstrap, topic_name) == (low, 45), "retention")
     retention_broker.kill()
     retention_broker.start()
     assert watermarks(retention_broker.bootstrap, topic_name) == (low, 45)
