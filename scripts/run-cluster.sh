@@ -2,8 +2,10 @@
 # Set up and run a three-broker cluster on one machine: a standalone ZooKeeper on
 # 127.0.0.1:2181 (data in ./data/zookeeper) and brokers 1, 2, 3 on 127.0.0.1:9092,
 # 9093 and 9094 (data in ./data/broker-N, configs in ./data/server-N.properties,
-# output in ./data/broker-N.log). Ctrl-C (or SIGTERM) stops the brokers cleanly, each
-# handing its leaderships over first, then ZooKeeper. A broker killed meanwhile (to
+# output in ./data/broker-N.log), serving Prometheus metrics on
+# http://127.0.0.1:9644/metrics, 9645 and 9646 (monitoring/prometheus.yml scrapes
+# them). Ctrl-C (or SIGTERM) stops the brokers cleanly, each handing its leaderships
+# over first, then ZooKeeper. A broker killed meanwhile (to
 # watch a failover) leaves the others running; start it again by hand with
 #   .venv/bin/gregor broker start --config data/server-N.properties
 # Extra arguments go to every broker (e.g. -o unclean.leader.election.enable=true).
@@ -66,6 +68,7 @@ zookeeper.session.timeout.ms=6000
 default.replication.factor=3
 min.insync.replicas=2
 offsets.topic.replication.factor=3
+metrics.listener=http://127.0.0.1:$((9643 + id))/metrics
 PROPERTIES
   rm -f "data/broker-$id.ready"
   setsid .venv/bin/gregor broker start --config "data/server-$id.properties" \
@@ -76,5 +79,6 @@ for id in 1 2 3; do
   wait_ready "${brokers[$((id - 1))]}" "data/broker-$id.ready" "broker $id" "data/broker-$id.log"
 done
 echo "cluster ready: ZooKeeper 127.0.0.1:2181/gregor, brokers" \
-  "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094 (Ctrl-C stops it)" >&2
+  "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094, metrics on" \
+  "http://127.0.0.1:9644/metrics, :9645 and :9646 (Ctrl-C stops it)" >&2
 wait

@@ -16,7 +16,7 @@ from collections import deque
 from typing import Any
 
 PROBE_INTERVAL_S = 0.5
-# The idle share is averaged over this many probe intervals (10 s).
+# The idle share is averaged from this many probe intervals ago (10 s) to now.
 WINDOW_PROBES = 20
 
 
@@ -43,7 +43,7 @@ class LoopMonitor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._selector: _TimedSelector | None = None
         self._handle: asyncio.TimerHandle | None = None
-        self._samples: deque[tuple[float, float]] = deque(maxlen=WINDOW_PROBES + 1)
+        self._samples: deque[tuple[float, float]] = deque(maxlen=WINDOW_PROBES)
         self.lag_s = 0.0
 
     def start(self) -> None:
@@ -55,6 +55,7 @@ class LoopMonitor:
         if isinstance(selector, selectors.BaseSelector):
             self._selector = _TimedSelector(selector)
             loop._selector = self._selector  # type: ignore[attr-defined]
+            self._samples.append((time.perf_counter(), 0.0))
         self._probe(loop.time() + PROBE_INTERVAL_S, schedule_only=True)
 
     def stop(self) -> None:
@@ -74,10 +75,13 @@ class LoopMonitor:
     @property
     def idle_ratio(self) -> float | None:
         """Share of the last seconds the loop spent waiting for sockets (0 to 1)."""
-        if self._selector is None or len(self._samples) < 2:
+        if self._selector is None:
             return None
-        (start, idle_start), (end, idle_end) = self._samples[0], self._samples[-1]
-        return min(1.0, (idle_end - idle_start) / (end - start)) if end > start else None
+        start, idle_start = self._samples[0]
+        now = time.perf_counter()
+        if now <= start:
+            return None
+        return min(1.0, (self._selector.idle_s - idle_start) / (now - start))
 
     def _probe(self, due: float, schedule_only: bool = False) -> None:
         loop = self._loop

@@ -1,0 +1,364 @@
+"""Prometheus metrics of a broker process, scraped over HTTP and checked against what the
+clients did: records and bytes produced, fetches sent, offsets ListOffsets answers,
+group lag computed from committed offsets the AdminClient reads, errors the broker
+answered. The Grafana dashboard may only query what a broker exports."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from clients import (
+    FETCH_VERSION,
+    PRODUCE_VERSION,
+    TIMEOUT,
+    WireConnection,
+    confluent_consume,
+    fetch_request,
+    make_batch,
+    produce_request,
+)
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    NewTopic,
+    OffsetSpec,
+)
+from raw_frames import RawConnection
+from scrape import Scrape, scrape
+
+from gregor.broker.process import BrokerProcess
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
+from gregor.protocol.record_batch import read_header
+from gregor.protocol.record_codec import iter_batches
+
+REPO = Path(__file__).resolve().parent.parent
+DASHBOARD = REPO / "monitoring" / "grafana" / "gregor-dashboard.json"
+SCRAPE_CONFIG = REPO / "monitoring" / "prometheus.yml"
+
+
+@pytest.fixture(scope="module")
+def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker of this module's own, with metrics on a port it picks: counters are
+    only this module's traffic."""
+    data = tmp_path_factory.mktemp("metered") / "data"
+    process = BrokerProcess(data, overrides={
+        "metrics.listener": "http://127.0.0.1:0/metrics",
+        "group.initial.rebalance.delay.ms": "0"})
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def admin(metered: BrokerProcess) -> AdminClient:
+    return AdminClient({"bootstrap.servers": metered.bootstrap})
+
+
+def _scrape(broker: BrokerProcess) -> Scrape:
+    assert broker.metrics_url is not None
+    return scrape(broker.metrics_url)
+
+
+def _create(admin: AdminClient, name: str, partitions: int) -> None:
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(TIMEOUT)
+
+
+def _produce(bootstrap: str, topic: str, count: int, partitions: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                         "batch.num.messages": 97})  # many batches of odd sizes
+    for i in range(count):
+        producer.produce(topic, value=b"v" * (i % 300), key=b"%d" % i, partition=i % partitions)
+        producer.poll(0)
+    assert producer.flush(TIMEOUT) == 0
+
+
+def _offsets(admin: AdminClient, topic: str, partitions: int, spec: OffsetSpec) -> list[int]:
+    wanted = {TopicPartition(topic, p): spec for p in range(partitions)}
+    answers = admin.list_offsets(wanted)
+    return [answers[tp].result(TIMEOUT).offset for tp in wanted]
+
+
+def _wait_for(check: Callable[[], Scrape | None], what: str) -> Scrape:
+    """Scrape until ``check(scrape)`` holds: what a dashboard would see next."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        result = check()
+        if result is not None:
+            return result
+        assert time.monotonic() < deadline, f"no scrape showed {what} within {TIMEOUT}s"
+        time.sleep(0.1)
+
+
+def test_messages_and_bytes_in_per_topic_are_what_producers_sent(
+        metered: BrokerProcess, admin: AdminClient) -> None:
+    big, small = f"m-{uuid.uuid4().hex[:8]}", f"m-{uuid.uuid4().hex[:8]}"
+    _create(admin, big, 3)
+    _create(admin, small, 1)
+    _produce(metered.bootstrap, big, 2000, 3)
+    _produce(metered.bootstrap, small, 300, 1)
+    metrics = _scrape(metered)
+    assert metrics.get("kafka_server_brokertopicmetrics_messagesin_total", topic=big) == 2000
+    assert metrics.get("kafka_server_brokertopicmetrics_messagesin_total", topic=small) == 300
+    # Bytes in are the batches as the producers framed them: what the segment files
+    # now hold, byte for byte (offsets patched in place), and what Size reports.
+    for topic, partitions in ((big, 3), (small, 1)):
+        on_disk = sum(f.stat().st_size for p in range(partitions)
+                      for f in (metered.data_dir / f"{topic}-{p}").glob("*.log"))
+        assert metrics.get("kafka_server_brokertopicmetrics_bytesin_total", topic=topic) \
+            == on_disk
+        assert sum(metrics.series("kafka_log_log_size", topic=topic).values()) == on_disk
+    # The broker-wide series (no topic label) is the sum over topics.
+    for name in ("kafka_server_brokertopicmetrics_messagesin_total",
+                 "kafka_server_brokertopicmetrics_bytesin_total"):
+        per_topic = [v for labels, v in metrics.series(name).items() if labels]
+        assert metrics.value(name) == sum(per_topic)
+    # Every Produce the producers sent is counted, timed and answered NONE.
+    produces = sum(metrics.series("kafka_network_requestmetrics_requests_total",
+                                  request="Produce").values())
+    assert produces >= 2300 / 97
+    assert metrics.get("kafka_network_requestmetrics_totaltimems_count",
+                       request="Produce") == produces
+    assert metrics.get("kafka_network_requestmetrics_requestqueuetimems_count",
+                       request="Produce") == produces
+
+
+def test_fetches_and_bytes_out_are_what_the_consumer_received(
+        metered: BrokerProcess, admin: AdminClient, topic_name: str) -> None:
+    _create(admin, topic_name, 1)
+    _produce(metered.bootstrap, topic_name, 500, 1)
+    before = _scrape(metered)
+    received = fetches = 0
+    offset = 0
+    with WireConnection(metered.bootstrap) as connection:
+        while offset < 500:
+            answer = connection.request(ApiKey.FETCH, FETCH_VERSION, fetch_request(
+                topic_name, 0, offset, max_wait_ms=0, max_bytes=4096))
+            fetches += 1
+            partition = answer.responses[0].partitions[0]
+            received += len(partition.records or b"")
+            offset = _next_offset(partition.records)
+    after = _scrape(metered)
+
+    def grew(name: str, **labels: object) -> float:
+        return after.get(name, **labels) - before.get(name, **labels)
+
+    assert grew("kafka_server_brokertopicmetrics_bytesout_total", topic=topic_name) == received
+    for request in ("Fetch", "FetchConsumer"):
+        assert grew("kafka_network_requestmetrics_requests_total", request=request,
+                    version=FETCH_VERSION) == fetches
+        assert grew("kafka_network_requestmetrics_totaltimems_count", request=request) == fetches
+    assert grew("kafka_network_requestmetrics_errors_total", request="Fetch",
+                error="NONE") == fetches
+    assert grew("kafka_network_requestmetrics_requests_total", request="FetchFollower",
+                version=FETCH_VERSION) == 0
+
+
+def _next_offset(records: bytes | None) -> int:
+    assert records, "a fetch below the log end returned nothing"
+    return [read_header(batch) for batch in iter_batches(records)][-1].next_offset
+
+
+def test_request_times_count_from_arrival_including_the_wait_behind_others(
+        metered: BrokerProcess, admin: AdminClient, topic_name: str) -> None:
+    """Five long-polling fetches sent at once on one connection: each waits its
+    max.wait (nothing new arrives), and each waits behind the ones before it."""
+    _create(admin, topic_name, 1)
+    wait_ms, count = 200, 5
+    before = _scrape(metered)
+    with RawConnection(metered.bootstrap) as connection:
+        connection.send_raw(b"".join(
+            connection.frame(ApiKey.FETCH, FETCH_VERSION,
+                             fetch_request(topic_name, 0, 0, max_wait_ms=wait_ms))
+            for _ in range(count)))
+        for _ in range(count):
+            connection.read_frame()
+    after = _scrape(metered)
+
+    def grew(name: str) -> float:
+        return after.get(name, request="Fetch") - before.get(name, request="Fetch")
+
+    assert grew("kafka_network_requestmetrics_totaltimems_count") == count
+    # The k-th (from 0) queued k long polls and then waited its own.
+    assert grew("kafka_network_requestmetrics_requestqueuetimems_sum") \
+        >= 0.9 * wait_ms * sum(range(count))
+    assert grew("kafka_network_requestmetrics_totaltimems_sum") \
+        >= 0.9 * wait_ms * sum(range(1, count + 1))
+    # Each answer came after its wait: in the buckets above it, not below.
+    buckets = after.series("kafka_network_requestmetrics_totaltimems_bucket", request="Fetch")
+    earlier = before.series("kafka_network_requestmetrics_totaltimems_bucket", request="Fetch")
+    below = frozenset({("request", "Fetch"), ("le", "100.0")})
+    assert buckets[below] == earlier.get(below, 0)
+
+
+def test_a_failed_produce_is_counted_by_its_error(metered: BrokerProcess, admin: AdminClient,
+                                                  topic_name: str) -> None:
+    _create(admin, topic_name, 1)
+    before = _scrape(metered)
+    with WireConnection(metered.bootstrap) as connection:
+        answer = connection.request(ApiKey.PRODUCE, PRODUCE_VERSION, produce_request(
+            topic_name, 5, make_batch([b"nowhere"])))
+        assert answer.responses[0].partition_responses[0].error_code \
+            == ErrorCode.unknown_topic_or_partition
+        answer = connection.request(ApiKey.PRODUCE, PRODUCE_VERSION, produce_request(
+            topic_name, 0, make_batch([b"here", b"too"])))
+        assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+    after = _scrape(metered)
+
+    def grew(name: str, **labels: object) -> float:
+        return after.get(name, **labels) - before.get(name, **labels)
+
+    assert grew("kafka_network_requestmetrics_errors_total", request="Produce",
+                error="UNKNOWN_TOPIC_OR_PARTITION") == 1
+    assert grew("kafka_network_requestmetrics_errors_total", request="Produce",
+                error="NONE") == 1
+    assert grew("kafka_server_brokertopicmetrics_messagesin_total", topic=topic_name) == 2
+
+
+def test_log_offsets_are_what_list_offsets_answers(metered: BrokerProcess, admin: AdminClient,
+                                                   topic_name: str) -> None:
+    _create(admin, topic_name, 3)
+    _produce(metered.bootstrap, topic_name, 900, 3)
+    # Deleting records moves partition 1's log start.
+    admin.delete_records([TopicPartition(topic_name, 1, 120)])[
+        TopicPartition(topic_name, 1, 120)].result(TIMEOUT)
+    metrics = _scrape(metered)
+    latest = _offsets(admin, topic_name, 3, OffsetSpec.latest())
+    earliest = _offsets(admin, topic_name, 3, OffsetSpec.earliest())
+    assert earliest[1] == 120
+    for partition in range(3):
+        assert metrics.value("kafka_log_log_logendoffset", topic=topic_name,
+                             partition=partition) == latest[partition] == 300
+        assert metrics.value("kafka_log_log_logstartoffset", topic=topic_name,
+                             partition=partition) == earliest[partition]
+        assert metrics.value("kafka_log_log_numlogsegments", topic=topic_name,
+                             partition=partition) == 1
+        assert metrics.value("kafka_cluster_partition_underreplicated", topic=topic_name,
+                             partition=partition) == 0
+    assert metrics.get("kafka_server_replicamanager_underreplicatedpartitions") == 0
+    assert metrics.get("kafka_controller_kafkacontroller_activecontrollercount") == 1
+    assert metrics.get("kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+
+
+def test_group_offsets_lag_and_lead_match_the_committed_offsets(
+        metered: BrokerProcess, admin: AdminClient, topic_name: str) -> None:
+    _create(admin, topic_name, 3)
+    _produce(metered.bootstrap, topic_name, 600, 3)
+    admin.delete_records([TopicPartition(topic_name, 2, 50)])[
+        TopicPartition(topic_name, 2, 50)].result(TIMEOUT)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer({"bootstrap.servers": metered.bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic_name])
+        confluent_consume(consumer, 550)
+        # Positions of a consumer part way through each partition.
+        consumer.commit(offsets=[TopicPartition(topic_name, p, o)
+                                 for p, o in ((0, 100), (1, 151), (2, 199))],
+                        asynchronous=False)
+        stable = _scrape(metered)
+        assert stable.get("kafka_coordinator_group_groupmetadatamanager_numgroupsstable") >= 1
+        assert stable.get("kafka_consumergroup_members", consumergroup=group) == 1
+    finally:
+        consumer.close()
+    _produce(metered.bootstrap, topic_name, 30, 3)  # the log moves on without the group
+
+    # What the group committed, read back by the AdminClient, and the log's ends.
+    answer = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    committed = {tp.partition: tp.offset
+                 for tp in answer[group].result(TIMEOUT).topic_partitions}
+    latest = _offsets(admin, topic_name, 3, OffsetSpec.latest())
+    earliest = _offsets(admin, topic_name, 3, OffsetSpec.earliest())
+    assert committed == {0: 100, 1: 151, 2: 199}
+
+    metrics = _scrape(metered)
+    for partition, offset in committed.items():
+        labels = {"consumergroup": group, "topic": topic_name, "partition": partition}
+        assert metrics.value("kafka_consumergroup_current_offset", **labels) == offset
+        assert metrics.value("kafka_consumergroup_lag", **labels) == latest[partition] - offset
+        assert metrics.value("kafka_consumergroup_lead", **labels) \
+            == offset - earliest[partition]
+    assert metrics.value("kafka_consumergroup_lag_sum", consumergroup=group, topic=topic_name) \
+        == sum(latest) - sum(committed.values())
+    assert metrics.get("kafka_consumergroup_members", consumergroup=group) == 0
+    assert metrics.get("kafka_coordinator_group_groupmetadatamanager_numgroupsempty") >= 1
+    by_state = sum(metrics.get(f"kafka_coordinator_group_groupmetadatamanager_numgroups{s}")
+                   for s in ("preparingrebalance", "completingrebalance", "stable", "empty",
+                             "dead"))
+    assert metrics.get("kafka_coordinator_group_groupmetadatamanager_numgroups") == by_state
+
+
+def test_the_event_loop_reports_its_idle_share_and_lag(metered: BrokerProcess) -> None:
+    metrics = _wait_for(lambda: m if (m := _scrape(metered)).value(
+        "kafka_network_socketserver_networkprocessoravgidlepercent") is not None else None,
+        "the idle share")
+    idle = metrics.get("kafka_network_socketserver_networkprocessoravgidlepercent")
+    assert 0 < idle <= 1  # a broker answering scrapes is mostly idle, and never more
+    assert metrics.get("gregor_eventloop_idle_seconds_total") > 0
+    assert 0 <= metrics.get("gregor_eventloop_lag_seconds") < 5
+
+
+def test_the_endpoint_answers_only_its_path(metered: BrokerProcess) -> None:
+    assert metered.metrics_url is not None
+    other = metered.metrics_url.removesuffix("/metrics") + "/other"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(other, timeout=10)
+    assert refused.value.code == 404
+    with urllib.request.urlopen(metered.metrics_url, timeout=10) as answer:
+        assert answer.headers["Content-Type"].startswith("text/plain")
+        assert b"kafka_server_replicamanager_leadercount" in answer.read()
+
+
+def test_no_metrics_listener_when_metrics_are_off(broker: BrokerProcess) -> None:
+    assert broker.metrics_url is None
+    assert broker.pid is not None
+    listening = [c.laddr.port for c in psutil.Process(broker.pid).net_connections("inet")
+                 if c.status == psutil.CONN_LISTEN]
+    assert listening == [broker.port]
+
+
+def test_the_dashboard_queries_only_what_brokers_export(
+        metered: BrokerProcess, admin: AdminClient, topic_name: str) -> None:
+    # Traffic enough for every kind of series: a topic, a group with offsets.
+    _create(admin, topic_name, 1)
+    _produce(metered.bootstrap, topic_name, 20, 1)
+    consumer = Consumer({"bootstrap.servers": metered.bootstrap, "group.id": f"d-{topic_name}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic_name])
+        confluent_consume(consumer, 20)
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    exported = _scrape(metered).names
+    dashboard = json.loads(DASHBOARD.read_text())
+    queried = {name for expr in _expressions(dashboard)
+               for name in re.findall(r"\b((?:kafka|gregor)_[a-z_]+)\b", expr)}
+    assert len(queried) >= 15
+    assert queried - exported == set()
+    # The scrape configuration points at the brokers the scripts start.
+    config = SCRAPE_CONFIG.read_text()
+    for port in (9644, 9645, 9646):
+        assert f"127.0.0.1:{port}" in config
+
+
+def _expressions(node: object) -> Iterator[str]:
+    """Every PromQL expression in a dashboard: panel targets' and templating's."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("expr", "query") and isinstance(value, str):
+                yield value
+            else:
+                yield from _expressions(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _expressions(item)
