@@ -6,7 +6,7 @@
 #
 # pip runs only when needed, so that run-broker.sh restarts in about a second: each
 # install leaves a stamp per extra (and "gregor" for the package itself) in
-# .venv/.installed/<hash of pyproject.toml>/, and pip runs again when pyproject.toml
+# .venv/.installed/<hash of pyproject.toml and setup.py>/, and pip runs again when they
 # changed (its stamps are gone) or an extra asked for has no stamp yet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,8 +15,11 @@ extras="${1:-}"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-key=$(.venv/bin/python -c \
-  'import hashlib; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest()[:16])')
+# setup.py and the C source it compiles (the Spark source's record scanner) count too:
+# a changed extension must be built again.
+key=$(.venv/bin/python -c 'import hashlib
+print(hashlib.sha256(b"".join(open(f, "rb").read() for f in ("pyproject.toml", "setup.py",
+      "src/gregor/spark/_record_scan.c"))).hexdigest()[:16])')
 stamps=".venv/.installed/$key"
 IFS=, read -ra wanted <<< "gregor,$extras"
 up_to_date=true

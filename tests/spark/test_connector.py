@@ -30,6 +30,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from gregor.spark.partition_leader import FetchSettings
 from gregor.spark.partition_range import DataLossError, PartitionRange, ReadSettings
 from gregor.spark.partition_reader import read_range
 
@@ -283,10 +284,11 @@ def test_deleted_offsets_are_reported_as_data_loss(spark: SparkSession, broker: 
     assert as_records(tolerant) == without_headers(produced[15:])
 
     # The same check on the executor side, for offsets deleted after planning.
-    settings = ReadSettings({"bootstrap.servers": broker.bootstrap}, False, True, 10_000)
+    fetch = FetchSettings.from_config({"bootstrap.servers": broker.bootstrap})
+    settings = ReadSettings(fetch, False, True, 10_000)
     with pytest.raises(DataLossError, match=rf"{topic}-0: .*offset 3.*available offsets are 15"):
         list(read_range(PartitionRange(topic, 0, 3, 30, settings)))
-    lenient = ReadSettings({"bootstrap.servers": broker.bootstrap}, False, False, 10_000)
+    lenient = ReadSettings(fetch, False, False, 10_000)
     batches = list(read_range(PartitionRange(topic, 0, 3, 30, lenient)))
     assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(15, 30))
 

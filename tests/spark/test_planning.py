@@ -15,11 +15,13 @@ from gregor.spark.options import (
     Subscription,
     parse_source_options,
 )
+from gregor.spark.partition_leader import READ_COMMITTED, FetchSettings
 from gregor.spark.partition_range import DataLossError, ReadSettings, plan_ranges
 from gregor.spark.read_limit import cap_offsets
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "a"}
-SETTINGS = ReadSettings({}, include_headers=False, fail_on_data_loss=True, poll_timeout_ms=1000)
+FETCH = FetchSettings(bootstrap=(("127.0.0.1", 9092),))
+SETTINGS = ReadSettings(FETCH, include_headers=False, fail_on_data_loss=True, poll_timeout_ms=1000)
 
 
 def test_offsets_json_text_is_stable_whatever_the_insertion_order() -> None:
@@ -137,7 +139,7 @@ def test_a_budget_smaller_than_the_partition_count_still_makes_progress() -> Non
 def test_plan_reports_offsets_deleted_before_they_were_read() -> None:
     with pytest.raises(DataLossError, match=r"t-1: expected to read from offset 3.*earliest.* 7"):
         plan_ranges({("t", 1): 3}, {("t", 1): 10}, {("t", 1): 7}, SETTINGS, None)
-    tolerant = ReadSettings({}, False, fail_on_data_loss=False, poll_timeout_ms=1000)
+    tolerant = ReadSettings(FETCH, False, fail_on_data_loss=False, poll_timeout_ms=1000)
     [part] = plan_ranges({("t", 1): 3}, {("t", 1): 10}, {("t", 1): 7}, tolerant, None)
     assert (part.start, part.end) == (7, 10)
     assert plan_ranges({("t", 1): 3}, {("t", 1): 5}, {("t", 1): 7}, tolerant, None) == []
@@ -166,7 +168,21 @@ def test_plan_rejects_an_end_before_the_start() -> None:
         plan_ranges({("t", 0): 9}, {("t", 0): 4}, {("t", 0): 0}, SETTINGS, None)
 
 
-def test_partition_repr_hides_the_client_config() -> None:
-    secret = ReadSettings({"sasl.password": "hunter2"}, False, True, 1000)
-    [part] = plan_ranges({("t", 0): 0}, {("t", 0): 1}, {("t", 0): 0}, secret, None)
-    assert "hunter2" not in repr(part)
+def test_fetch_settings_come_from_the_kafka_options() -> None:
+    fetch = FetchSettings.from_config({
+        "bootstrap.servers": "PLAINTEXT://a:9092, [::1]:9093", "max.partition.fetch.bytes": "1024",
+        "fetch.wait.max.ms": "50", "client.id": "me", "isolation.level": "read_committed"})
+    assert fetch.bootstrap == (("a", 9092), ("::1", 9093))
+    assert (fetch.partition_max_bytes, fetch.max_wait_ms, fetch.client_id) == (1024, 50, "me")
+    assert fetch.isolation_level == READ_COMMITTED
+
+
+@pytest.mark.parametrize("config, problem", [
+    ({"security.protocol": "SASL_SSL"}, "PLAINTEXT only"),
+    ({"fetch.max.bytes": "lots"}, "fetch.max.bytes must be an integer"),
+    ({"isolation.level": "serializable"}, "isolation.level"),
+])
+def test_fetch_settings_the_executors_cannot_honour_fail_at_planning(
+        config: dict[str, str], problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        FetchSettings.from_config({"bootstrap.servers": "a:1", **config})

@@ -16,6 +16,7 @@ from pyspark.sql.datasource import InputPartition
 
 from gregor.spark.offsets import Offsets, TopicPartition, describe
 from gregor.spark.options import SourceOptions
+from gregor.spark.partition_leader import FetchSettings
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +27,9 @@ class DataLossError(RuntimeError):
 
 @dataclass(frozen=True)
 class ReadSettings:
-    """Per-query settings every task needs; the client config may hold credentials, so it
-    is left out of the repr that Spark prints in plans and logs."""
+    """Per-query settings every task needs."""
 
-    consumer_config: dict[str, str] = field(repr=False)
+    fetch: FetchSettings
     include_headers: bool
     fail_on_data_loss: bool
     poll_timeout_ms: int
@@ -112,7 +112,7 @@ def _split_for_parallelism(
 def read_settings(options: SourceOptions) -> ReadSettings:
     """The part of the parsed options that executors need."""
     return ReadSettings(
-        consumer_config=options.client_config,
+        fetch=FetchSettings.from_config(options.client_config),
         include_headers=options.include_headers,
         fail_on_data_loss=options.fail_on_data_loss,
         poll_timeout_ms=options.poll_timeout_ms,

@@ -1,57 +1,47 @@
-"""Read one :class:`PartitionRange` on an executor with a confluent-kafka consumer.
+"""Read one :class:`PartitionRange` on an executor: Fetch from the partition's leader,
+record batches in, Arrow record batches out.
 
-The consumer is assigned the partition at the range's start offset and never joins a
-group nor commits: Spark's checkpoint, not the broker, remembers what was read.  Reading
-stops by offset, not by count, because compaction and transaction markers leave gaps;
-librdkafka's end-of-partition event tells us when the last offsets of a range were such
-gaps.
+Batches are taken as the broker stores them (CRC checked, decompressed, control batches
+skipped) and their records scanned into Arrow columns (:mod:`gregor.spark.record_columns`).
+The next Fetch goes out as soon as the last one's batch headers say where it ends, so the
+broker reads and sends while this task builds columns.  Nothing joins a group or commits:
+Spark's checkpoint, not the broker, remembers what was read.  Reading stops by offset, not
+by count, because compaction and transaction markers leave gaps.
+
+Transactions: read_uncommitted reads everything, as Spark's Kafka source does by default.
+read_committed reads up to the last stable offset and skips control batches, but a
+partition with aborted transactions in the range is refused: filtering aborted records
+is not implemented (gregor's broker has no transactions yet).
 """
 
 from __future__ import annotations
 
+import logging
 import time
-import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message
-from confluent_kafka import TopicPartition as KafkaTopicPartition
 from pyspark.sql.datasource import InputPartition
 
-from gregor.spark.arrow_rows import records_to_batch
+from gregor.protocol.compression import CompressionType, decompress
+from gregor.protocol.errors import ErrorCode
+from gregor.protocol.record_batch import HEADER_SIZE, BatchHeader, validate_batch
+from gregor.protocol.record_codec import iter_batches
+from gregor.spark.partition_leader import LeaderUnavailable, PartitionLeader
 from gregor.spark.partition_range import PartitionRange, report_data_loss
+from gregor.spark.record_columns import ChunkBuilder
 
-CHUNK_ROWS = 32_768
-"""Rows per RecordBatch: large enough to amortise Arrow and JVM overhead per batch..."""
-CHUNK_BYTES = 16 << 20
-"""...and small enough in bytes that large records do not pile up in worker memory."""
-CONSUME_MAX = 10_000
-CONSUME_WAIT_S = 0.5
-WATERMARK_TIMEOUT_S = 30.0
+log = logging.getLogger(__name__)
 
-CONSUMER_DEFAULTS = {
-    "client.id": "gregor-spark",
-    # Spark's Kafka source reads with the Java client's default; librdkafka's differs.
-    "isolation.level": "read_uncommitted",
-    # librdkafka pauses fetching for 1 s once ~100k small records are queued; a reader
-    # that drains its queue as fast as it can only loses throughput to that pause.
-    "fetch.queue.backoff.ms": "10",
-    "queued.min.messages": "1000000",
-    "max.partition.fetch.bytes": str(8 << 20),
-}
-"""Defaults that the user's ``kafka.*`` options may override."""
-
-CONSUMER_REQUIRED = {
-    "enable.auto.commit": "false",
-    "enable.auto.offset.store": "false",
-    # The reader relies on these two to end ranges that finish in a gap and to notice
-    # deleted offsets instead of silently jumping elsewhere.
-    "enable.partition.eof": "true",
-    "auto.offset.reset": "error",
-}
-"""Settings the reader depends on; they override the user's options."""
-
-_OUT_OF_RANGE = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
+EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
+_LEADER_MOVED = frozenset({
+    ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available,
+    ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
+    ErrorCode.unknown_topic_or_partition, ErrorCode.replica_not_available,
+    ErrorCode.kafka_storage_error, ErrorCode.offset_not_available,
+})
+"""Errors after which the leader may be elsewhere: ask the metadata again and retry."""
 
 
 def read_range(part: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -63,104 +53,118 @@ def read_range(part: InputPartition) -> Iterator[pa.RecordBatch]:
 
 
 def _read_range(part: PartitionRange) -> Iterator[pa.RecordBatch]:
-    # librdkafka insists on a group.id even though an assign()-only consumer never uses it.
-    config = {
-        **CONSUMER_DEFAULTS,
-        "group.id": f"gregor-spark-{uuid.uuid4().hex}",
-        **part.settings.consumer_config,
-        **CONSUMER_REQUIRED,
-    }
-    consumer = Consumer(config)
+    leader = PartitionLeader(part.topic, part.partition, part.settings.fetch)
     try:
-        yield from _RangeReader(consumer, part).batches()
+        yield from _RangeReader(leader, part).batches()
     finally:
-        consumer.close()
+        leader.close()
 
 
 class _RangeReader:
-    """The consume loop for one range; ``position`` is the next offset still to read."""
+    """The fetch loop for one range; ``position`` is the next offset still to read."""
 
-    def __init__(self, consumer: Consumer, part: PartitionRange) -> None:
-        self._consumer = consumer
+    def __init__(self, leader: PartitionLeader, part: PartitionRange) -> None:
+        self._leader = leader
         self._part = part
-        self._kafka_tp = KafkaTopicPartition(part.topic, part.partition)
         self.position = part.start
+        self._in_flight = False
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         part = self._part
+        builder = ChunkBuilder(part.topic, part.partition, part.end,
+                               part.settings.include_headers)
         timeout_s = part.settings.poll_timeout_ms / 1000
-        self._assign()
-        pending: list[Message] = []
-        pending_bytes = 0
         deadline = time.monotonic() + timeout_s
         while self.position < part.end:
-            messages = self._next_messages()
-            records = [m for m in messages if m.error() is None]
-            if records:
+            before = self.position
+            data = self._fetch()
+            if data is not None:
+                for records, header in self._take(data):
+                    builder.add(records, header, before)
+                if builder.full:
+                    chunk = builder.build()
+                    if chunk is not None:
+                        yield chunk
+            if self.position > before:
                 deadline = time.monotonic() + timeout_s
-                pending.extend(self._take_in_range(records))
-                pending_bytes += sum(map(len, records))
-                if len(pending) >= CHUNK_ROWS or pending_bytes >= CHUNK_BYTES:
-                    yield self._to_batch(pending)
-                    pending, pending_bytes = [], 0
-            if len(records) != len(messages):
-                for message in messages:
-                    error = message.error()
-                    if error is not None:
-                        self._handle_event(error, message)
-            if not records and self.position < part.end and time.monotonic() > deadline:
+            elif time.monotonic() > deadline:
                 raise TimeoutError(
                     f"{part.topic}-{part.partition}: no record at offset {self.position} "
                     f"within {part.settings.poll_timeout_ms} ms (reading up to {part.end}); "
                     "raise kafkaConsumer.pollTimeoutMs if the broker is just slow"
                 )
-        if pending:
-            yield self._to_batch(pending)
+        chunk = builder.build()
+        if chunk is not None:
+            yield chunk
 
-    def _next_messages(self) -> list[Message]:
-        """Whatever the client has queued, waiting up to ``CONSUME_WAIT_S`` only when it has
-        nothing: ``consume(n, timeout)`` alone would wait out the timeout for a full ``n``."""
-        messages = self._consumer.consume(CONSUME_MAX, 0)
-        if messages:
-            return messages
-        first = self._consumer.poll(CONSUME_WAIT_S)
-        if first is None:
-            return []
-        return [first, *self._consumer.consume(CONSUME_MAX - 1, 0)]
-
-    def _take_in_range(self, records: list[Message]) -> list[Message]:
-        """Advance ``position`` past ``records`` and drop those at or beyond the end."""
-        end = self._part.end
-        last = _offset(records[-1])
-        if last < end:
-            self.position = last + 1
-            return records
-        self.position = end
-        return [m for m in records if _offset(m) < end]
-
-    def _handle_event(self, error: KafkaError, message: Message) -> None:
-        code = error.code()
-        if code == KafkaError._PARTITION_EOF:
-            self._at_end_of_log(_offset(message))
-        elif code in _OUT_OF_RANGE:
+    def _fetch(self) -> Any | None:
+        """This partition's part of the next Fetch answer; ``None`` after an error was
+        dealt with."""
+        leader = self._leader
+        try:
+            if not self._in_flight:
+                leader.send_fetch(self.position)
+            self._in_flight = False
+            data = leader.receive_fetch()
+        except LeaderUnavailable as exc:
+            self._in_flight = False
+            self._retry_later(str(exc))
+            return None
+        error = ErrorCode(data.error_code)
+        if error == ErrorCode.offset_out_of_range:
             self._out_of_range()
-        elif error.fatal() or not error.retriable():
-            raise KafkaException(error)
-        # Retriable errors (a broker restarting, a leader moving): librdkafka retries them.
+            return None
+        if error in _LEADER_MOVED:
+            self._retry_later(error.name)
+            return None
+        if error != ErrorCode.none:
+            raise RuntimeError(f"{self._part.topic}-{self._part.partition}: fetch at offset "
+                               f"{self.position} answered {error.name}")
+        if data.aborted_transactions:
+            raise NotImplementedError(
+                f"{self._part.topic}-{self._part.partition}: aborted transactions in the "
+                "range; kafka.isolation.level=read_committed cannot skip them yet"
+            )
+        return data
 
-    def _at_end_of_log(self, log_end: int) -> None:
-        """The consumer caught up with the log end.  If that is at or past the range end,
-        the offsets still missing were gaps; otherwise check whether the log really ends
-        below the range (truncation) or the event was stale."""
+    def _take(self, data: Any) -> list[tuple[bytes | memoryview, BatchHeader]]:
+        """The data batches of a fetch answer that hold offsets from ``position`` on, with
+        their records decompressed.  Moves ``position`` past every whole batch and, before
+        anything is decompressed, sends the next Fetch from there."""
+        wanted = []
+        before = self.position
+        for view in iter_batches(data.records or b""):
+            header = validate_batch(view)
+            if header.next_offset <= self.position:
+                continue
+            self.position = header.next_offset
+            if not header.is_control and header.records_count:
+                wanted.append((view, header))
+        if self.position == before:
+            self._no_batch(data.high_watermark)
+        elif self.position < self._part.end:
+            try:
+                self._leader.send_fetch(self.position)
+                self._in_flight = True
+            except LeaderUnavailable as exc:
+                self._retry_later(str(exc))
+        return [
+            (view[HEADER_SIZE:] if header.compression == CompressionType.NONE
+             else decompress(header.compression, view[HEADER_SIZE:]), header)
+            for view, header in wanted
+        ]
+
+    def _no_batch(self, high_watermark: int) -> None:
+        """The broker has no batch from ``position`` on below its high watermark: the
+        offsets up to it are gaps (compaction, or records of aborted transactions that
+        were cleaned).  A high watermark below the range's end means the log was cut."""
         part = self._part
-        if log_end >= part.end:
-            self.position = part.end
-            return
-        _, high = self._watermarks()
-        if high < part.end:
+        if high_watermark > self.position:
+            self.position = min(high_watermark, part.end)
+        else:
             report_data_loss(
                 f"{part.topic}-{part.partition}: expected records up to offset {part.end}, "
-                f"but the log now ends at offset {high}",
+                f"but the log now ends at offset {high_watermark}",
                 part.settings.fail_on_data_loss,
             )
             self.position = part.end
@@ -168,36 +172,22 @@ class _RangeReader:
     def _out_of_range(self) -> None:
         """The broker no longer has ``position``: deleted below, or truncated above."""
         part = self._part
-        low, high = self._watermarks()
+        try:
+            low = self._leader.list_offset(EARLIEST_TIMESTAMP)
+            high = self._leader.list_offset(LATEST_TIMESTAMP)
+        except LeaderUnavailable as exc:
+            self._retry_later(str(exc))
+            return
         report_data_loss(
             f"{part.topic}-{part.partition}: expected to read from offset {self.position}, "
             f"but the available offsets are {low} to {high}",
             part.settings.fail_on_data_loss,
         )
-        if self.position < low < part.end:
-            self.position = low
-            self._assign()
-        else:
-            self.position = part.end
+        self.position = low if self.position < low < part.end else part.end
 
-    def _watermarks(self) -> tuple[int, int]:
-        return self._consumer.get_watermark_offsets(
-            self._kafka_tp, timeout=WATERMARK_TIMEOUT_S, cached=False
-        )
-
-    def _assign(self) -> None:
-        self._consumer.assign(
-            [KafkaTopicPartition(self._part.topic, self._part.partition, self.position)]
-        )
-
-    def _to_batch(self, records: list[Message]) -> pa.RecordBatch:
-        part = self._part
-        return records_to_batch(records, part.topic, part.partition, part.settings.include_headers)
-
-
-def _offset(message: Message) -> int:
-    """A record's offset, or an end-of-partition event's log end offset. confluent-kafka
-    types ``offset()`` as optional, for the messages that carry none (other errors)."""
-    offset = message.offset()
-    assert offset is not None
-    return offset
+    def _retry_later(self, reason: str) -> None:
+        """The leader is gone or moved: find it again after the client's retry backoff."""
+        log.info("%s-%d: %s; looking for the leader again", self._part.topic,
+                 self._part.partition, reason)
+        self._leader.forget()
+        time.sleep(self._leader.settings.retry_backoff_ms / 1000)
