@@ -50,7 +50,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_client_arguments(generate)
     generate.set_defaults(run=run_generate)
 
-    run = actions.add_parser("run", help="run a pipeline on a local Spark")
+    run = actions.add_parser("run", help="run a pipeline on Spark (local, or a cluster)")
     run.add_argument("name", choices=PIPELINES)
     run.add_argument(
         "--bootstrap-server", "-b", metavar="HOST:PORT",
@@ -68,7 +68,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--to", dest="end", type=parse_time,
                      help="warehouse batch: end timestamp, exclusive")
     run.add_argument("--output", type=Path, help="warehouse: Parquet output directory")
+    run.add_argument("--master", default="local[2]", metavar="URL",
+                     help="Spark master: local[N] (default local[2]), spark://HOST:PORT of a "
+                          "standalone cluster, or any URL spark-submit takes")
+    run.add_argument("--conf", action="append", type=parse_conf, default=[],
+                     metavar="NAME=VALUE", help="a Spark setting (repeatable), as spark-submit's")
     run.set_defaults(run=run_pipeline)
+
+
+def parse_conf(text: str) -> tuple[str, str]:
+    """``NAME=VALUE``; the value may itself hold ``=``."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name.strip(), value
 
 
 def parse_time(text: str) -> int:
@@ -112,12 +125,14 @@ def run_pipeline(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise CliError(
             f"pipelines need the 'spark' extra (pip install 'gregor[spark]'): {exc}") from exc
+
+    def session() -> SparkSession:
+        return build_session(f"gregor-{args.name}", args.master, **dict(args.conf))
+
     if args.name == "warehouse" and args.start is not None:
         if not (args.topic and args.output and args.end is not None):
             raise CliError("a warehouse batch run needs --topic, --from, --to and --output")
-        return _until_interrupted(
-            lambda spark: _run_warehouse_range(args, spark),
-            lambda: build_session(f"gregor-{args.name}"))
+        return _until_interrupted(lambda spark: _run_warehouse_range(args, spark), session)
     if args.checkpoint is None:
         raise CliError(f"pipeline {args.name} needs --checkpoint DIR")
     if args.name == "monitoring" and not args.topics:
@@ -142,7 +157,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
             raise CliError(f"query {failed[0].name} failed: {failed[0].exception()}")
         return 0
 
-    return _until_interrupted(run, lambda: build_session(f"gregor-{args.name}"))
+    return _until_interrupted(run, session)
 
 
 def _until_interrupted(

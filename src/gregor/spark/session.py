@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 from typing import IO
+from urllib.parse import urlsplit
 
 from pyspark import SparkContext
 from pyspark.java_gateway import launch_gateway
@@ -19,14 +20,20 @@ def build_session(app_name: str = "gregor-pipeline", master: str = "local[2]",
                   **configs: str) -> SparkSession:
     """A session with the ``gregor`` source registered; ``configs`` adds Spark settings.
 
-    Spark binds to loopback and its Python workers run this interpreter (so they import
-    gregor and confluent-kafka from the same venv). Two shuffle partitions, because the
+    With a master on this machine (``local[N]``, or a cluster's on a loopback address)
+    Spark binds to loopback; a cluster elsewhere must reach the driver on an address of
+    this machine, which ``SPARK_LOCAL_IP`` or ``spark.driver.host`` gives.  Python workers
+    run this interpreter (so they import gregor and confluent-kafka from the same venv)
+    unless ``spark.pyspark.python`` names another, such as a packed venv's on executors
+    elsewhere. Two shuffle partitions, because the
     default 200 adds seconds to every stateful micro-batch on a small machine and the
     checkpoint freezes the number at the first run. UTC, so that timestamps in the JSON
     the pipelines write and dates of warehouse partitions do not depend on the machine.
     """
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    if _on_this_machine(master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # PySpark hands this to the JVM as the Python of every worker it starts.
+    os.environ["PYSPARK_PYTHON"] = configs.get("spark.pyspark.python", sys.executable)
     _launch_jvm_in_its_own_session()
     builder = (
         SparkSession.builder.master(master)
@@ -42,6 +49,11 @@ def build_session(app_name: str = "gregor-pipeline", master: str = "local[2]",
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     return session
+
+
+def _on_this_machine(master: str) -> bool:
+    host = urlsplit(master).hostname if "://" in master else None
+    return master.startswith("local") or host == "localhost" or (host or "").startswith("127.")
 
 
 def _launch_jvm_in_its_own_session() -> None:
