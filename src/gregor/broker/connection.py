@@ -126,11 +126,13 @@ class Connection:
             result = await route.handler(self.broker, request)
             if result is None or isinstance(result, RawResponse):
                 return result
-            # Produce and Fetch count their answers per partition; most others
-            # carry one error code.
-            error_code = getattr(result, "error_code", None)
-            if error_code is not None and self.broker.metrics is not None:
-                self.broker.metrics.answered(api_key, error_code)
+            metrics = self.broker.metrics
+            if metrics is not None:
+                # Produce and Fetch count their answers per partition; most others
+                # carry one error code.
+                error_code = getattr(result, "error_code", None)
+                if error_code is not None:
+                    metrics.answered(api_key, error_code)
             return encode_response(api_key, version, correlation_id, result)
         except ConnectionClosed:
             raise  # a handler's deliberate way to answer (acks=0 produce errors)
