@@ -158,11 +158,13 @@ def test_produce_through_the_form_and_find_it_by_key(browser: Chrome, console: C
     assert (card.get_attribute("data-partition"), card.get_attribute("data-offset")) == \
         (str(partition), str(offset))
 
-    # Its value as JSON (pretty), its header, then as hex.
+    # Its value as JSON (compact in the closed card, pretty when open), its header,
+    # then as hex.
     css(browser, ".segmented input[value=json]").find_element(By.XPATH, "..").click()
+    assert css(card, "[data-field=value]").text == '{"id": 42, "items": ["a"]}'
+    css(card, ".message-head").click()
     until(browser, lambda: css(card, "[data-field=value]").text.startswith('{\n  "id": 42'),
           "the value pretty-printed")
-    css(card, ".message-head").click()
     headers = until(browser, lambda: css(card, "dl.headers"), "the headers")
     assert "source" in headers.text and "console-test" in headers.text
     css(browser, ".segmented input[value=hex]").find_element(By.XPATH, "..").click()
@@ -236,6 +238,12 @@ def committed(admin: AdminClient, group: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in answer.topic_partitions}
 
 
+def lag_history(console: Console, group: str, topic: str) -> list[int]:
+    """The lags of partition 0 the console sampled for its chart, oldest first."""
+    _, view = console.api("GET", f"/api/group?id={q(group)}")
+    return [lag for lag in view["history"]["series"].get(f"{topic}-0", []) if lag is not None]
+
+
 def consume_and_commit(consumer: Consumer, count: int) -> None:
     got = 0
     deadline = time.monotonic() + 30
@@ -261,15 +269,16 @@ def test_group_lag_reset_and_refusals(browser: Chrome, console: Console, bootstr
         browser.get(console.page(f"groups/{q(group)}"))
         until(browser, lambda: stat(browser, "lag") == "15", "a lag of 15")
         assert stat(browser, "state") == "Stable" and stat(browser, "members") == "1"
+        until(browser, lambda: lag_history(console, group, topic)[-1:] == [15],
+              "the sampler to see the lag of 15")
 
         consume_and_commit(consumer, 15)
         until(browser, lambda: stat(browser, "lag") == "0", "the lag falling to 0")
-        # The chart draws the fall: the samples hold 15 and then 0.
+        # The chart draws the fall from the samples of 15 and then 0.
+        until(browser, lambda: lag_history(console, group, topic)[-1:] == [0],
+              "the sampler to see the lag of 0")
         until(browser, lambda: int(css(browser, ".chart").get_attribute("data-points")) >= 2,
               "the lag chart")
-        _, view = console.api("GET", f"/api/group?id={q(group)}")
-        lags = [v for v in view["history"]["series"][f"{topic}-0"] if v is not None]
-        assert 15 in lags and lags[-1] == 0
 
         # Refused while the consumer is a member, in words, where it was asked.
         css(browser, "[data-action=delete-group]").click()

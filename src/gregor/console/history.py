@@ -103,13 +103,17 @@ class History:
         if len(samples) < 2:
             return {}
         last = samples[-1]
-        first = next(s for s in samples if s.t >= last.t - RATE_WINDOW_S - self.interval_s / 2)
-        if first is last:
-            first = samples[-2]
+        window = [s for s in samples[:-1] if s.t >= last.t - RATE_WINDOW_S - self.interval_s / 2]
+        window = window or samples[-2:-1]
         rates: dict[str, float] = {}
         for tp, end in last.ends.items():
+            # From the window's first sample that knows the partition: a topic created a
+            # moment ago has a rate from its first sample on.
+            first = next((s for s in window if tp in s.ends), None)
+            if first is None:
+                continue
             # A topic deleted and created again starts over: count no negative rate.
-            grown = max(end - first.ends.get(tp, end), 0)
+            grown = max(end - first.ends[tp], 0)
             rates[tp[0]] = rates.get(tp[0], 0.0) + grown / (last.t - first.t)
         return rates
 

@@ -165,7 +165,8 @@ def _start_offsets(reader: _Reader, start: Start, at: int | Mapping[int, int],
 def browse(admin: ClusterAdmin, topic: str, partition: int | None, start: Start,
            at: int | Mapping[int, int], limit: int, filters: Filters) -> dict[str, Any]:
     """Up to ``limit`` matching records; from the end, the newest ``limit`` of the last
-    ``limit`` records of each partition, else the first ones from the start position.
+    ``limit`` records of each partition, newest first (as a tail is read), else the first
+    ones from the start position, oldest first.
 
     ``next`` holds each partition's next offset, for a browse that continues there.
     """
@@ -208,7 +209,7 @@ def browse(admin: ClusterAdmin, topic: str, partition: int | None, start: Start,
         reader.close()
     matches.sort(key=lambda r: (r["timestamp"] or 0, r["partition"], r["offset"]))
     if start == "end":
-        matches = matches[-limit:]
+        matches = matches[-limit:][::-1]
     return {"messages": matches, "scanned": scanned, "complete": not pending,
             "next": {str(p): offset for p, offset in sorted(positions.items())},
             "end": {str(p): offset for p, offset in sorted(ends.items())}}

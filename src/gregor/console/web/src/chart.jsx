@@ -21,7 +21,8 @@ export function Chart({ times, series, label, height = 180 }) {
     const options = {
       width,
       height,
-      legend: { show: series.length > 1 },
+      // Names only: values under the cursor would jump the layout on a phone.
+      legend: { show: series.length > 1, live: false },
       scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(max, 1)] } },
       axes: [{}, { label, size: 60 }],
       series: [{}, ...series.map((s, i) => ({

@@ -130,18 +130,19 @@ export function GroupPage({ id, refresh }) {
           <section>
             <h2>Partitions</h2>
             <Table name="group-partitions">
-              <thead><tr><th>Topic</th><th class="num">Partition</th><th class="num">Committed</th><th class="num">Log start</th>
-                <th class="num">Log end</th><th class="num">Lag</th><th class="num">Lead</th><th>Member</th></tr></thead>
+              {/* Lag first: on a phone the columns after it are a scroll away. */}
+              <thead><tr><th>Topic</th><th class="num">Partition</th><th class="num">Lag</th><th class="num">Committed</th>
+                <th class="num">Log end</th><th class="num">Lead</th><th class="num">Log start</th><th>Member</th></tr></thead>
               <tbody>
                 {data.partitions.map((p) => (
                   <tr key={`${p.topic}-${p.partition}`} data-partition={`${p.topic}:${p.partition}`}>
                     <td><a href={`#/topics/${enc(p.topic)}`}>{p.topic}</a></td>
                     <td class="num">{p.partition}</td>
-                    <td class="num" data-field="committed">{formatNumber(p.committed)}</td>
-                    <td class="num">{formatNumber(p.log_start)}</td>
-                    <td class="num">{formatNumber(p.log_end)}</td>
                     <td class="num" data-field="lag">{formatNumber(p.lag)}</td>
+                    <td class="num" data-field="committed">{formatNumber(p.committed)}</td>
+                    <td class="num">{formatNumber(p.log_end)}</td>
                     <td class="num" data-field="lead">{formatNumber(p.lead)}</td>
+                    <td class="num">{formatNumber(p.log_start)}</td>
                     <td>{p.client_id || '–'}</td>
                   </tr>
                 ))}

@@ -9,12 +9,13 @@ const PREVIEW_CHARS = 400;
 
 function Bytes({ b64, size, view, full, name }) {
   if (b64 === null) return <span class="null" data-field={name}>null</span>;
-  const { text, note } = render(decodeBase64(b64), view);
+  // A closed card shows JSON as it was written (compact); an open one pretty-prints it.
+  const { text, note } = render(decodeBase64(b64), view === 'json' && !full ? 'text' : view);
   const shown = full || text.length <= PREVIEW_CHARS ? text : `${text.slice(0, PREVIEW_CHARS)}…`;
   return (
     <>
       <pre class={`bytes ${full ? 'full' : 'preview'}`} data-field={name}>{shown}</pre>
-      {full && note ? <span class="hint">{note}</span> : null}
+      {full && note && name === 'value' ? <span class="hint">{note}</span> : null}
       {full && size !== null && size > decodeBase64(b64).length ? <span class="hint">first {formatBytes(decodeBase64(b64).length)} of {formatBytes(size)} shown</span> : null}
     </>
   );
