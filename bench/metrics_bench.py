@@ -176,7 +176,9 @@ def plot(rows: list[Row], path: Path) -> None:
     axis.set_xticklabels([r.workload for r in rows])
     axis.set_ylabel("thousand records/s (median)")
     axis.set_title("librdkafka produce (acks=1) and consume, 8 partitions")
-    axis.legend(fontsize=8, loc="upper right")
+    top = max(max(r.off_records_per_s, r.on_records_per_s) for r in rows) / 1e3
+    axis.set_ylim(0, top * 1.3)  # room for the legend above the bars
+    axis.legend(fontsize=8, loc="upper center", ncols=2)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
