@@ -132,6 +132,25 @@ def test_messages_and_bytes_in_per_topic_are_what_producers_sent(
                        request="Produce") == produces
 
 
+def test_a_deleted_topic_leaves_its_counts_in_the_broker_totals(
+        metered: BrokerProcess, admin: AdminClient, topic_name: str) -> None:
+    _create(admin, topic_name, 1)
+    _produce(metered.bootstrap, topic_name, 40, 1)
+    before = _scrape(metered)
+    assert before.get("kafka_server_brokertopicmetrics_messagesin_total", topic=topic_name) == 40
+    admin.delete_topics([topic_name])[topic_name].result(TIMEOUT)
+    after = _wait_for(lambda: m if (m := _scrape(metered)).value(
+        "kafka_log_log_size", topic=topic_name, partition=0) is None else None,
+        "the deleted topic's log gone")
+    # Its series go, as Kafka removes a deleted topic's metrics...
+    assert after.value("kafka_server_brokertopicmetrics_messagesin_total",
+                       topic=topic_name) is None
+    # ...and the broker's totals, counters, never go down.
+    for name in ("kafka_server_brokertopicmetrics_messagesin_total",
+                 "kafka_server_brokertopicmetrics_bytesin_total"):
+        assert after.get(name) == before.get(name)
+
+
 def test_fetches_and_bytes_out_are_what_the_consumer_received(
         metered: BrokerProcess, admin: AdminClient, topic_name: str) -> None:
     _create(admin, topic_name, 1)

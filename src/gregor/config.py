@@ -420,7 +420,10 @@ class BrokerConfig:
         if sep and scheme != "http":
             raise ConfigError(f"metrics.listener {text!r}: only http:// is served")
         address, slash, path = (rest if sep else text).partition("/")
-        host, port = parse_listener(address)
+        try:
+            host, port = parse_listener(address)
+        except ConfigError as exc:
+            raise ConfigError(f"metrics.listener: {exc}") from None
         return host, port, "/" + path if slash and path else "/metrics"
 
     def advertised_address(self) -> tuple[str, int]:

@@ -76,6 +76,8 @@ class BrokerMetrics:
 
     def __init__(self) -> None:
         self.topics: defaultdict[str, TopicCounters] = defaultdict(TopicCounters)
+        # What deleted topics counted: still part of the broker's totals.
+        self.retired = TopicCounters()
         self.replication_bytes_out = 0
         self.requests: defaultdict[str, RequestCounters] = defaultdict(RequestCounters)
         # By API key, so the hot path never builds a name.
@@ -111,6 +113,16 @@ class BrokerMetrics:
         counters = self.topics[topic]
         counters.messages_in += records
         counters.bytes_in += size
+
+    def retire(self, topic: str) -> None:
+        """Forget a deleted topic's series (as Kafka removes its BrokerTopicMetrics),
+        keeping its counts in the broker's totals, which never go down."""
+        counters = self.topics.pop(topic, None)
+        if counters is not None:
+            retired = self.retired
+            retired.messages_in += counters.messages_in
+            retired.bytes_in += counters.bytes_in
+            retired.bytes_out += counters.bytes_out
 
     def fetched(self, topic: str, size: int, follower: bool) -> None:
         if follower:

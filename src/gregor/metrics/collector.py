@@ -55,6 +55,9 @@ class BrokerCollector(Collector):
 
     # ------------------------------------------------------------- counters
     def _topic_counters(self) -> Iterator[Metric]:
+        existing = self.broker.image.topics
+        for topic in [t for t in self.metrics.topics if t not in existing]:
+            self.metrics.retire(topic)
         topics = self.metrics.topics
         for name, doc, field in (
                 (names.MESSAGES_IN, "records appended, by topic and in all", "messages_in"),
@@ -63,7 +66,7 @@ class BrokerCollector(Collector):
             # As the exporter renders Kafka's meters: one series per topic, and the
             # broker's total without a topic label.
             family = Metric(name, doc, "counter")
-            total = 0
+            total = getattr(self.metrics.retired, field)
             for topic, counters in topics.items():
                 value = getattr(counters, field)
                 total += value

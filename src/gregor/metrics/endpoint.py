@@ -47,7 +47,9 @@ class MetricsServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}{self.path}"
+        """Where to scrape (on this machine, when listening on every address)."""
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.port}{self.path}"
 
     async def bind(self) -> None:
         """Bind now (a port in use fails the broker's start), serve from ``start``."""
