@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
+import importlib.resources
 import io
 import socket
 import struct
@@ -22,12 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message
+from kafka.protocol.schemas import load_json
 from kio.index import load_payload_module, load_response_schema
 from kio.serial import entity_reader
 from kio.static.constants import EntityType
 
 from gregor.broker.process import BrokerProcess
-from gregor.broker.router import ROUTES
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, encode_request
 from gregor.protocol.record_batch import BatchHeader, read_header
@@ -171,10 +173,37 @@ def versioned_request(api_key: ApiKey, version: int, entity: str, /, **fields: o
     return build(getattr(_request(api_key, version), entity), **fields)
 
 
-def advertised_versions(api_key: ApiKey) -> range:
-    """The versions of ``api_key`` the broker advertises and serves."""
-    route = ROUTES[api_key]
-    return range(route.decodable_from or route.min_version, route.max_version + 1)
+@functools.cache
+def _kafka_requests() -> dict[int, str]:
+    """Each API key's ``validVersions``, from Kafka's own JSON message definitions as
+    kafka-python ships them: what Kafka says, independent of gregor and of kio."""
+    resources = importlib.resources.files("kafka.protocol.schemas.resources")
+    definitions = (load_json(entry.name[: -len(".json")]) for entry in resources.iterdir()
+                   if entry.name.endswith("Request.json"))
+    return {d["apiKey"]: d["validVersions"] for d in definitions}
+
+
+def kafka_versions(api_key: int) -> range:
+    """The versions Kafka defines for ``api_key`` (KeyError: not an API Kafka has)."""
+    low, _, high = _kafka_requests()[api_key].partition("-")
+    return range(int(low), int(high or low) + 1)
+
+
+def api_versions(connection: WireConnection) -> dict[int, range]:
+    """What the broker advertises on ``connection``: its ApiVersions answer."""
+    answer = connection.request(ApiKey.API_VERSIONS, 3, _request(
+        ApiKey.API_VERSIONS, 3).ApiVersionsRequest(client_software_name="gregor-tests",
+                                                   client_software_version="1"))
+    assert answer.error_code == 0
+    return {k.api_key: range(k.min_version, k.max_version + 1) for k in answer.api_keys}
+
+
+def advertised_versions(connection: WireConnection, api_key: ApiKey) -> range:
+    """The versions of ``api_key`` the broker advertises that Kafka defines. Only
+    Produce differs: Kafka 4 advertises it from 0 for old librdkafka's sake but
+    refuses 0-2 (KAFKA-18659), and so does gregor."""
+    advertised, kafka = api_versions(connection)[api_key], kafka_versions(api_key)
+    return range(max(advertised.start, kafka.start), advertised.stop)
 
 
 PRODUCE_VERSION = 9

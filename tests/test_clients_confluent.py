@@ -663,7 +663,7 @@ def test_every_advertised_data_path_version(broker: BrokerProcess, topic_name: s
               "log_start_offset": -1, "replica_id": -1, "isolation_level": 0}
     with WireConnection(broker.bootstrap) as client:
         produced = []
-        for version in advertised_versions(ApiKey.PRODUCE):
+        for version in advertised_versions(client, ApiKey.PRODUCE):
             values = [b"produce-v%d-%d" % (version, i) for i in range(2)]
             data = versioned_request(ApiKey.PRODUCE, version, "PartitionProduceData", **common,
                               records=make_batch(values))
@@ -677,7 +677,7 @@ def test_every_advertised_data_path_version(broker: BrokerProcess, topic_name: s
             assert (partition.error_code, partition.base_offset) == (0, len(produced)), version
             produced += values
 
-        for version in advertised_versions(ApiKey.FETCH):
+        for version in advertised_versions(client, ApiKey.FETCH):
             wanted = versioned_request(ApiKey.FETCH, version, "FetchPartition", **common,
                                 fetch_offset=0, partition_max_bytes=1 << 20)
             request = versioned_request(
@@ -695,7 +695,7 @@ def test_every_advertised_data_path_version(broker: BrokerProcess, topic_name: s
                        for r in decode_records(batch)[1]]
             assert fetched == produced, version
 
-        for version in advertised_versions(ApiKey.LIST_OFFSETS):
+        for version in advertised_versions(client, ApiKey.LIST_OFFSETS):
             offsets = []
             for timestamp in (-1, -2, BASE_TIMESTAMP + 1):
                 query = versioned_request(ApiKey.LIST_OFFSETS, version, "ListOffsetsPartition",
@@ -710,7 +710,7 @@ def test_every_advertised_data_path_version(broker: BrokerProcess, topic_name: s
                 offsets.append(partition.offset)
             assert offsets == [len(produced), 0, 1], version
 
-        for version in advertised_versions(ApiKey.METADATA):
+        for version in advertised_versions(client, ApiKey.METADATA):
             request = versioned_request(
                 ApiKey.METADATA, version, "MetadataRequest", allow_auto_topic_creation=False,
                 include_cluster_authorized_operations=False,
