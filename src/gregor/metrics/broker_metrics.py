@@ -22,7 +22,7 @@ TIME_BUCKETS_MS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0
 
 
 class Histogram:
-    """Fixed buckets, counted per bucket (not cumulative) and summed once at scrape time."""
+    """Fixed buckets, counted per bucket (not cumulative: made so at scrape time)."""
 
     __slots__ = ("bounds", "counts", "total")
 
@@ -30,15 +30,6 @@ class Histogram:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
         self.total = 0.0
-
-    def cumulative(self) -> list[tuple[str, int]]:
-        """Prometheus buckets: ``(le, count of observations <= le)``, ending with +Inf."""
-        running = 0
-        buckets = []
-        for bound, count in zip((*map(repr, self.bounds), "+Inf"), self.counts, strict=True):
-            running += count
-            buckets.append((bound, running))
-        return buckets
 
 
 class TopicCounters:

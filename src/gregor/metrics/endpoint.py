@@ -1,11 +1,11 @@
-"""The HTTP endpoint Prometheus scrapes, served on the broker's own event loop.
+"""The HTTP endpoint Prometheus scrapes, served by the broker's own event loop.
 
 prometheus_client's own server runs in a thread, where a scrape would read the
-broker's dicts while the loop changes them. Here the loop serves the scrape itself:
-the collector sees one consistent state, no lock is taken on the hot path, and a
-scrape costs the loop only the time to render it (a few ms for thousands of series).
-The server speaks just what a scraper needs: GET (or HEAD) of the metrics path, one
-request per connection.
+broker's dicts while the loop changes them. Here the loop accepts the scrape and
+copies what it reports (:mod:`.snapshot`: one consistent moment, no lock on the hot
+path), and a worker thread renders the copy, so the loop is held up only for the
+copy, not for the rendering. The server speaks just what a scraper needs: GET (or
+HEAD) of the metrics path, one request per connection.
 """
 
 from __future__ import annotations
@@ -13,14 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.process_collector import ProcessCollector
 
+from gregor.metrics import snapshot
 from gregor.metrics.broker_metrics import BrokerMetrics
-from gregor.metrics.collector import BrokerCollector
+from gregor.metrics.collector import SnapshotCollector
 from gregor.metrics.loop_monitor import LoopMonitor
 
 if TYPE_CHECKING:
@@ -39,10 +41,9 @@ class MetricsServer:
     def __init__(self, broker: Broker, metrics: BrokerMetrics,
                  listener: tuple[str, int, str]) -> None:
         self.host, self.port, self.path = listener
+        self.broker = broker
+        self.metrics = metrics
         self.loop_monitor = LoopMonitor()
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(BrokerCollector(broker, metrics, self.loop_monitor))
-        ProcessCollector(registry=self.registry)
         self._server: asyncio.Server | None = None
 
     @property
@@ -73,7 +74,7 @@ class MetricsServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT_S)
-            writer.write(self._answer(head))
+            writer.write(await self._answer(head))
             await writer.drain()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError,
                 ConnectionError):
@@ -83,7 +84,7 @@ class MetricsServer:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    def _answer(self, head: bytes) -> bytes:
+    async def _answer(self, head: bytes) -> bytes:
         request_line, *header_lines = head.decode("latin-1").split("\r\n")
         parts = request_line.split()
         if len(parts) != 3 or parts[0] not in ("GET", "HEAD"):
@@ -95,8 +96,18 @@ class MetricsServer:
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
         encoder, content_type = choose_encoder(headers.get("accept", ""))
-        body = encoder(self.registry)
+        taken = snapshot.take(self.broker, self.metrics, self.loop_monitor)
+        body = await asyncio.to_thread(_render, taken, encoder)
         return _response(200, content_type, b"" if parts[0] == "HEAD" else body, len(body))
+
+
+def _render(taken: snapshot.Snapshot, encoder: Callable[[CollectorRegistry], bytes]) -> bytes:
+    """The text of one scrape (in a worker thread): the broker's snapshot and the
+    process's own figures (CPU, memory, file descriptors)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(taken))
+    ProcessCollector(registry=registry)
+    return encoder(registry)
 
 
 def _response(status: int, content_type: str, body: bytes, length: int | None = None) -> bytes:
