@@ -7,6 +7,7 @@ is a ``FakeClock`` the test moves, so lag windows are exact.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from storage_helpers import topic_config
@@ -39,11 +40,13 @@ def state(leader: int, epoch: int, isr: tuple[int, ...], replicas: tuple[int, ..
 
 
 def open_replica(tmp_path: Path, broker_id: int, current: PartitionState, clock: FakeClock,
-                 high_watermark: int = 0, **config: object) -> Partition:
-    """Broker ``broker_id``'s replica of t-0 (its log reopened if it exists)."""
+                 high_watermark: int = 0, is_alive: Callable[[int], bool] = lambda b: True,
+                 **config: object) -> Partition:
+    """Broker ``broker_id``'s replica of t-0 (its log reopened if it exists); ``is_alive``
+    says which brokers are registered."""
     log = Log(tmp_path / f"b{broker_id}" / "t-0", "t", 0, topic_config(**config))
     return Partition("t", 0, log, broker_id, current, high_watermark, clock=clock,
-                     replica_lag_time_max_s=LAG_S)
+                     replica_lag_time_max_s=LAG_S, is_alive=is_alive)
 
 
 def fetch(leader: Partition, follower: Partition, max_bytes: int = 1 << 20) -> bool:

@@ -134,6 +134,32 @@ def test_an_isr_falling_below_min_insync_answers_at_once(tmp_path: Path) -> None
     asyncio.run(scenario())
 
 
+def test_a_silent_caught_up_follower_holds_acks_all_only_for_the_lag_time(
+        tmp_path: Path) -> None:
+    """f3, outside the ISR, caught up, holds the HW (it is about to be admitted), then
+    stops fetching. Nothing else happens: the producer waits on this HW, f2 has it all.
+    The periodic ISR check must let the HW move once f3 is no longer caught up."""
+    async def scenario() -> None:
+        clock = FakeClock()
+        replicas = manager(tmp_path, clock)
+        p0 = lead(replicas, 0, (1, 2))
+        p0.append_as_leader(batch(2), 1)
+        follower_fetched(replicas, p0, 2)
+        replicas.record_follower_fetch(p0, 3, 2, 0, 2)  # f3 at the log end too
+        end = p0.append_as_leader(batch(3), -1).last_offset + 1
+        follower_fetched(replicas, p0, 2)
+        assert p0.high_watermark == 2  # f3 is caught up: it is waited for
+        waiting = await started(replicas.delayed_produce.wait([(p0, end)], timeout_s=60))
+        clock.advance(LAG_S + 1)
+        replicas.shrink_isrs()
+        await asyncio.sleep(0)
+        assert waiting.done() and waiting.result() == [ErrorCode.none]
+        assert p0.high_watermark == end
+        await replicas.stop()
+
+    asyncio.run(scenario())
+
+
 def _fields(s: PartitionState) -> dict:
     return {name: getattr(s, name) for name in s.__dataclass_fields__}
 

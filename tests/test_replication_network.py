@@ -122,8 +122,8 @@ def test_a_follower_truncates_what_it_alone_wrote_then_copies(tmp_path: Path) ->
                 await until(lambda: copy.log_end_offset == leader.log_end_offset
                             and copy.log.leader_epoch_cache.epochs == [2])
                 assert log_bytes(copy) == log_bytes(leader)
-                # Caught up to the leader's epoch start and high watermark: it is asked in.
-                assert leader.followers[2].log_end_offset == 5
+                # Its next fetch tells the leader it has the leader's log end.
+                await until(lambda: leader.followers[2].log_end_offset == 5)
             finally:
                 await follower.stop()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from replication_helpers import LAG_S, FakeClock, fetch, open_replica, state
+from replication_helpers import LAG_S, FakeClock, catch_up, fetch, open_replica, state
 from storage_helpers import batch
 
 from gregor.cluster.partition import StateChange
@@ -236,6 +236,30 @@ def test_a_caught_up_follower_outside_the_isr_holds_the_high_watermark(tmp_path:
     clock.advance(LAG_S + 1)
     leader.append_as_leader(batch(1), 1)
     assert leader.high_watermark == 6  # it stopped fetching: no longer waited for
+
+
+def test_a_dead_follower_outside_the_isr_does_not_hold_the_high_watermark(
+        tmp_path: Path) -> None:
+    """Kafka's isReplicaIsrEligible: when the controller drops a dead broker from the ISR,
+    the records it did not fetch are committed at once by the live ISR, even though the
+    dead one was caught up a moment ago."""
+    clock = FakeClock()
+    alive = {1, 2, 3}
+    leader = open_replica(tmp_path, 1, state(1, 1, (1, 2, 3)), clock, is_alive=alive.__contains__)
+    f2 = open_replica(tmp_path, 2, state(1, 1, (1, 2, 3)), clock)
+    f3 = open_replica(tmp_path, 3, state(1, 1, (1, 2, 3)), clock)
+    leader.append_as_leader(batch(2), 1)
+    catch_up(leader, f2)
+    catch_up(leader, f3)
+    fetch(leader, f2)
+    fetch(leader, f3)
+    assert leader.high_watermark == 2
+    leader.append_as_leader(batch(3), 1)
+    fetch(leader, f2)
+    fetch(leader, f2)  # f2 has 5; f3 (about to die) still 2
+    alive.discard(3)
+    assert leader.update_state(state(1, 1, (1, 2), partition_epoch=1)) is StateChange.ISR
+    assert leader.high_watermark == 5
 
 
 def test_states_apply_by_leader_epoch_then_partition_epoch(tmp_path: Path) -> None:

@@ -6,9 +6,11 @@ The rules are Kafka's (``Partition`` and ``Replica`` in its server module, 3.x):
   when it is elected. It learns each follower's log end offset from the
   follower's fetches. The high watermark is the smallest log end offset over the
   "maximal" ISR (the ISR plus a member whose admission is being asked for) and
-  over followers caught up but not admitted yet; it only moves forward, and not
-  at all while the ISR is below ``min.insync.replicas`` (KIP-966): what it covers
-  is on enough replicas, and it is all consumers may read.
+  over live followers caught up but not admitted yet (Kafka's
+  shouldWaitForReplicaToJoinIsr: a dead broker is not ISR-eligible and holds
+  nothing back); it only moves forward, and not at all while the ISR is below
+  ``min.insync.replicas`` (KIP-966): what it covers is on enough replicas, and it
+  is all consumers may read.
 - A follower is caught up when its log end equals the leader's, or when within
   ``replica.lag.time.max.ms`` one of its fetches reached the leader's log end as
   it was at that fetch or at its previous one. Not caught up, it leaves the ISR;
@@ -69,7 +71,8 @@ class Partition:
     def __init__(self, topic: str, index: int, log: Log, local_broker_id: int,
                  state: PartitionState, high_watermark: int = 0, *,
                  clock: Callable[[], float] = time.monotonic,
-                 replica_lag_time_max_s: float = DEFAULT_REPLICA_LAG_TIME_MAX_S) -> None:
+                 replica_lag_time_max_s: float = DEFAULT_REPLICA_LAG_TIME_MAX_S,
+                 is_alive: Callable[[int], bool] = lambda broker_id: True) -> None:
         self.topic = topic
         self.index = index
         self.log = log
@@ -77,6 +80,8 @@ class Partition:
         self.state = state
         self.clock = clock
         self.replica_lag_time_max_s = replica_lag_time_max_s
+        # Whether a broker is registered (Kafka's isReplicaIsrEligible in ZooKeeper mode).
+        self.is_alive = is_alive
         self.followers: dict[int, FollowerState] = {}
         # A checkpointed high watermark can never exceed what survived on disk.
         self.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
@@ -226,7 +231,8 @@ class Partition:
             for replica, follower in self.followers.items():
                 if follower.log_end_offset < candidate and (
                         replica in maximal
-                        or follower.is_caught_up(leader_end, now, self.replica_lag_time_max_s)):
+                        or (follower.is_caught_up(leader_end, now, self.replica_lag_time_max_s)
+                            and self.is_alive(replica))):
                     candidate = follower.log_end_offset
         if candidate > self.high_watermark:
             self.high_watermark = candidate

@@ -48,6 +48,7 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.partitions: dict[TopicPartition, Partition] = {}
         self.clock = clock
+        self._in_cluster = broker_address is not None
         self._broker_address = broker_address or (lambda broker_id: None)
         self._alter_isr = alter_isr
         self._lag_max_s = config["replica.lag.time.max.ms"] / 1000
@@ -84,9 +85,14 @@ class ReplicaManager:
         log_ = self.log_manager.get_or_create(topic.name, index, self.topic_config(topic))
         partition = Partition(topic.name, index, log_, self.broker_id, state,
                               high_watermark=self.log_manager.high_watermarks.get(tp, 0),
-                              clock=self.clock, replica_lag_time_max_s=self._lag_max_s)
+                              clock=self.clock, replica_lag_time_max_s=self._lag_max_s,
+                              is_alive=self._is_alive)
         self.partitions[tp] = partition
         return partition
+
+    def _is_alive(self, broker_id: int) -> bool:
+        """A broker is alive while it is registered; without a cluster, every replica is."""
+        return not self._in_cluster or self._broker_address(broker_id) is not None
 
     def apply_partition_state(self, topic: TopicMetadata, index: int,
                               state: PartitionState) -> None:
@@ -181,8 +187,16 @@ class ReplicaManager:
             self._spawn(self._change_isr(partition, proposal))
 
     def shrink_isrs(self) -> None:
-        """Drop followers that have not caught up for replica.lag.time.max.ms."""
-        for partition in self.partitions.values():
+        """Drop followers that have not caught up for replica.lag.time.max.ms.
+
+        High watermarks are checked again first: a follower outside the ISR that was
+        caught up holds the HW only until the lag time passes or its broker dies, and
+        neither is an event that would move it (a producer whose acks=all request
+        waits on that HW sends nothing more, and the follower may not fetch again).
+        """
+        for tp, partition in self.partitions.items():
+            if partition.maybe_increment_high_watermark():
+                self._partition_changed(tp)
             proposal = partition.propose_isr_shrink()
             if proposal is not None:
                 log.info("%s: followers %s fell behind (log end %d, high watermark %d)",
