@@ -8,7 +8,8 @@ import threading
 import uuid
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from console_harness import Console, q
 
 
@@ -139,3 +140,39 @@ def test_requests_do_not_wait_on_each_other(console: Console, filled: str) -> No
     thread.start()
     thread.join(30)
     assert answers == [200]
+
+
+def test_reset_offsets_to_an_offset_a_time_or_by_a_shift(console: Console, filled: str) -> None:
+    """An inactive group's offsets: dry runs change nothing, an executed reset commits."""
+    group = f"api-reset-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": console_bootstrap(console)})
+
+    def committed() -> dict[int, int]:
+        answer = admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)])[group].result(10)
+        return {tp.partition: tp.offset for tp in answer.topic_partitions}
+
+    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
+        group, [TopicPartition(filled, p, 8) for p in range(3)])])[group].result(10)
+    path = f"/api/group/reset?id={q(group)}"
+
+    def reset(to: str, value: int, execute: bool, topics: list[str] | None = None
+              ) -> dict[int, int]:
+        status, answer = console.api("POST", path, {"topics": topics or [filled], "to": to,
+                                                     "value": value, "execute": execute})
+        assert status == 200, answer
+        assert answer["executed"] is execute
+        return {row["partition"]: row["offset"] for row in answer["offsets"]}
+
+    assert reset("offset", 3, False) == {0: 3, 1: 3, 2: 3}
+    assert reset("shift", -2, False) == {0: 6, 1: 6, 2: 6}
+    _, topic = console.api("GET", f"/api/topics/{filled}")
+    ends = {p["partition"]: p["log_end"] for p in topic["partitions"]}
+    assert reset("offset", 10**6, False) == ends  # kept inside the log
+    _, k4 = console.api("GET", f"/api/topics/{filled}/messages?start=beginning&key=k4")
+    # Each partition from its first record at or after k4's time: k4 is partition 1's 1.
+    at = reset("timestamp", k4["messages"][0]["timestamp"], False)
+    assert at[1] == 1
+    assert committed() == {0: 8, 1: 8, 2: 8}
+    assert reset("earliest", 0, True, [f"{filled}:0,2"]) == {0: 0, 2: 0}
+    assert committed() == {0: 0, 1: 8, 2: 0}

@@ -326,6 +326,12 @@ def test_a_stopped_broker_shows_an_error_and_nothing_hangs(
             until(browser, lambda: "cannot reach a broker" in css(browser, ".page .error").text,
                   f"the error on #/{route}")
             assert not all_css(browser, ".loading")
+        browser.get(console.page("topics"))
+        until(browser, lambda: css(browser, "[data-action=new-topic]"), "the topics page").click()
+        fill(css(browser, "[data-form=create-topic] input[name=name]"), "while-down")
+        css(browser, "[data-form=create-topic] button[type=submit]").click()
+        until(browser, lambda: "cannot reach a broker" in css(
+            browser, "[data-form=create-topic] .error").text, "the creation's error")
     finally:
         console_broker.start()
     browser.get(console.page(""))

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
     admin = ClusterAdmin(args)
-    # No ThroughputSource yet: gregor brokers serve no metrics (issue 13, items 1-2).
+    # No ThroughputSource yet: the console does not scrape the brokers' metrics.
     history = History(admin, args.refresh, args.history * 60)
     app = create_app(admin, history)
     host, port = listener.getsockname()[:2]

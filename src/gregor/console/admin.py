@@ -193,16 +193,19 @@ class ClusterAdmin:
 
     def create_topic(self, name: str, partitions: int, replication_factor: int,
                      configs: Mapping[str, str]) -> None:
+        self.metadata()  # a cluster that is down fails here at once, in words
         new_topic = NewTopic(name, num_partitions=partitions,
                              replication_factor=replication_factor, config=dict(configs))
         futures = self.admin.create_topics([new_topic], request_timeout=CALL_TIMEOUT_S)
         wait(futures[name], f"create topic {name!r}")
 
     def delete_topic(self, name: str) -> None:
+        self.metadata()
         futures = self.admin.delete_topics([name], request_timeout=CALL_TIMEOUT_S)
         wait(futures[name], f"delete topic {name!r}")
 
     def add_partitions(self, name: str, total: int) -> None:
+        self.metadata()
         futures = self.admin.create_partitions([NewPartitions(name, total)],
                                                request_timeout=CALL_TIMEOUT_S)
         wait(futures[name], f"add partitions to {name!r}")
@@ -216,6 +219,7 @@ class ClusterAdmin:
                     for key in delete_configs]
         if not changes:
             raise RequestError("no config to change")
+        self.metadata()
         resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=changes)
         for future in self.admin.incremental_alter_configs(
                 [resource], request_timeout=CALL_TIMEOUT_S).values():

@@ -5,9 +5,9 @@ samples log end offsets and committed offsets and takes differences, as Burrow a
 kafka_exporter do. A thread samples every ``interval_s`` and keeps ``window_s`` of
 samples in memory, so the charts have a past as soon as a page opens.
 
-Throughput in bytes needs the brokers' own metrics, which gregor brokers do not serve
-yet (issue 13, items 1 and 2). ``ThroughputSource`` is the hook for them: given one,
-the cluster view shows its series beside the offset-based message rate; the console
+Throughput in bytes needs the brokers' own metrics (``metrics.listener``), which the
+console does not scrape yet. ``ThroughputSource`` is the hook for them: given one, the
+cluster view shows its series beside the offset-based message rate; the console
 passes none today and says so in the page.
 """
 
@@ -28,8 +28,9 @@ from gregor.console.admin import ClusterAdmin, wait
 
 log = logging.getLogger(__name__)
 RATE_WINDOW_S = 60.0
-METRICS_UNAVAILABLE = ("Bytes in and out per second need the brokers' metrics, which gregor "
-                       "does not serve yet; messages per second come from log end offsets.")
+METRICS_UNAVAILABLE = ("Bytes in and out per second need the brokers' Prometheus metrics, "
+                       "which the console does not read yet; messages per second come from "
+                       "log end offsets.")
 Partition = tuple[str, int]
 
 
