@@ -32,6 +32,9 @@ from confluent_kafka.admin import (
     NewTopic,
     OffsetSpec,
 )
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 from raw_frames import RawConnection
 from scrape import Scrape, scrape
 
@@ -326,7 +329,7 @@ def test_the_event_loop_reports_its_idle_share_and_lag(metered: BrokerProcess) -
     assert 0 <= metrics.get("gregor_eventloop_lag_seconds") < 5
 
 
-def test_the_endpoint_answers_only_its_path(metered: BrokerProcess) -> None:
+def test_the_endpoint_answers_its_path_in_both_formats(metered: BrokerProcess) -> None:
     assert metered.metrics_url is not None
     other = metered.metrics_url.removesuffix("/metrics") + "/other"
     with pytest.raises(urllib.error.HTTPError) as refused:
@@ -334,7 +337,17 @@ def test_the_endpoint_answers_only_its_path(metered: BrokerProcess) -> None:
     assert refused.value.code == 404
     with urllib.request.urlopen(metered.metrics_url, timeout=10) as answer:
         assert answer.headers["Content-Type"].startswith("text/plain")
-        assert b"kafka_server_replicamanager_leadercount" in answer.read()
+        text = answer.read().decode()
+    # Prometheus asks for OpenMetrics first: the same samples, valid by its stricter rules.
+    asked = urllib.request.Request(metered.metrics_url, headers={
+        "Accept": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"})
+    with urllib.request.urlopen(asked, timeout=10) as answer:
+        assert answer.headers["Content-Type"].startswith("application/openmetrics-text")
+        families = list(openmetrics_families(answer.read().decode()))
+    strict = {s.name for family in families for s in family.samples}
+    assert strict == Scrape(text).names
+    assert "kafka_controller_controllerstats_leaderelectionrateandtimems_count" in strict
+    assert "kafka_server_replicamanager_leadercount" in strict
 
 
 def test_no_metrics_listener_when_metrics_are_off(broker: BrokerProcess) -> None:

@@ -157,7 +157,7 @@ class SnapshotCollector(Collector):
                                 snapshot.global_topics)
         yield GaugeMetricFamily(names.GLOBAL_PARTITIONS, "partitions in the cluster (controller)",
                                 snapshot.global_partitions)
-        yield _counter_named(names.LEADER_ELECTIONS,
+        yield _summary_count(names.LEADER_ELECTIONS,
                              "leader elections decided by this broker as controller",
                              snapshot.leader_elections)
         yield CounterMetricFamily(names.UNCLEAN_LEADER_ELECTIONS,
@@ -220,9 +220,10 @@ def _add_histogram(family: HistogramMetricFamily, request: str, view: HistogramV
     family.add_metric([request], buckets, view.total)
 
 
-def _counter_named(sample_name: str, doc: str, value: float) -> Metric:
-    """A counter whose one sample has exactly ``sample_name`` (Kafka timers' ``_count``,
-    which prometheus_client would otherwise suffix with ``_total``)."""
-    family = Metric(sample_name, doc, "counter")
-    family.add_sample(sample_name, {}, value)
+def _summary_count(name: str, doc: str, count: float) -> Metric:
+    """A Kafka timer of which only the count is kept: a summary with just ``_count``,
+    the exporter's series name, valid in both the text format and OpenMetrics (where a
+    counter's samples must end in ``_total``)."""
+    family = Metric(name, doc, "summary")
+    family.add_sample(name + "_count", {}, count)
     return family

@@ -52,8 +52,8 @@ ACTIVE_CONTROLLER = "kafka_controller_kafkacontroller_activecontrollercount"
 OFFLINE_PARTITIONS = "kafka_controller_kafkacontroller_offlinepartitionscount"
 GLOBAL_TOPICS = "kafka_controller_kafkacontroller_globaltopiccount"
 GLOBAL_PARTITIONS = "kafka_controller_kafkacontroller_globalpartitioncount"
-# A timer: the exporter's rules turn its Count into <name>_count.
-LEADER_ELECTIONS = "kafka_controller_controllerstats_leaderelectionrateandtimems_count"
+# A timer, which the exporter's rules render as a summary: the elections are its _count.
+LEADER_ELECTIONS = "kafka_controller_controllerstats_leaderelectionrateandtimems"
 UNCLEAN_LEADER_ELECTIONS = "kafka_controller_controllerstats_uncleanleaderelections"
 
 # kafka.coordinator.group:type=GroupMetadataManager
