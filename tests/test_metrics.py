@@ -39,6 +39,7 @@ from raw_frames import RawConnection
 from scrape import Scrape, scrape
 
 from gregor.broker.process import BrokerProcess
+from gregor.config import BrokerConfig, ConfigError
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.record_batch import read_header
@@ -348,6 +349,24 @@ def test_the_endpoint_answers_its_path_in_both_formats(metered: BrokerProcess) -
     assert strict == Scrape(text).names
     assert "kafka_controller_controllerstats_leaderelectionrateandtimems_count" in strict
     assert "kafka_server_replicamanager_leadercount" in strict
+
+
+@pytest.mark.parametrize(("listener", "expected"), [
+    ("", None),
+    ("http://127.0.0.1:9644/metrics", ("127.0.0.1", 9644, "/metrics")),
+    ("http://127.0.0.1:9644", ("127.0.0.1", 9644, "/metrics")),
+    ("127.0.0.1:9644", ("127.0.0.1", 9644, "/metrics")),
+    ("http://0.0.0.0:9700/prometheus", ("0.0.0.0", 9700, "/prometheus")),
+])
+def test_metrics_listener_forms(listener: str, expected: tuple | None) -> None:
+    config = BrokerConfig.from_mapping({"metrics.listener": listener})
+    assert config.metrics_listener == expected
+
+
+@pytest.mark.parametrize("listener", ["https://127.0.0.1:9644/metrics", "127.0.0.1:http"])
+def test_a_metrics_listener_that_cannot_be_served_is_refused(listener: str) -> None:
+    with pytest.raises(ConfigError, match="metrics.listener"):
+        _ = BrokerConfig.from_mapping({"metrics.listener": listener}).metrics_listener
 
 
 def test_no_metrics_listener_when_metrics_are_off(broker: BrokerProcess) -> None:
