@@ -182,6 +182,10 @@ def test_fetches_and_bytes_out_are_what_the_consumer_received(
         assert grew("kafka_network_requestmetrics_totaltimems_count", request=request) == fetches
     assert grew("kafka_network_requestmetrics_errors_total", request="Fetch",
                 error="NONE") == fetches
+    assert grew("kafka_server_brokertopicmetrics_totalfetchrequests_total",
+                topic=topic_name) == fetches
+    assert grew("kafka_server_brokertopicmetrics_failedfetchrequests_total",
+                topic=topic_name) == 0
     assert grew("kafka_network_requestmetrics_requests_total", request="FetchFollower",
                 version=FETCH_VERSION) == 0
 
@@ -235,6 +239,9 @@ def test_a_failed_produce_is_counted_by_its_error(metered: BrokerProcess, admin:
         answer = connection.request(ApiKey.PRODUCE, PRODUCE_VERSION, produce_request(
             topic_name, 0, make_batch([b"here", b"too"])))
         assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+        answer = connection.request(ApiKey.PRODUCE, PRODUCE_VERSION, produce_request(
+            topic_name, 0, None))
+        assert answer.responses[0].partition_responses[0].error_code == ErrorCode.invalid_record
     after = _scrape(metered)
 
     def grew(name: str, **labels: object) -> float:
@@ -244,7 +251,15 @@ def test_a_failed_produce_is_counted_by_its_error(metered: BrokerProcess, admin:
                 error="UNKNOWN_TOPIC_OR_PARTITION") == 1
     assert grew("kafka_network_requestmetrics_errors_total", request="Produce",
                 error="NONE") == 1
+    assert grew("kafka_network_requestmetrics_errors_total", request="Produce",
+                error="INVALID_RECORD") == 1
     assert grew("kafka_server_brokertopicmetrics_messagesin_total", topic=topic_name) == 2
+    # Each partition asked for is a produce request of the topic; as in Kafka, one
+    # refused as unknown is the client's mistake, an invalid record set a failure.
+    assert grew("kafka_server_brokertopicmetrics_totalproducerequests_total",
+                topic=topic_name) == 3
+    assert grew("kafka_server_brokertopicmetrics_failedproducerequests_total",
+                topic=topic_name) == 1
 
 
 def test_log_offsets_are_what_list_offsets_answers(metered: BrokerProcess, admin: AdminClient,

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 from gregor.broker.request import RawResponse, Request
 from gregor.metrics.broker_metrics import BrokerMetrics
-from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.fetch_response import FetchedPartition, encode_fetch_response
 from gregor.storage.log import OffsetOutOfRange
@@ -122,14 +121,13 @@ def _read_partition(broker: Broker, topic: str, wanted, budget: int, replica_id:
 
 
 def _count(metrics: BrokerMetrics, topics: list, follower: bool) -> None:
-    """Bytes sent per topic (to consumers, or to followers), and each partition's error."""
+    """Each partition's answer: its error, and the bytes sent (to a consumer or a follower)."""
     for topic, partitions in topics:
         for answer in partitions:
-            metrics.answered(ApiKey.FETCH, answer.error_code)
             records = answer.records
-            if records is not None:
-                metrics.fetched(topic, len(records) if isinstance(records, bytes)
-                                else records.length, follower)
+            size = 0 if records is None else (
+                len(records) if isinstance(records, bytes) else records.length)
+            metrics.fetch_answered(topic, answer.error_code, size, follower)
 
 
 async def handle(broker: Broker, request: Request):

@@ -122,7 +122,7 @@ async def handle(broker: Broker, request: Request):
         for index, result in results:
             failed = failed or result.error != ErrorCode.none
             if metrics is not None:
-                metrics.answered(_KEY, result.error)
+                metrics.produce_answered(name, result.error)
             partition_responses.append(build(
                 partition_cls, index=index, error_code=result.error,
                 base_offset=result.base_offset, log_append_time=result.log_append_time,

@@ -14,6 +14,20 @@ from collections import defaultdict
 
 from gregor.metrics import names
 from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
+
+# Errors Kafka does not count as failed produce or fetch requests (ReplicaManager's
+# appendToLocalLog and readFromLog): the client's to handle (a moved leader, an unknown
+# partition, an offset out of range), not the broker's failures.
+PRODUCE_NOT_FAILED = frozenset({
+    ErrorCode.none, ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower,
+    ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.corrupt_message,
+    ErrorCode.kafka_storage_error, ErrorCode.invalid_topic_exception})
+FETCH_NOT_FAILED = frozenset({
+    ErrorCode.none, ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower,
+    ErrorCode.unknown_leader_epoch, ErrorCode.fenced_leader_epoch,
+    ErrorCode.replica_not_available, ErrorCode.kafka_storage_error,
+    ErrorCode.offset_out_of_range, ErrorCode.inconsistent_topic_id})
 
 # Kafka's request times run from well under a millisecond (metadata) to the
 # max.wait of a long-polling fetch (500 ms by default) and the timeouts of joins.
@@ -33,12 +47,22 @@ class Histogram:
 
 
 class TopicCounters:
-    __slots__ = ("messages_in", "bytes_in", "bytes_out")
+    """A topic's BrokerTopicMetrics (produce and fetch requests: one per partition asked)."""
+
+    __slots__ = ("messages_in", "bytes_in", "bytes_out", "produce_requests", "failed_produces",
+                 "fetch_requests", "failed_fetches")
 
     def __init__(self) -> None:
         self.messages_in = 0
         self.bytes_in = 0
         self.bytes_out = 0
+        self.produce_requests = 0
+        self.failed_produces = 0
+        self.fetch_requests = 0
+        self.failed_fetches = 0
+
+    def values(self) -> tuple[int, ...]:
+        return tuple(getattr(self, field) for field in self.__slots__)
 
 
 class RequestCounters:
@@ -99,6 +123,15 @@ class BrokerMetrics:
         """An answer's error (NONE too, as Kafka's ErrorsPerSec counts it)."""
         (self._by_key.get(api_key) or self.for_api(api_key)).errors[error_code] += 1
 
+    def produce_answered(self, topic: str, error_code: int) -> None:
+        """One partition of a produce request answered."""
+        (self._by_key.get(ApiKey.PRODUCE) or self.for_api(ApiKey.PRODUCE)).errors[
+            error_code] += 1
+        counters = self.topics[topic]
+        counters.produce_requests += 1
+        if error_code not in PRODUCE_NOT_FAILED:
+            counters.failed_produces += 1
+
     # ---------------------------------------------------------- produce, fetch
     def appended(self, topic: str, records: int, size: int) -> None:
         counters = self.topics[topic]
@@ -110,13 +143,18 @@ class BrokerMetrics:
         keeping its counts in the broker's totals, which never go down."""
         counters = self.topics.pop(topic, None)
         if counters is not None:
-            retired = self.retired
-            retired.messages_in += counters.messages_in
-            retired.bytes_in += counters.bytes_in
-            retired.bytes_out += counters.bytes_out
+            for field in TopicCounters.__slots__:
+                setattr(self.retired, field,
+                        getattr(self.retired, field) + getattr(counters, field))
 
-    def fetched(self, topic: str, size: int, follower: bool) -> None:
+    def fetch_answered(self, topic: str, error_code: int, size: int, follower: bool) -> None:
+        """One partition of a fetch request answered, with ``size`` bytes of records."""
+        (self._by_key.get(ApiKey.FETCH) or self.for_api(ApiKey.FETCH)).errors[error_code] += 1
+        counters = self.topics[topic]
+        counters.fetch_requests += 1
+        if error_code not in FETCH_NOT_FAILED:
+            counters.failed_fetches += 1
         if follower:
             self.replication_bytes_out += size
         else:
-            self.topics[topic].bytes_out += size
+            counters.bytes_out += size

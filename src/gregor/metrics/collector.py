@@ -50,10 +50,19 @@ class SnapshotCollector(Collector):
     # ------------------------------------------------------------- counters
     def _topic_counters(self) -> Iterator[Metric]:
         snapshot = self.snapshot
+        # In the order of TopicCounters' fields.
         for column, (name, doc) in enumerate((
                 (names.MESSAGES_IN, "records appended, by topic and in all"),
                 (names.BYTES_IN, "bytes of record batches appended from producers"),
-                (names.BYTES_OUT, "bytes of record batches sent to consumers"))):
+                (names.BYTES_OUT, "bytes of record batches sent to consumers"),
+                (names.TOTAL_PRODUCE_REQUESTS, "partitions asked for in produce requests"),
+                (names.FAILED_PRODUCE_REQUESTS,
+                 "partitions of produce requests failed (not for a moved leader or an "
+                 "unknown partition, as in Kafka)"),
+                (names.TOTAL_FETCH_REQUESTS, "partitions asked for in fetch requests"),
+                (names.FAILED_FETCH_REQUESTS,
+                 "partitions of fetch requests failed (not for a moved leader, an unknown "
+                 "partition or an offset out of range, as in Kafka)"))):
             # As the exporter renders Kafka's meters: one series per topic, and the
             # broker's total without a topic label.
             family = Metric(name, doc, "counter")

@@ -17,6 +17,10 @@ MESSAGES_IN = "kafka_server_brokertopicmetrics_messagesin"
 BYTES_IN = "kafka_server_brokertopicmetrics_bytesin"
 BYTES_OUT = "kafka_server_brokertopicmetrics_bytesout"
 REPLICATION_BYTES_OUT = "kafka_server_brokertopicmetrics_replicationbytesout"
+TOTAL_PRODUCE_REQUESTS = "kafka_server_brokertopicmetrics_totalproducerequests"
+FAILED_PRODUCE_REQUESTS = "kafka_server_brokertopicmetrics_failedproducerequests"
+TOTAL_FETCH_REQUESTS = "kafka_server_brokertopicmetrics_totalfetchrequests"
+FAILED_FETCH_REQUESTS = "kafka_server_brokertopicmetrics_failedfetchrequests"
 
 # kafka.network:type=RequestMetrics,request=<Kafka's API name>
 REQUESTS = "kafka_network_requestmetrics_requests"  # counter, with version

@@ -61,9 +61,9 @@ class GroupView:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    # (topic, (messages in, bytes in, bytes out)); totals include deleted topics' counts
-    topics: tuple[tuple[str, tuple[int, int, int]], ...]
-    totals: tuple[int, int, int]
+    # (topic, its TopicCounters.values()); totals include deleted topics' counts
+    topics: tuple[tuple[str, tuple[int, ...]], ...]
+    totals: tuple[int, ...]
     replication_bytes_out: int
     requests: tuple[RequestView, ...]
     idle_ratio: float | None
@@ -86,12 +86,9 @@ def take(broker: Broker, metrics: BrokerMetrics, loop: LoopMonitor) -> Snapshot:
     image = broker.image
     for topic in [t for t in metrics.topics if t not in image.topics]:
         metrics.retire(topic)
-    topics = tuple((topic, (c.messages_in, c.bytes_in, c.bytes_out))
-                   for topic, c in sorted(metrics.topics.items()))
-    retired = metrics.retired
-    totals = (retired.messages_in + sum(counts[0] for _, counts in topics),
-              retired.bytes_in + sum(counts[1] for _, counts in topics),
-              retired.bytes_out + sum(counts[2] for _, counts in topics))
+    topics = tuple((topic, c.values()) for topic, c in sorted(metrics.topics.items()))
+    totals = tuple(map(sum, zip(metrics.retired.values(), *(v for _, v in topics),
+                                strict=True)))
     requests = tuple(
         RequestView(name, tuple(sorted(c.by_version.items())), tuple(sorted(c.errors.items())),
                     HistogramView(tuple(c.total_time.counts), c.total_time.total),
