@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -85,16 +86,27 @@ def test_records_only_the_leader_has_are_never_acknowledged(cluster: Cluster) ->
 
 
 def test_kill_the_controller_and_a_new_one_takes_over(cluster: Cluster) -> None:
-    cluster.create_topic("t")
+    """The controller dies (kill -9) and comes back: another broker takes over with a
+    newer controller epoch, leaderships move off the dead broker, and the returning one
+    rejoins every ISR as a plain broker."""
+    cluster.create_topic("t", partitions=3)
     controller = cluster.metadata().controller_id
     with LoadGenerator(cluster.bootstrap, "t") as load:
         load.wait_for_acks(300)
         cluster.brokers[controller].kill()
         cluster.wait_for(lambda m: m.controller_id not in (controller, -1), "a new controller")
-        cluster.wait_for(lambda m: m.topics["t"].partitions[0].leader not in (controller, -1),
-                         "the partition led by a live broker")
+        cluster.wait_for(lambda m: all(p.leader not in (controller, -1)
+                                       for p in m.topics["t"].partitions.values()),
+                         "every partition led by a live broker")
         load.wait_for_acks(len(load.acked) + 300)
-    verify(cluster, load, "t", 1)
+        cluster.brokers[controller].start()
+        cluster.wait_for(lambda m: all(len(p.isrs) == 3
+                                       for p in m.topics["t"].partitions.values()),
+                         "the old controller back in every ISR")
+        successor = cluster.metadata().controller_id
+        assert successor not in (controller, -1)
+        load.wait_for_acks(len(load.acked) + 300)
+    verify(cluster, load, "t", 3)
 
 
 def test_clean_shutdown_of_the_leader_is_invisible_to_producers(cluster: Cluster) -> None:
@@ -317,6 +329,79 @@ def test_a_leader_cut_off_from_everyone_but_clients_stops_acknowledging(
                          "the old leader to rejoin as a follower", timeout=60)
     verify(cluster, load, "t", 1)
     wait_for_identical_replicas(cluster, "t")
+
+
+def test_a_leader_cut_off_from_its_peers_but_not_zookeeper_commits_nothing_alone(
+        cluster: Cluster) -> None:
+    """The leader keeps its ZooKeeper session, so it stays leader, but no follower can
+    fetch: the ISR shrinks to the leader alone and, below min.insync.replicas, acks=all
+    writes are refused rather than acknowledged by one copy. Once healed, the followers
+    rejoin and the producer's retries are written once each."""
+    cluster.create_topic("t")
+    with LoadGenerator(cluster.bootstrap, "t") as load:
+        load.wait_for_acks(300)
+        leader = cluster.leader("t")
+        cluster.isolate(leader, from_zookeeper=False)
+        cluster.wait_for(lambda m: m.topics["t"].partitions[0].isrs == [leader],
+                         "the ISR to shrink to the leader")
+        assert cluster.registered() == {1, 2, 3}
+        log = cluster.brokers[leader].log_path
+        refusal = f"rejected produce to t-0 from 127.0.0.1: ISR [{leader}] is smaller"
+        wait_until(lambda: refusal in log.read_text(), "the leader to refuse acks=all writes")
+        cluster.heal_all()
+        cluster.wait_for(lambda m: len(m.topics["t"].partitions[0].isrs) == 3
+                         and m.topics["t"].partitions[0].leader == leader,
+                         "the followers to rejoin")
+        load.wait_for_acks(len(load.acked) + 300)
+    verify(cluster, load, "t", 1)
+
+
+def test_a_group_and_its_generation_survive_the_coordinator(cluster: Cluster) -> None:
+    """The broker leading the group's __consumer_offsets partition dies; the new leader
+    reads the group back from its replica, so the member goes on in the same generation
+    (no rebalance: one assignment, its commits accepted) and resumes where it committed."""
+    cluster.create_topic("t", partitions=3)
+    with LoadGenerator(cluster.bootstrap, "t") as load:
+        load.wait_for_acks(600)
+    written = {a.value for a in load.acked}
+    assignments: list[list[int]] = []
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "survivor",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "session.timeout.ms": 30000, "log_level": 0})
+    consumer.subscribe(["t"], on_assign=lambda _, ps: assignments.append(
+        sorted(p.partition for p in ps)), on_revoke=lambda _, ps: assignments.append([]))
+    seen: list[bytes] = []
+    try:
+        _consume(consumer, seen, len(written) // 2)
+        consumer.commit(asynchronous=False)  # acks=all: the ISR has the group's records
+        member = consumer.memberid()
+        coordinator = _coordinator(cluster, "survivor")
+        cluster.brokers[coordinator].kill()
+        cluster.wait_for(lambda m: coordinator not in m.brokers, "the coordinator to be gone")
+        _consume(consumer, seen, len(written))
+        consumer.commit(asynchronous=False)  # refused if its generation were unknown
+        assert assignments == [[0, 1, 2]]
+        assert consumer.memberid() == member
+        assert _coordinator(cluster, "survivor") != coordinator
+    finally:
+        consumer.close()
+    assert sorted(seen) == sorted(written)  # each once: nothing consumed twice
+
+
+def _consume(consumer: Consumer, seen: list[bytes], until: int) -> None:
+    deadline = time.monotonic() + 60
+    while len(seen) < until:
+        assert time.monotonic() < deadline, f"consumed {len(seen)} of {until}"
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            seen.append(message.value())
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
 
 
 def test_an_offset_commit_is_acknowledged_only_once_replicated(cluster: Cluster) -> None:
