@@ -81,10 +81,10 @@ class _RangeReader:
             if data is not None:
                 for records, header in self._take(data):
                     builder.add(records, header, before)
-                if builder.full:
-                    chunk = builder.build()
-                    if chunk is not None:
-                        yield chunk
+                    if builder.full:
+                        chunk = builder.build()
+                        if chunk is not None:
+                            yield chunk
             if self.position > before:
                 deadline = time.monotonic() + timeout_s
             elif time.monotonic() > deadline:

@@ -42,7 +42,7 @@ from gregor.spark.schema import source_arrow_schema
 
 CHUNK_ROWS = 65_536
 """Rows per RecordBatch: large enough to amortise Arrow and JVM overhead per batch..."""
-CHUNK_BYTES = 16 << 20
+CHUNK_BYTES = 4 << 20
 """...and small enough in bytes that large records do not pile up in worker memory."""
 MIN_HEADER_BYTES = 2
 """A header's key length and value length varints: at least a byte each."""
