@@ -35,6 +35,7 @@ def test_kip_101_a_restarted_follower_keeps_what_its_high_watermark_did_not_cove
     assert (a.high_watermark, b.high_watermark) == (2, 1)
     b.log.close()
     b = open_replica(tmp_path, 2, state(1, 1, (1, 2), (1, 2)), clock, high_watermark=1)
+    assert b.log_end_offset == 2  # following again, it cut nothing before asking A
     assert fetch(a, b)  # no divergence: epoch 1 ends at 2 on A too
     assert b.log_end_offset == 2
     b.update_state(state(2, 2, (2,), (1, 2), 1))  # A dies, B leads
