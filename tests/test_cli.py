@@ -246,7 +246,9 @@ def test_consume_from_offset_partition_and_tail(broker: BrokerProcess, topic_nam
 def test_consume_ctrl_c_prints_what_it_read_and_exits_130(broker: BrokerProcess,
                                                           topic_name: str) -> None:
     ok(broker, "produce", topic_name, input=b"first\n")
-    env = {**os.environ, "GREGOR_BOOTSTRAP": broker.bootstrap}
+    # Unbuffered, each record reaches the pipe as it is written: Ctrl-C can then arrive
+    # between a record on the screen and its count, and must not leave it uncounted.
+    env = {**os.environ, "GREGOR_BOOTSTRAP": broker.bootstrap, "PYTHONUNBUFFERED": "1"}
     follow = subprocess.Popen(
         [sys.executable, "-m", "gregor.cli.main", "consume", topic_name, "--from-beginning"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,

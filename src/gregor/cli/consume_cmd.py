@@ -7,8 +7,12 @@ topic for inspection must not disturb (or depend on) any group's committed offse
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 import time
+from collections.abc import Iterator
+from types import FrameType, TracebackType
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -138,6 +142,48 @@ def run(args: argparse.Namespace) -> int:
     return 130 if interrupted else 0
 
 
+class _WholeBatches:
+    """Ctrl-C while records are printed takes effect once the batch is printed and
+    counted; while waiting for records, at once.
+
+    Raised anywhere, the KeyboardInterrupt could fall between a record's write and its
+    count: with unbuffered output (``python -u``, PYTHONUNBUFFERED) the record is on
+    the terminal and "Processed a total of N messages" leaves it out. A SIGINT that
+    the shell set to be ignored stays ignored.
+    """
+
+    def __init__(self) -> None:
+        self._printing = False
+        self._pending = False
+        self._previous: object = None
+
+    def __enter__(self) -> _WholeBatches:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)  # type: ignore[arg-type]
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        if not self._printing:
+            raise KeyboardInterrupt
+        self._pending = True
+
+    @contextlib.contextmanager
+    def printing(self) -> Iterator[None]:
+        """One batch being printed and counted."""
+        self._printing = True
+        try:
+            yield
+        finally:
+            self._printing = False
+        if self._pending:
+            raise KeyboardInterrupt
+
+
 def _print_records(consumer: Consumer, args: argparse.Namespace, render: Formatter
                    ) -> tuple[int, bool]:
     """Print records until --max-messages, --timeout of silence, or Ctrl-C; return the
@@ -152,27 +198,32 @@ def _print_records(consumer: Consumer, args: argparse.Namespace, render: Formatt
     count = 0
     last_record = time.monotonic()
     try:
-        while args.max_messages is None or count < args.max_messages:
-            wanted = _BATCH if args.max_messages is None else min(_BATCH,
-                                                                  args.max_messages - count)
-            wait_s = _POLL_S
-            if args.timeout is not None:
-                wait_s = min(wait_s, max(last_record + args.timeout - time.monotonic(), 0.0))
-            batch_start = count
-            for message in consumer.consume(wanted, wait_s):
-                error = message.error()
-                if error is not None:
-                    errors.handle(error)
-                    continue
-                out.write(render(message))
-                count += 1
-            if count > batch_start:
-                out.flush()
-                last_record = time.monotonic()
-            elif args.timeout is not None and time.monotonic() - last_record >= args.timeout:
-                break
-            if progress.due():
-                progress.report(f"{count} records consumed ...")
+        with _WholeBatches() as interrupts:
+            while args.max_messages is None or count < args.max_messages:
+                wanted = _BATCH if args.max_messages is None else min(
+                    _BATCH, args.max_messages - count)
+                wait_s = _POLL_S
+                if args.timeout is not None:
+                    wait_s = min(wait_s,
+                                 max(last_record + args.timeout - time.monotonic(), 0.0))
+                batch_start = count
+                batch = consumer.consume(wanted, wait_s)
+                with interrupts.printing():
+                    for message in batch:
+                        error = message.error()
+                        if error is not None:
+                            errors.handle(error)
+                            continue
+                        out.write(render(message))
+                        count += 1
+                    if count > batch_start:
+                        out.flush()
+                        last_record = time.monotonic()
+                if (count == batch_start and args.timeout is not None
+                        and time.monotonic() - last_record >= args.timeout):
+                    break
+                if progress.due():
+                    progress.report(f"{count} records consumed ...")
     except KeyboardInterrupt:
         out.flush()
         return count, True
