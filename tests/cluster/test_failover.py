@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pytest
 from checker import LoadGenerator, find_anomalies, read_partitions
-from clients import PRODUCE_VERSION, WireConnection, make_batch, produce_request
+from clients import (
+    INIT_PRODUCER_ID_VERSION,
+    PRODUCE_VERSION,
+    WireConnection,
+    init_producer_id_request,
+    make_batch,
+    produce_request,
+)
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from harness import SESSION_TIMEOUT_MS, Cluster
 
@@ -402,6 +409,28 @@ def wait_until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> N
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
+
+
+def test_producer_ids_are_unique_across_brokers_and_restarts(cluster: Cluster) -> None:
+    """Each broker hands out producer ids from blocks claimed in ZooKeeper: no two
+    brokers, and no broker before and after a kill -9, give out the same id."""
+    ids: list[int] = []
+
+    def init_producer_ids() -> None:
+        for broker in cluster.brokers.values():
+            with WireConnection(broker.bootstrap) as connection:
+                for _ in range(3):
+                    answer = connection.request(ApiKey.INIT_PRODUCER_ID,
+                                                INIT_PRODUCER_ID_VERSION,
+                                                init_producer_id_request())
+                    assert answer.error_code == ErrorCode.none
+                    ids.append(answer.producer_id)
+
+    init_producer_ids()
+    cluster.brokers[1].kill()
+    cluster.brokers[1].start()
+    init_producer_ids()
+    assert len(set(ids)) == len(ids) == 18, sorted(ids)
 
 
 def test_an_offset_commit_is_acknowledged_only_once_replicated(cluster: Cluster) -> None:
