@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from gregor.cluster.partition_state import PartitionState
 from gregor.protocol.errors import ErrorCode
-from gregor.storage.log import AppendResult, Log, LogAppendError, OffsetOutOfRange
+from gregor.storage.log import AppendOrigin, AppendResult, Log, LogAppendError, OffsetOutOfRange
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +206,8 @@ class Partition:
         self.followers = {r: self.followers.get(r) or FollowerState() for r in followers}
 
     # ------------------------------------------------------------------- leader
-    def append_as_leader(self, records: bytes, required_acks: int) -> AppendResult:
+    def append_as_leader(self, records: bytes, required_acks: int,
+                         origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
         if not self.is_leader:
             raise LogAppendError(
                 ErrorCode.not_leader_or_follower,
@@ -215,7 +216,7 @@ class Partition:
             raise LogAppendError(ErrorCode.not_enough_replicas,
                                  f"ISR {list(self.isr)} is smaller than min.insync.replicas "
                                  f"{self.effective_min_isr}")
-        result = self.log.append_as_leader(records, self.leader_epoch)
+        result = self.log.append_as_leader(records, self.leader_epoch, origin=origin)
         self.maybe_increment_high_watermark()
         return result
 

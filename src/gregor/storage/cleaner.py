@@ -108,6 +108,9 @@ class LogToClean:
         limit = lg.active_segment.base_offset
         if high_watermark is not None:
             limit = min(limit, high_watermark)
+        if lg.first_unstable_offset is not None:
+            # As in Kafka: an open transaction's records may still be aborted.
+            limit = min(limit, lg.first_unstable_offset)
         min_lag = lg.config["min.compaction.lag.ms"]
         due_before = now_ms - lg.config["max.compaction.lag.ms"]
         clean_bytes = dirty_bytes = 0
@@ -268,8 +271,8 @@ class Cleaner:
                       ) -> memoryview | bytes | None:
         """The batch to write in place of ``raw`` (``raw`` itself if unchanged), or None."""
         if header.is_control:
-            # Transaction markers go with the transaction index Kafka's cleaner consults;
-            # gregor rejects transactional batches today, so any marker is kept as is.
+            # Markers are kept: removing them needs the transaction index carried over,
+            # which the cleaner does not do yet (see _holds_aborted_transactions).
             return raw
         now_ms = self.plan.now_ms
         horizon = header.delete_horizon_ms
@@ -454,7 +457,7 @@ class LogCleaner:
             if not lg.config.compacted:
                 continue
             self._forget_if_recreated(tp, lg)
-            if tp in self._uncleanable:
+            if tp in self._uncleanable or _holds_aborted_transactions(lg):
                 continue
             candidate = LogToClean.of(tp, lg, self.first_dirty_offsets.get(tp),
                                       self.high_watermark(tp), now_ms)
@@ -579,6 +582,13 @@ class LogCleaner:
                 if tp in self.log_manager.logs}
         self.first_dirty_offsets = live
         write_checkpoint(self._checkpoint_path, live)
+
+
+def _holds_aborted_transactions(lg: Log) -> bool:
+    """A log holding an aborted transaction is left uncompacted for now: its aborted
+    records would enter the offset map and shadow committed ones, and a cleaned
+    segment would lose its transaction index."""
+    return any(segment.txn_index.entries for segment in lg.segments)
 
 
 def _now_ms() -> int:

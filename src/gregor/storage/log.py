@@ -4,12 +4,19 @@ Appends and reads work on whole record batches: a batch's header is validated
 and its CRC32C checked, offsets are assigned by patching the header, and the
 bytes are written as they came. Individual records are only decoded when a
 compacted topic must check for keys.
+
+Transactions are followed from batch headers too: a transactional batch opens
+its producer's transaction (which holds back the last stable offset), a control
+batch (a marker, written by the transaction coordinator) ends it, and an abort
+marker adds the transaction to its segment's aborted-transaction index.
 """
 
 from __future__ import annotations
 
 import bisect
+import enum
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -17,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gregor.config import TopicConfig
-from gregor.protocol import record_batch
+from gregor.protocol import control_record, record_batch
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.record_batch import InvalidRecordBatch
 from gregor.protocol.record_codec import decode_records
@@ -36,6 +43,7 @@ from gregor.storage.segment import (
     FileRegion,
     LogSegment,
 )
+from gregor.storage.transaction_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +62,14 @@ class OffsetOutOfRange(Exception):
     def __init__(self, offset: int, log_start: int, log_end: int) -> None:
         super().__init__(f"offset {offset} is outside [{log_start}, {log_end}]")
         self.offset = offset
+
+
+class AppendOrigin(enum.Enum):
+    """Who appends, which decides the batches allowed (Kafka's AppendOrigin)."""
+
+    CLIENT = enum.auto()  # a producer without a transactional id
+    TRANSACTIONAL_CLIENT = enum.auto()  # a produce request naming a transactional id
+    COORDINATOR = enum.auto()  # the transaction coordinator writing markers
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +180,7 @@ class Log:
 
     def _delete_orphan_indexes(self) -> None:
         """Remove index files whose log is gone (a crash while deleting a segment)."""
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             for index in self.directory.glob("*" + suffix):
                 if not index.with_name(index.name[: -len(suffix)] + LOG_SUFFIX).exists():
                     index.unlink()
@@ -184,7 +200,8 @@ class Log:
             segment.flush()
             for path in self.directory.iterdir():
                 stem, dot, suffix = path.name.partition(".")
-                if (stem.isdigit() and "." + suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+                if (stem.isdigit() and "." + suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX,
+                                                        TXN_INDEX_SUFFIX)
                         and segment.base_offset <= int(stem) < segment.next_offset):
                     path.unlink()
             segment.rename_suffix(SWAP_SUFFIX, "")
@@ -198,11 +215,14 @@ class Log:
         start = self.producer_state.load_snapshot(self.log_end_offset)
         start = max(start, self.log_start_offset)
         for segment in self.segments[self._segment_index(start):]:
-            for _, header in segment.iter_batches():
+            for position, header in segment.iter_batches():
                 if header.last_offset < start:
                     continue
                 if header.producer_id >= 0:
-                    self.producer_state.update(header, header.base_offset, header.last_offset)
+                    control = (os.pread(segment.fd, header.size, position)
+                               if header.is_control else None)
+                    self._update_producer(segment, header, header.base_offset,
+                                          header.last_offset, control)
         # A snapshot may predate a log start offset that has moved since.
         self.producer_state.remove_before(self.log_start_offset)
 
@@ -228,7 +248,8 @@ class Log:
 
     # ---------------------------------------------------------------- appending
     def append_as_leader(self, records: bytes | bytearray, leader_epoch: int,
-                         now_ms: int | None = None) -> AppendResult:
+                         now_ms: int | None = None,
+                         origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
         """Validate, stamp offsets on and append the batches of a produce request."""
         data = records if isinstance(records, bytearray) else bytearray(records)
         try:
@@ -249,9 +270,14 @@ class Log:
                 raise LogAppendError(ErrorCode.corrupt_message, str(exc)) from None
             except InvalidRecordBatch as exc:
                 raise LogAppendError(ErrorCode.invalid_record, str(exc)) from None
-            if header.is_transactional or header.is_control:
-                raise LogAppendError(ErrorCode.unsupported_for_message_format,
-                                     "transactional batches are not supported yet")
+            if header.is_control != (origin is AppendOrigin.COORDINATOR):
+                # Only the transaction coordinator ends transactions, with one marker.
+                raise LogAppendError(ErrorCode.invalid_record,
+                                     "control batches are written by the broker only")
+            if header.is_transactional and origin is AppendOrigin.CLIENT:
+                raise LogAppendError(ErrorCode.invalid_record,
+                                     "a transactional batch needs a produce request "
+                                     "naming its transactional id")
             if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
                 # Offsets are assigned from lastOffsetDelta without reading the records,
                 # so a batch must cover exactly as many offsets as it holds records.
@@ -283,9 +309,10 @@ class Log:
         incoming_max_timestamp = max(batch[4] for batch in placed)
         segment = self._maybe_roll(len(data), next_offset - 1, incoming_max_timestamp, now_ms)
         segment.append(data, placed)
-        for header, (_, _, base, last, _) in zip(headers, placed, strict=True):
+        for header, (pos, size, base, last, _) in zip(headers, placed, strict=True):
             if header.producer_id >= 0:
-                self.producer_state.update(header, base, last)
+                self._update_producer(segment, header, base, last,
+                                      memoryview(data)[pos : pos + size])
         self.leader_epoch_cache.assign(leader_epoch, first_offset)
         if segment.unflushed_messages >= self.config["flush.messages"]:
             self.flush()
@@ -338,13 +365,29 @@ class Log:
             # A new segment is named by its first offset, which a gap may have moved.
             segment = self._restart_active_segment_at(placed[0][2])
         segment.append(data, placed)
-        for header in headers:
+        for header, (pos, size, _, _, _) in zip(headers, placed, strict=True):
             if header.producer_id >= 0:
-                self.producer_state.update(header, header.base_offset, header.last_offset)
+                self._update_producer(segment, header, header.base_offset, header.last_offset,
+                                      memoryview(data)[pos : pos + size])
             self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
         if segment.unflushed_messages >= self.config["flush.messages"]:
             self.flush()
         return len(data)
+
+    def _update_producer(self, segment: LogSegment, header: record_batch.BatchHeader,
+                         base: int, last: int,
+                         batch: bytes | bytearray | memoryview | None) -> None:
+        """Record an appended (or replayed) batch of a producer; ``batch`` is read for
+        markers only, to tell a commit from an abort."""
+        self.producer_state.update(header, base, last)
+        transactions = self.producer_state.transactions
+        if header.is_control:
+            assert batch is not None
+            ended = transactions.complete(header.producer_id, base)
+            if ended is not None and not control_record.is_commit(batch):
+                segment.txn_index.append(ended)
+        elif header.is_transactional:
+            transactions.begin(header.producer_id, base)
 
     def _restart_active_segment_at(self, offset: int) -> LogSegment:
         """Replace the empty active segment by one that starts at ``offset``."""
@@ -466,6 +509,31 @@ class Log:
             if i < len(self.segments):
                 offset = self.segments[i].base_offset
         return None
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """Where the oldest open transaction begins, None when none is open."""
+        return self.producer_state.transactions.first_unstable_offset
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """What read_committed consumers may read up to: the high watermark, held back
+        to the first offset of the oldest open transaction."""
+        first_unstable = self.first_unstable_offset
+        return high_watermark if first_unstable is None else min(first_unstable, high_watermark)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Transactions aborted in ``[fetch_offset, upper_bound)``: sent with a
+        read_committed fetch so the consumer drops their records itself.
+
+        Each abort is indexed in the segment of its marker, which is never before the
+        segment of the fetch offset; the search stops at the first entry whose last
+        stable offset shows every earlier transaction ended by the upper bound.
+        """
+        found: list[AbortedTxn] = []
+        for segment in self.segments[self._segment_index(fetch_offset):]:
+            if segment.txn_index.collect(fetch_offset, upper_bound, found):
+                break
+        return found
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record at or after ``timestamp`` (ListOffsets).

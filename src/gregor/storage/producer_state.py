@@ -4,7 +4,8 @@ For every producer id the partition remembers its epoch and the last five
 batches' sequence ranges and offsets (the most a producer may have in flight),
 which is what is needed to drop a retried batch as a duplicate and reject a gap.
 The state is snapshotted to ``<offset>.snapshot`` files so a restart only has to
-replay batch headers written after the newest snapshot.
+replay batch headers written after the newest snapshot; a snapshot also names
+where each producer's open transaction began, which no later header repeats.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.record_batch import NO_PRODUCER_EPOCH, BatchHeader
 from gregor.storage.checkpoint_file import write_atomically
+from gregor.storage.ongoing_transactions import OngoingTransactions
 
 SNAPSHOT_SUFFIX = ".snapshot"
 MAX_CACHED_BATCHES = 5
@@ -66,6 +68,7 @@ class ProducerStateManager:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.producers: dict[int, ProducerStateEntry] = {}
+        self.transactions = OngoingTransactions()
 
     def check(self, header: BatchHeader) -> BatchMetadata | None:
         """Validate a batch against the producer's state before it is appended.
@@ -84,6 +87,9 @@ class ProducerStateManager:
                 ErrorCode.invalid_producer_epoch,
                 f"producer {header.producer_id} epoch {header.producer_epoch} is older "
                 f"than {entry.epoch}")
+        if header.is_control:
+            # A transaction marker carries no sequence: only its epoch is checked.
+            return None
         if header.producer_epoch == entry.epoch:
             duplicate = entry.find_duplicate(header)
             if duplicate is not None:
@@ -126,12 +132,14 @@ class ProducerStateManager:
 
     def take_snapshot(self, offset: int, keep: int = 2) -> None:
         """Persist the state as of ``offset`` (the log end offset) atomically."""
-        payload = {
+        payload: dict[str, dict] = {
             str(pid): {"epoch": entry.epoch,
                        "batches": [[b.first_seq, b.last_seq, b.first_offset, b.last_offset,
                                     b.timestamp] for b in entry.batches]}
             for pid, entry in self.producers.items()
         }
+        for pid, first in self.transactions.first_offsets.items():
+            payload[str(pid)]["txn_first_offset"] = first
         write_atomically(self._snapshot_path(offset), json.dumps(payload))
         for old in self.snapshot_offsets()[:-keep]:
             self._snapshot_path(old).unlink(missing_ok=True)
@@ -142,13 +150,15 @@ class ProducerStateManager:
         Snapshots above the log end (left by a truncation or a torn tail) are deleted.
         """
         self.producers = {}
+        self.transactions = OngoingTransactions()
         for offset in reversed(self.snapshot_offsets()):
             path = self._snapshot_path(offset)
             if offset > log_end_offset:
                 path.unlink(missing_ok=True)
                 continue
             try:
-                self.producers = _parse_snapshot(path.read_text())
+                self.producers, self.transactions.first_offsets = _parse_snapshot(
+                    path.read_text())
             except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 # Written atomically, so only outside damage gets here: fall back to an
                 # older snapshot, or to replaying the whole log.
@@ -167,11 +177,14 @@ class ProducerStateManager:
                        expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> int:
         """Forget producers whose last batch is older than ``expiration_ms``; how many.
 
-        Like Kafka, age is measured by the batch's max timestamp. A forgotten
-        producer that writes again is accepted at any sequence, as a new one.
+        Like Kafka, age is measured by the batch's max timestamp, and a producer with
+        an open transaction is kept. A forgotten producer that writes again is
+        accepted at any sequence, as a new one.
         """
         gone = [pid for pid, entry in self.producers.items()
-                if not entry.batches or now_ms - entry.batches[-1].timestamp >= expiration_ms]
+                if pid not in self.transactions.first_offsets and (
+                    not entry.batches
+                    or now_ms - entry.batches[-1].timestamp >= expiration_ms)]
         for pid in gone:
             del self.producers[pid]
         return len(gone)
@@ -179,15 +192,20 @@ class ProducerStateManager:
     def remove_before(self, offset: int) -> None:
         """Forget producers whose last batch lies wholly before ``offset`` (log start moved)."""
         gone = [pid for pid, entry in self.producers.items()
-                if entry.batches and entry.batches[-1].last_offset < offset]
+                if entry.batches and entry.batches[-1].last_offset < offset
+                and pid not in self.transactions.first_offsets]
         for pid in gone:
             del self.producers[pid]
 
 
-def _parse_snapshot(text: str) -> dict[int, ProducerStateEntry]:
+def _parse_snapshot(text: str) -> tuple[dict[int, ProducerStateEntry], dict[int, int]]:
+    """The producers of a snapshot, and the first offsets of their open transactions."""
     producers = {}
+    transactions = {}
     for pid, raw in json.loads(text).items():
         entry = ProducerStateEntry(epoch=int(raw["epoch"]))
         entry.batches.extend(BatchMetadata(*(int(x) for x in b)) for b in raw["batches"])
         producers[int(pid)] = entry
-    return producers
+        if "txn_first_offset" in raw:
+            transactions[int(pid)] = int(raw["txn_first_offset"])
+    return producers, transactions

@@ -22,6 +22,7 @@ from gregor.protocol.record_codec import decode_records
 from gregor.storage.index_file import CorruptIndexError
 from gregor.storage.offset_index import OffsetIndex
 from gregor.storage.time_index import TimeIndex
+from gregor.storage.transaction_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,9 @@ class LogSegment:
         self.time_index = TimeIndex(
             directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + suffix),
             base_offset, max_index_size)
+        # Created on the first abort, as in Kafka: most segments never hold one.
+        self.txn_index = TransactionIndex(
+            directory / (segment_file_name(base_offset, TXN_INDEX_SUFFIX) + suffix))
         is_new = not self.log_path.exists()
         self.file = open(self.log_path, "a+b", buffering=0)  # noqa: SIM115 - lives with the segment
         if is_new:
@@ -125,6 +129,7 @@ class LogSegment:
         """
         if recover:
             return self.recover()
+        self.txn_index.load()
         try:
             self.offset_index.load(self.size)
             self.time_index.load()
@@ -168,6 +173,7 @@ class LogSegment:
         """
         self.offset_index.reset()
         self.time_index.reset()
+        self.txn_index.load()
         self._bytes_since_index = 0
         self.next_offset = self.base_offset
         self.max_timestamp = NO_TIMESTAMP
@@ -187,6 +193,9 @@ class LogSegment:
         if truncated:
             os.ftruncate(self.fd, position)
             self.size = position
+        # Aborts whose markers were lost with the tail go too; the log's producer state
+        # replay indexes again any abort whose marker survived but whose entry did not.
+        self.txn_index.truncate_to(self.next_offset)
         return truncated
 
     def _read_valid_batch(self, position: int) -> BatchHeader:
@@ -343,6 +352,7 @@ class LogSegment:
         # batch is keyed by its base offset, which may lie below ``offset``.
         self.offset_index.truncate_to(batch.base_offset)
         self.time_index.truncate_to(batch.base_offset)
+        self.txn_index.truncate_to(batch.base_offset)
         removed = self.size - batch.position
         os.ftruncate(self.fd, batch.position)
         self.size = batch.position
@@ -371,6 +381,7 @@ class LogSegment:
         os.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
         self.unflushed_messages = 0
 
     def on_become_inactive(self) -> None:
@@ -390,9 +401,10 @@ class LogSegment:
         self.log_path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
 
     def rename_suffix(self, old: str, new: str) -> None:
-        """Move the segment's three files from one suffix to another (compaction swaps)."""
+        """Move the segment's files from one suffix to another (compaction swaps)."""
         def renamed(path: Path) -> Path:
             name = path.name[: -len(old)] if old and path.name.endswith(old) else path.name
             return path.with_name(name + new)
@@ -402,6 +414,7 @@ class LogSegment:
         self.log_path = new_log
         self.offset_index.rename(renamed(self.offset_index.path))
         self.time_index.rename(renamed(self.time_index.path))
+        self.txn_index.rename(renamed(self.txn_index.path))
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path.name}, size={self.size}, next={self.next_offset})"

@@ -1,0 +1,174 @@
+"""Transactions in one partition's log: what the broker learns from batch headers alone.
+
+Transactional batches hold back the last stable offset (LSO) until their producer's
+marker is written; an abort marker indexes the transaction in its segment's
+``.txnindex``, which read_committed fetches are answered from. Both survive a
+restart, a ``kill -9`` (rebuilt by replaying headers) and a truncation.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from storage_helpers import BASE_TS, open_log, topic_config
+
+from gregor.protocol.control_record import encode_marker
+from gregor.protocol.errors import ErrorCode
+from gregor.protocol.record_codec import Record, encode_batch
+from gregor.storage.cleaner import LogCleaner
+from gregor.storage.log import AppendOrigin, Log, LogAppendError
+from gregor.storage.log_manager import LogManager
+from gregor.storage.transaction_index import TXN_INDEX_SUFFIX, AbortedTxn
+
+TXN = AppendOrigin.TRANSACTIONAL_CLIENT
+COORDINATOR = AppendOrigin.COORDINATOR
+
+
+def txn_batch(pid: int, seq: int, count: int = 2, epoch: int = 0) -> bytes:
+    records = [Record(offset=i, timestamp=BASE_TS, key=b"k", value=b"p%d-%d" % (pid, seq + i))
+               for i in range(count)]
+    return encode_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                        is_transactional=True)
+
+
+def end(log: Log, pid: int, commit: bool, epoch: int = 0) -> int:
+    marker = encode_marker(pid, epoch, commit, coordinator_epoch=0, timestamp=BASE_TS)
+    return log.append_as_leader(marker, 0, origin=COORDINATOR).first_offset
+
+
+def produce(log: Log, pid: int, seq: int, count: int = 2) -> int:
+    return log.append_as_leader(txn_batch(pid, seq, count), 0, origin=TXN).first_offset
+
+
+def test_transactional_batches_need_a_transactional_request(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    with pytest.raises(LogAppendError) as refused:
+        log.append_as_leader(txn_batch(7, 0), 0)
+    assert refused.value.error == ErrorCode.invalid_record
+    marker = encode_marker(7, 0, True, 0, BASE_TS)
+    for origin in (AppendOrigin.CLIENT, TXN):
+        with pytest.raises(LogAppendError, match="broker only"):
+            log.append_as_leader(marker, 0, origin=origin)
+    assert log.log_end_offset == 0
+
+
+def test_open_transactions_hold_the_last_stable_offset(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    assert log.last_stable_offset(0) == 0
+    first_a = produce(log, 1, 0)  # 0-1
+    first_b = produce(log, 2, 0)  # 2-3
+    produce(log, 1, 2)  # 4-5
+    assert log.first_unstable_offset == first_a == 0
+    assert log.last_stable_offset(6) == 0
+    assert end(log, 1, commit=True) == 6
+    assert log.last_stable_offset(7) == first_b == 2
+    abort_at = end(log, 2, commit=False)
+    assert log.first_unstable_offset is None
+    assert log.last_stable_offset(8) == 8
+    # The commit was not indexed; the abort was, with the LSO it left behind.
+    assert log.aborted_transactions(0, 8) == [AbortedTxn(2, first_b, abort_at, abort_at + 1)]
+    assert log.aborted_transactions(4, 8) == [AbortedTxn(2, 2, 7, 8)]
+    assert log.aborted_transactions(8, 9) == []
+    assert log.aborted_transactions(0, 2) == []
+
+
+def test_a_marker_of_an_older_epoch_is_fenced(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(txn_batch(3, 0, epoch=2), 0, origin=TXN)
+    with pytest.raises(LogAppendError) as fenced:
+        end(log, 3, commit=True, epoch=1)
+    assert fenced.value.error == ErrorCode.invalid_producer_epoch
+    assert log.first_unstable_offset == 0
+
+
+def test_aborts_are_found_across_segments_and_stop_at_the_upper_bound(tmp_path: Path) -> None:
+    log = open_log(tmp_path, topic_config(segment_bytes=200))
+    aborted = []
+    for seq in range(0, 12, 2):
+        first = produce(log, 5, seq)
+        marker = end(log, 5, commit=seq % 4 != 0)
+        if seq % 4 == 0:
+            aborted.append(AbortedTxn(5, first, marker, marker + 1))
+    assert len(log.segments) > 3
+    assert log.aborted_transactions(0, log.log_end_offset) == aborted
+    assert log.aborted_transactions(4, log.log_end_offset) == aborted[1:]
+    # An abort whose LSO reaches the upper bound ends the search.
+    assert log.aborted_transactions(0, aborted[0].last_offset + 1) == aborted[:1]
+
+
+def test_a_clean_restart_keeps_open_transactions_and_aborts(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    produce(log, 1, 0)
+    end(log, 1, commit=False)
+    produce(log, 2, 0)
+    log.close()
+    reopened = open_log(tmp_path)
+    assert reopened.first_unstable_offset == 3
+    assert reopened.aborted_transactions(0, 3) == [AbortedTxn(1, 0, 2, 3)]
+    assert end(reopened, 2, commit=True) == 5
+    assert reopened.first_unstable_offset is None
+
+
+def test_a_crash_rebuilds_the_index_and_open_transactions_from_the_log(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    produce(log, 1, 0)
+    produce(log, 2, 0)
+    end(log, 1, commit=False)
+    log.flush()
+    # kill -9 before the index reached the disk, after a torn write of another entry.
+    index = next(tmp_path.glob("*" + TXN_INDEX_SUFFIX))
+    index.write_bytes(b"\x00\x00\x00")
+    reopened = open_log(tmp_path, recover=True, recovery_point=0)
+    assert reopened.aborted_transactions(0, 10) == [AbortedTxn(1, 0, 4, 2)]
+    assert reopened.first_unstable_offset == 2
+    assert index.stat().st_size == 34
+
+
+def test_truncation_drops_aborts_and_transactions_beyond_it(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    produce(log, 1, 0)  # 0-1
+    end(log, 1, commit=False)  # 2
+    produce(log, 2, 0)  # 3-4
+    end(log, 2, commit=False)  # 5
+    log.truncate_to(5)
+    assert log.aborted_transactions(0, 10) == [AbortedTxn(1, 0, 2, 3)]
+    assert log.first_unstable_offset == 3
+    log.truncate_to(3)
+    assert log.first_unstable_offset is None
+
+
+def test_compaction_stops_at_open_transactions_and_skips_aborted_ones(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    config = topic_config(cleanup_policy="compact", segment_bytes=300,
+                          min_cleanable_dirty_ratio=0.01)
+    log = manager.get_or_create("t", 0, config)
+    for seq in range(0, 8, 2):
+        produce(log, 1, seq)
+        end(log, 1, commit=True)
+    produce(log, 2, 0)  # open: nothing from here on may be cleaned
+    for seq in range(2, 8, 2):
+        produce(log, 2, seq)
+    cleaner = LogCleaner(manager)
+    (candidate,) = cleaner.logs_to_clean(BASE_TS)
+    assert candidate.first_uncleanable_offset <= log.first_unstable_offset
+    end(log, 2, commit=False)
+    produce(log, 3, 0)
+    log.roll()
+    # The abort's records would enter the offset map and shadow the committed ones.
+    assert cleaner.logs_to_clean(BASE_TS) == []
+
+
+def test_an_abort_whose_marker_was_torn_off_is_forgotten(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    produce(log, 1, 0)
+    end(log, 1, commit=False)
+    segment = log.active_segment
+    # kill -9 after the index entry was written but before the marker's bytes were.
+    marker_position = segment.find_batch(2).position
+    os.truncate(segment.log_path, marker_position + 10)
+    reopened = open_log(tmp_path, recover=True, recovery_point=0)
+    assert reopened.log_end_offset == 2
+    assert reopened.aborted_transactions(0, 10) == []
+    assert reopened.first_unstable_offset == 0
