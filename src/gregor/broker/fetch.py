@@ -8,7 +8,9 @@ or ``max_wait_ms`` passes, and it always answers by then.
 Followers fetch with their broker id as ``replica_id``: they read up to the
 leader's log end rather than its high watermark, and the offset they fetch from
 is how the leader learns how far each one is (which moves the high watermark and
-the ISR). A fetch naming the epoch of its last fetched records (v12+) whose log
+the ISR). A consumer fetching at read_committed reads up to the last stable
+offset instead, and gets the transactions aborted in what it reads, whose
+records it drops itself. A fetch naming the epoch of its last fetched records (v12+) whose log
 parts from the leader's before its fetch offset gets no records but the
 diverging epoch, where the fetcher truncates (KIP-320/595).
 """
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 # incremental fetch in a session this broker cannot know.
 _NO_SESSION = 0
 _FULL_FETCH_EPOCHS = (-1, 0)
+READ_COMMITTED = 1
 
 
 def _read_partitions(broker: Broker, request: Request, replica_id: int,
@@ -43,6 +46,7 @@ def _read_partitions(broker: Broker, request: Request, replica_id: int,
     and whether one must be answered at once (an error, a diverging epoch)."""
     body = request.body
     budget = body.max_bytes
+    read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     total = 0
     urgent = False
     topics = []
@@ -50,7 +54,8 @@ def _read_partitions(broker: Broker, request: Request, replica_id: int,
         partitions = []
         for wanted in topic.partitions:
             answer, size = _read_partition(broker, topic.topic, wanted, budget, replica_id,
-                                           first=total == 0, record_fetch=record_fetch)
+                                           first=total == 0, record_fetch=record_fetch,
+                                           read_committed=read_committed)
             budget -= size
             total += size
             urgent = urgent or answer.error_code != ErrorCode.none or (
@@ -77,7 +82,8 @@ def _refusal(partition: Partition, wanted, replica_id: int) -> ErrorCode | None:
 
 
 def _read_partition(broker: Broker, topic: str, wanted, budget: int, replica_id: int,
-                    first: bool, record_fetch: bool) -> tuple[FetchedPartition, int]:
+                    first: bool, record_fetch: bool, read_committed: bool
+                    ) -> tuple[FetchedPartition, int]:
     partition = broker.replica_manager.get(topic, wanted.partition)
     if partition is None:
         return FetchedPartition(wanted.partition, ErrorCode.unknown_topic_or_partition,
@@ -93,6 +99,8 @@ def _read_partition(broker: Broker, topic: str, wanted, budget: int, replica_id:
     leader_end = partition.log_end_offset
     last_fetched_epoch = getattr(wanted, "last_fetched_epoch", -1)
     hw = partition.high_watermark
+    lso = partition.log.last_stable_offset(hw)
+    committed_only = replica_id < 0 and read_committed
     max_bytes = min(wanted.partition_max_bytes, max(budget, 0))
     try:
         if last_fetched_epoch >= 0:
@@ -100,16 +108,17 @@ def _read_partition(broker: Broker, topic: str, wanted, budget: int, replica_id:
             if diverging is not None:
                 # Nothing is sent, and the fetch does not count as the follower's
                 # position: it is about to truncate.
-                return FetchedPartition(wanted.partition, ErrorCode.none, hw, hw, start, None,
+                return FetchedPartition(wanted.partition, ErrorCode.none, hw, lso, start, None,
                                         diverging_epoch=diverging), 0
         # KIP-74: the first partition with data returns at least one whole batch even
         # if it is larger than the limits, so a consumer can never get stuck.
-        region = partition.log.read(fetch_offset, max_bytes,
-                                    max_offset=None if replica_id >= 0 else hw,
-                                    min_one_batch=first)
+        region = partition.log.read(
+            fetch_offset, max_bytes,
+            max_offset=None if replica_id >= 0 else lso if committed_only else hw,
+            min_one_batch=first)
     except OffsetOutOfRange:
         return FetchedPartition(wanted.partition, ErrorCode.offset_out_of_range,
-                                hw, hw, start, None), 0
+                                hw, lso, start, None), 0
     if replica_id >= 0 and record_fetch:
         # Only the fetch as it arrives counts, not its re-reads after a long poll.
         broker.replica_manager.record_follower_fetch(
@@ -117,7 +126,12 @@ def _read_partition(broker: Broker, topic: str, wanted, budget: int, replica_id:
             leader_end)
         hw = partition.high_watermark  # what the follower just made committed, at once
     size = region.length if region is not None else 0
-    return FetchedPartition(wanted.partition, ErrorCode.none, hw, hw, start, region), size
+    aborted = None
+    if committed_only and region is not None:
+        aborted = [(txn.producer_id, txn.first_offset)
+                   for txn in partition.log.aborted_transactions(fetch_offset, lso)]
+    return FetchedPartition(wanted.partition, ErrorCode.none, hw, lso, start, region,
+                            aborted_transactions=aborted), size
 
 
 def _count(metrics: BrokerMetrics, topics: list, follower: bool) -> None:

@@ -1,4 +1,8 @@
-"""ListOffsets: earliest, latest, max-timestamp and by-timestamp offset lookups."""
+"""ListOffsets: earliest, latest, max-timestamp and by-timestamp offset lookups.
+
+At read_committed (isolation level 1) the log ends, for these lookups, at the last
+stable offset rather than the high watermark, as a read_committed fetch does.
+"""
 
 from __future__ import annotations
 
@@ -18,19 +22,24 @@ _KEY = ApiKey.LIST_OFFSETS
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
+READ_COMMITTED = 1
 
 
-def lookup(partition: Partition, timestamp: int) -> tuple[int, int]:
+def lookup(partition: Partition, timestamp: int, read_committed: bool = False
+           ) -> tuple[int, int]:
     """``(offset, timestamp)`` answering one ListOffsets query, (-1, -1) if nothing matches."""
+    end = partition.high_watermark
+    if read_committed:
+        end = partition.log.last_stable_offset(end)
     if timestamp == LATEST:
-        return partition.high_watermark, -1
+        return end, -1
     if timestamp == EARLIEST:
         return partition.log_start_offset, -1
     if timestamp == MAX_TIMESTAMP:
         found = partition.log.max_timestamp_offset()
     else:
         found = partition.log.offset_for_timestamp(timestamp)
-    if found is None or found[0] >= partition.high_watermark:
+    if found is None or found[0] >= end:
         return -1, -1
     return found
 
@@ -40,6 +49,7 @@ async def handle(broker: Broker, request: Request):
     partition_cls = nested(_KEY, version, "ListOffsetsPartitionResponse")
     topic_cls = nested(_KEY, version, "ListOffsetsTopicResponse")
     topics = []
+    read_committed = getattr(request.body, "isolation_level", 0) == READ_COMMITTED
     for topic in request.body.topics:
         partitions = []
         for query in topic.partitions:
@@ -53,7 +63,7 @@ async def handle(broker: Broker, request: Request):
                          if requested_epoch < partition.leader_epoch
                          else ErrorCode.unknown_leader_epoch)
             else:
-                offset, timestamp = lookup(partition, query.timestamp)
+                offset, timestamp = lookup(partition, query.timestamp, read_committed)
                 epoch = partition.leader_epoch
             partitions.append(build(partition_cls, partition_index=query.partition_index,
                                     error_code=error, timestamp=timestamp, offset=offset,

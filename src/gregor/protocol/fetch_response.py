@@ -19,6 +19,7 @@ _I32 = struct.Struct(">i")
 _PARTITION_V4 = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
 _I64 = struct.Struct(">q")
 _EPOCH_END = struct.Struct(">iq")  # EpochEndOffset: epoch, end offset
+_ABORTED = struct.Struct(">qq")  # AbortedTransaction: producer id, first offset
 
 FLEXIBLE_FROM = 12
 MIN_VERSION = 4
@@ -46,6 +47,9 @@ class FetchedPartition:
     records: Region | bytes | None
     # (epoch, end offset) where the fetcher's log parts from this one (v12+, tag 0).
     diverging_epoch: tuple[int, int] | None = None
+    # (producer id, first offset) of the transactions aborted in the range sent, for a
+    # read_committed fetch.
+    aborted_transactions: list[tuple[int, int]] | None = None
 
 
 Chunk = bytes | Region
@@ -82,8 +86,12 @@ def encode_fetch_response(version: int, correlation_id: int, throttle_ms: int, e
             buf += _PARTITION_V4.pack(p.index, p.error_code, p.high_watermark, p.last_stable_offset)
             if version >= 5:
                 buf += _I64.pack(p.log_start_offset)
-            # aborted_transactions: empty array (read_uncommitted / no transactions)
-            buf += b"\x01" if flexible else _I32.pack(0)
+            aborted = p.aborted_transactions or ()
+            buf += array_len(len(aborted))
+            for producer_id, first_offset in aborted:
+                buf += _ABORTED.pack(producer_id, first_offset)
+                if flexible:
+                    buf += b"\x00"
             if version >= 11:
                 buf += _I32.pack(-1)  # preferred_read_replica
             records = p.records
