@@ -22,3 +22,9 @@ def spark() -> Iterator[SparkSession]:
     session = build_session("gregor-spark-tests")
     yield session
     session.stop()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "spark_cluster: starts a standalone Spark master and two workers "
+        "(deselect with -m 'not spark_cluster')")
