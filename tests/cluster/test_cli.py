@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from harness import Cluster
+from kazoo.client import KazooClient
 
+from gregor.broker.process import BrokerProcess
 from gregor.cluster.zookeeper_server import ZooKeeperServer
 
 pytestmark = pytest.mark.timeout(180)
@@ -91,3 +94,57 @@ def test_describe_shows_brokers_racks_controller_and_unhealthy_partitions(
             assert row["Offline"] == "3"
     finally:
         cluster.stop()
+
+
+def test_brokers_start_from_server_properties_with_kafkas_names(
+        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """``gregor broker start --config server.properties``, as the README says: two
+    brokers (one named by ``broker.id``, one by ``node.id``) join a ZooKeeper chroot and
+    take the cluster settings from the file."""
+    chroot = f"/props-{tmp_path.name}"
+    common = {"zookeeper.connect": zookeeper.connect + chroot,
+              "zookeeper.session.timeout.ms": "2000", "default.replication.factor": "2",
+              "min.insync.replicas": "2", "offsets.topic.replication.factor": "2",
+              "replica.lag.time.max.ms": "5000", "replica.fetch.max.bytes": "65536",
+              "replica.fetch.wait.max.ms": "200", "num.replica.fetchers": "2",
+              "unclean.leader.election.enable": "false", "controlled.shutdown.enable": "true",
+              "auto.leader.rebalance.enable": "true"}
+    brokers = []
+    for broker_id, name in ((1, "broker.id"), (2, "node.id")):
+        properties = tmp_path / f"server-{broker_id}.properties"
+        properties.write_text("".join(f"{k}={v}\n" for k, v in {
+            name: str(broker_id), "broker.rack": RACKS[broker_id], **common}.items()))
+        brokers.append(BrokerProcess(tmp_path / f"broker-{broker_id}", config_file=properties))
+    try:
+        for broker in brokers:
+            broker.start()
+        bootstrap = ",".join(b.bootstrap for b in brokers)
+        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        admin.create_topics([NewTopic("t", 2)])["t"].result(timeout=30)
+        deadline = time.monotonic() + 30
+        while True:
+            metadata = admin.list_topics(timeout=10)
+            if ("t" in metadata.topics and sorted(metadata.brokers) == [1, 2]
+                    and all(len(p.isrs) == 2 for p in metadata.topics["t"].partitions.values())):
+                break
+            assert time.monotonic() < deadline, metadata.topics.get("t")
+            time.sleep(0.1)
+        assert all(len(p.replicas) == 2 for p in metadata.topics["t"].partitions.values())
+        described = admin.describe_cluster().result(timeout=30)
+        assert {n.id: n.rack for n in described.nodes} == {1: RACKS[1], 2: RACKS[2]}
+        resource = ConfigResource(ResourceType.BROKER, "2")
+        configs = admin.describe_configs([resource])[resource].result(timeout=30)
+        assert {k: configs[k].value for k in common if k in configs} == {
+            k: v for k, v in common.items() if k in configs}
+        assert {"min.insync.replicas", "num.replica.fetchers",
+                "unclean.leader.election.enable"} <= set(configs)
+        zk = KazooClient(zookeeper.connect + chroot)
+        zk.start(30)
+        try:
+            assert sorted(zk.get_children("/brokers/ids")) == ["1", "2"]
+        finally:
+            zk.stop()
+            zk.close()
+    finally:
+        for broker in brokers:
+            broker.kill()
