@@ -68,13 +68,15 @@ class _RangeReader:
         self._part = part
         self.position = part.start
         self._in_flight = False
+        self._timeout_s = part.settings.poll_timeout_ms / 1000
+        self.deadline = time.monotonic() + self._timeout_s
+        """When waiting for the next offset turns into an error (kafkaConsumer.pollTimeoutMs
+        without progress)."""
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         part = self._part
         builder = ChunkBuilder(part.topic, part.partition, part.end,
                                part.settings.include_headers)
-        timeout_s = part.settings.poll_timeout_ms / 1000
-        deadline = time.monotonic() + timeout_s
         while self.position < part.end:
             before = self.position
             data = self._fetch()
@@ -86,8 +88,8 @@ class _RangeReader:
                         if chunk is not None:
                             yield chunk
             if self.position > before:
-                deadline = time.monotonic() + timeout_s
-            elif time.monotonic() > deadline:
+                self.deadline = time.monotonic() + self._timeout_s
+            elif time.monotonic() > self.deadline:
                 raise TimeoutError(
                     f"{part.topic}-{part.partition}: no record at offset {self.position} "
                     f"within {part.settings.poll_timeout_ms} ms (reading up to {part.end}); "
@@ -157,11 +159,14 @@ class _RangeReader:
     def _no_batch(self, high_watermark: int) -> None:
         """The broker has no batch from ``position`` on below its high watermark: the
         offsets up to it are gaps (compaction, or records of aborted transactions that
-        were cleaned).  A high watermark below the range's end means the log was cut."""
+        were cleaned).  A high watermark at or below ``position`` is waited out until
+        the deadline, as Spark's Kafka source waits out its poll timeout: a newly elected
+        leader's high watermark can trail the old one's for a moment.  After that, the
+        log was cut below the range's end."""
         part = self._part
         if high_watermark > self.position:
             self.position = min(high_watermark, part.end)
-        else:
+        elif time.monotonic() > self.deadline:
             report_data_loss(
                 f"{part.topic}-{part.partition}: expected records up to offset {part.end}, "
                 f"but the log now ends at offset {high_watermark}",
