@@ -16,7 +16,8 @@ machine, in one run, with a real ZooKeeper and real broker processes:
 Every acknowledged record of the failure runs is read back and checked (count,
 uniqueness, offsets). It prints a table, writes ``cluster_bench.json`` to
 ``bench/out/``, and (unless ``--quick``) the report ``docs/cluster-benchmarks.md``
-with its plot ``docs/img/bench-cluster.png``.
+with its plot ``docs/img/bench-cluster.png``, and its table in a section of
+``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -322,6 +323,27 @@ def main() -> None:
     if not args.quick:
         plot(results, DOCS / "img" / "bench-cluster.png")
         (DOCS / "cluster-benchmarks.md").write_text(_document(table))
+        summarize_in(DOCS / "benchmarks.md", table)
+
+
+SUMMARY_START, SUMMARY_END = "<!-- cluster_bench -->", "<!-- /cluster_bench -->"
+
+
+def summarize_in(path: Path, table: str) -> None:
+    """Put the figures in the main benchmark report too (the issue's targets are read
+    there): a section between markers, replaced on every run, appended the first time."""
+    section = (f"{SUMMARY_START}\n## Replicated cluster\n\n`python -m bench.cluster_bench`, "
+               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; setup, Kafka's "
+               f"defaults and the plot: [cluster-benchmarks.md](cluster-benchmarks.md).\n\n"
+               f"{table}\n{SUMMARY_END}\n")
+    text = path.read_text() if path.exists() else ""
+    start, end = text.find(SUMMARY_START), text.find(SUMMARY_END)
+    if start >= 0 and end > start:
+        rest = text[end + len(SUMMARY_END):].lstrip("\n")
+        text = text[:start] + section + ("\n" + rest if rest else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    path.write_text(text)
 
 
 def _document(table: str) -> str:
