@@ -42,6 +42,16 @@ def test_defaults_follow_spark_for_batch_and_streaming() -> None:
     stream = parse_source_options(BASE, streaming=True)
     assert stream.starting == EarliestOrLatest(LATEST)
     assert stream.max_offsets_per_trigger is None
+    assert stream.min_offsets_per_trigger is None
+    assert stream.max_trigger_delay_ms == 15 * 60_000
+
+
+@pytest.mark.parametrize("text, ms", [("30s", 30_000), ("500", 500), ("250ms", 250),
+                                      ("2 min", 120_000), ("1h", 3_600_000)])
+def test_max_trigger_delay_takes_sparks_time_strings(text: str, ms: int) -> None:
+    options = {**BASE, "minOffsetsPerTrigger": "10", "maxTriggerDelay": text}
+    parsed = parse_source_options(options, streaming=True)
+    assert (parsed.min_offsets_per_trigger, parsed.max_trigger_delay_ms) == (10, ms)
 
 
 def test_kafka_prefixed_options_pass_through_and_plain_bootstrap_is_accepted() -> None:
@@ -86,6 +96,9 @@ def test_per_partition_offsets_and_assign() -> None:
         ({**BASE, "endingOffsets": '{"a": {"0": -2}}'}, "not valid here"),
         ({**BASE, "startingOffsets": '{"a": [1]}'}, "invalid per-partition JSON"),
         ({**BASE, "maxOffsetsPerTrigger": "0"}, "positive integer"),
+        ({**BASE, "minOffsetsPerTrigger": "-1"}, "positive integer"),
+        ({**BASE, "maxTriggerDelay": "soon"}, "duration such as 15m"),
+        ({**BASE, "maxTriggerDelay": "5 weeks"}, "duration such as 15m"),
         ({**BASE, "failOnDataLoss": "maybe"}, "'true' or 'false'"),
         ({**BASE, "startingTimestamp": "-5"}, "timestamp in ms"),
         ({"kafka.bootstrap.servers": "h:1", "subscribePattern": "("}, "invalid regex"),

@@ -24,6 +24,11 @@ from gregor.spark.offsets import (
 KAFKA_PREFIX = "kafka."
 DEFAULT_POLL_TIMEOUT_MS = 120_000
 """Spark's default for ``kafkaConsumer.pollTimeoutMs`` (``spark.network.timeout``)."""
+DEFAULT_MAX_TRIGGER_DELAY = "15m"
+"""Spark's default for ``maxTriggerDelay``."""
+_TIME_UNITS_MS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000,
+                  "h": 3_600_000, "d": 86_400_000}
+"""Suffixes of Spark's time strings (``JavaUtils.timeStringAsMs``); none means ms."""
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 """Topics a Java consumer leaves out of pattern subscriptions (``exclude.internal.topics``)."""
 
@@ -95,6 +100,8 @@ class SourceOptions:
     include_headers: bool
     fail_on_data_loss: bool
     max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_ms: int
     min_partitions: int | None
     poll_timeout_ms: int
 
@@ -157,6 +164,8 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         include_headers=_bool(options, "includeHeaders", default=False),
         fail_on_data_loss=_bool(options, "failOnDataLoss", default=True),
         max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
+        min_offsets_per_trigger=_positive_int(options, "minOffsetsPerTrigger"),
+        max_trigger_delay_ms=_duration_ms(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY),
         min_partitions=_positive_int(options, "minPartitions"),
         poll_timeout_ms=_positive_int(options, "kafkaConsumer.pollTimeoutMs")
         or DEFAULT_POLL_TIMEOUT_MS,
@@ -263,6 +272,16 @@ def _positive_int(options: Mapping[str, str], name: str) -> int | None:
     if number <= 0:
         raise ValueError(f"option {name!r} must be a positive integer, got {value!r}")
     return number
+
+
+def _duration_ms(options: Mapping[str, str], name: str, default: str) -> int:
+    """A Spark time string such as ``15m``, ``30s`` or ``500`` (milliseconds)."""
+    value = options.get(name) or default
+    found = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", value.lower())
+    if found is None or found.group(2) not in ("", *_TIME_UNITS_MS):
+        raise ValueError(f"option {name!r} must be a duration such as 15m, 30s or 500ms, "
+                         f"got {value!r}")
+    return int(found.group(1)) * _TIME_UNITS_MS.get(found.group(2), 1)
 
 
 def _non_negative(name: str, value: str) -> int:

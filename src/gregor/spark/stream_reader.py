@@ -12,7 +12,8 @@ unpickled reader, so it uses nothing but its :class:`PartitionRange`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -36,17 +37,26 @@ from gregor.spark.read_limit import cap_offsets
 
 
 class GregorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Streaming reader with ``maxOffsetsPerTrigger`` and ``trigger(availableNow=True)``.
+    """Streaming reader with ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` with
+    ``maxTriggerDelay``, and ``trigger(availableNow=True)``.
 
     Partitions that appear while the query runs (new topics matching ``subscribePattern``,
     partitions added to a topic) are read from their earliest offset, as in Spark.
+
+    ``minOffsetsPerTrigger`` holds a trigger back (``latestOffset`` answers its start)
+    while fewer new offsets than that are there, until ``maxTriggerDelay`` has passed since
+    the last micro-batch, as Spark's Kafka source does; the first trigger of a run is
+    never held.  Under availableNow it is ignored: waiting there could never end.
     """
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._options = options
         self._client: OffsetLookup | None = None
         self._available_now_end: Offsets | None = None
         self._latest_seen: Offsets | None = None
+        self._clock = clock
+        self._last_trigger_s: float | None = None
 
     @property
     def _lookup(self) -> OffsetLookup:
@@ -68,6 +78,8 @@ class GregorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_to_json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        """The row cap, if any; ``minOffsetsPerTrigger`` is applied in ``latestOffset``
+        from the options, since PySpark has no composite limit to pass both."""
         limit = self._options.max_offsets_per_trigger
         return ReadMaxRows(limit) if limit else ReadAllAvailable()
 
@@ -80,6 +92,8 @@ class GregorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = offsets_from_json(start)
         latest = self._latest_offsets(begin)
         self._latest_seen = latest
+        if self._hold_trigger(begin, latest):
+            return offsets_to_json(begin)
         new = [tp for tp in latest if tp not in begin]
         if isinstance(limit, ReadMaxRows):
             earliest = self._lookup.earliest(latest)
@@ -96,6 +110,22 @@ class GregorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             capped = latest
         # Never move backwards, even if a log was truncated: partitions() reports that.
         return offsets_to_json({tp: max(begin[tp], capped[tp]) for tp in latest})
+
+    def _hold_trigger(self, begin: Offsets, latest: Offsets) -> bool:
+        """``minOffsetsPerTrigger``: too few new offsets, and not yet ``maxTriggerDelay``
+        since the last micro-batch (offsets of new partitions count from 0, as in Spark)."""
+        minimum = self._options.min_offsets_per_trigger
+        if minimum is None or self._available_now_end is not None:
+            return False
+        now = self._clock()
+        waited_ms = (None if self._last_trigger_s is None
+                     else (now - self._last_trigger_s) * 1000)
+        new = sum(max(0, end - begin.get(tp, 0)) for tp, end in latest.items())
+        if (waited_ms is not None and waited_ms < self._options.max_trigger_delay_ms
+                and new < minimum):
+            return True
+        self._last_trigger_s = now
+        return False
 
     def reportLatestOffset(self) -> dict | None:
         """The log ends seen by the last ``latestOffset`` call, for query progress."""
