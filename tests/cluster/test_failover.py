@@ -152,19 +152,33 @@ def test_min_insync_replicas_refuses_acks_all(cluster: Cluster) -> None:
 
 
 def test_a_follower_paused_past_the_lag_time_leaves_and_rejoins_the_isr(
-        cluster: Cluster) -> None:
-    cluster.create_topic("t")
-    follower = next(b for b in cluster.brokers if b != cluster.leader("t"))
-    with LoadGenerator(cluster.bootstrap, "t") as load:
-        load.wait_for_acks(200)
-        cluster.brokers[follower].pause()
-        cluster.wait_for(lambda m: follower not in m.topics["t"].partitions[0].isrs,
-                         "the paused follower to leave the ISR")
-        cluster.brokers[follower].resume()
-        cluster.wait_for(lambda m: follower in m.topics["t"].partitions[0].isrs,
-                         "the follower to rejoin once caught up")
-        load.wait_for_acks(len(load.acked) + 200)
-    verify(cluster, load, "t", 1)
+        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """With a ZooKeeper session longer than replica.lag.time.max.ms, the paused follower
+    is still registered when it leaves the ISR: the leader dropped it for lagging (the
+    controller drops only dead brokers)."""
+    cluster = Cluster(zookeeper, tmp_path, **{"zookeeper.session.timeout.ms": "20000"})
+    cluster.start()
+    try:
+        cluster.create_topic("t")
+        leader = cluster.leader("t")
+        follower = next(b for b in cluster.brokers if b != leader)
+        with LoadGenerator(cluster.bootstrap, "t") as load:
+            load.wait_for_acks(200)
+            cluster.brokers[follower].pause()
+            cluster.wait_for(lambda m: follower not in m.topics["t"].partitions[0].isrs,
+                             "the paused follower to leave the ISR")
+            assert cluster.registered() == {1, 2, 3}
+            assert f"t-0: followers [{follower}] fell behind" in (
+                cluster.brokers[leader].log_path.read_text())
+            acked = len(load.acked)
+            load.wait_for_acks(acked + 200)  # two in sync still make min.insync.replicas
+            cluster.brokers[follower].resume()
+            cluster.wait_for(lambda m: follower in m.topics["t"].partitions[0].isrs,
+                             "the follower to rejoin once caught up")
+            load.wait_for_acks(len(load.acked) + 200)
+        verify(cluster, load, "t", 1)
+    finally:
+        cluster.stop()
 
 
 def test_committed_offsets_survive_the_coordinator(cluster: Cluster) -> None:
