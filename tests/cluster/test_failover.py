@@ -82,7 +82,11 @@ def test_records_only_the_leader_has_are_never_acknowledged(cluster: Cluster) ->
         followers = [b for b in cluster.brokers if b != leader]
         for broker_id in followers:
             cluster.brokers[broker_id].pause()
-        time.sleep(1.0)  # shorter than replica.lag.time.max.ms: they stay in the ISR
+        # Paused for less than replica.lag.time.max.ms, they stay in the ISR while the
+        # leader writes what they will never get.
+        behind = max(len(log) for b, log in replica_logs(cluster, "t").items() if b != leader)
+        wait_until(lambda: len(replica_logs(cluster, "t")[leader]) > behind,
+                   "the leader to write what its followers lack")
         cluster.brokers[leader].kill()
         for broker_id in followers:
             cluster.brokers[broker_id].resume()
