@@ -182,6 +182,12 @@ def test_leader_epoch_answers_over_the_wire(tmp_path: Path) -> None:
                 answer = await _fetch(channel, 2, 3, 4, 1)
                 assert answer.diverging_epoch.epoch == -1 and answer.records
                 assert leader.followers[2].log_end_offset == 4
+                # A fetcher that knows an older epoch is fenced; one that knows a newer
+                # one (this leader is stale) is told the epoch is unknown here.
+                assert (await _fetch(channel, 2, 2, 4, 1)).error_code == (
+                    ErrorCode.fenced_leader_epoch)
+                assert (await _fetch(channel, -1, 4, 0, -1)).error_code == (
+                    ErrorCode.unknown_leader_epoch)
                 answer = await _fetch(channel, 7, 3, 0, -1)  # not a replica
                 assert answer.error_code == ErrorCode.unknown_leader_epoch
                 answer = await _fetch(channel, -1, 3, 0, -1)  # a consumer: below the HW
