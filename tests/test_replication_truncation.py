@@ -121,8 +121,15 @@ def test_a_follower_appends_the_leaders_batches_unchanged(tmp_path: Path) -> Non
     catch_up(leader, follower)
     assert log_bytes(follower) == log_bytes(leader)
     assert follower.log.leader_epoch_cache.epochs == [4]
-    # The idempotent producer's state came along: as leader it would spot a retry.
+    # The idempotent producer's state came along: leading now, it spots the retry of a
+    # batch whose acknowledgement the old leader never sent, and writes nothing twice.
     assert follower.log.producer_state.producers[7].last_seq == 2
+    follower.update_state(state(2, 5, (2,), (1, 2), 1))
+    end = follower.log_end_offset
+    retry = follower.append_as_leader(
+        batch(3, producer_id=7, producer_epoch=0, base_sequence=0), 1)
+    assert (retry.duplicate, retry.first_offset, retry.last_offset) == (True, 0, 2)
+    assert follower.log_end_offset == end
 
 
 def test_a_follower_starts_inside_a_batch_the_leaders_log_start_cuts(tmp_path: Path) -> None:
