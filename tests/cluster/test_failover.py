@@ -49,6 +49,23 @@ def test_replicas_isr_and_metadata_tell_the_truth(cluster: Cluster) -> None:
                for p in partitions)
     with pytest.raises(Exception, match="INVALID_REPLICATION_FACTOR|replication factor"):
         cluster.create_topic("too-many", replication=4)
+    # Every broker's own Metadata (Kafka's wire fields): a dead broker is an offline
+    # replica, out of every ISR, and each partition it led has a new leader one epoch on.
+    victim = metadata.controller_id
+    led = {i for i, p in metadata.topics["orders"].partitions.items() if p.leader == victim}
+    cluster.brokers[victim].kill()
+
+    def moved_on(view) -> bool:
+        (topic,) = [t for t in view.topics if t.name == "orders"]
+        return sorted(b.node_id for b in view.brokers) == sorted(set(cluster.brokers) - {
+            victim}) and view.controller_id not in (victim, -1) and all(
+            list(p.offline_replicas) == [victim] and victim not in p.isr_nodes
+            and p.leader_id != victim
+            and p.leader_epoch == (1 if p.partition_index in led else 0)
+            for p in topic.partitions)
+
+    cluster.wait_everywhere(moved_on, "every broker to see the dead one offline",
+                            topics=["orders"])
 
 
 def test_kill_the_leader_under_load_loses_no_acknowledged_record(cluster: Cluster) -> None:
