@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psutil
@@ -24,9 +26,12 @@ from gregor.broker.process import BrokerProcess
 pytest.importorskip("pyspark", reason="install the 'spark' extra to run the Spark tests")
 
 TIMEOUT_S = 120.0
-# 80 micro-batches of 50: Ctrl-C after the first always lands mid-stream, however fast
-# the machine.
+# 80 micro-batches of 50: Ctrl-C after the first usually lands mid-stream (between
+# batches on a machine fast enough to finish first, which is a moment Ctrl-C must
+# handle as well); the restart then reads as many more, produced in between.
 EVENTS = 4000
+INTERRUPTED_LINE = ("gregor: interrupted; stopping the pipeline (a restart with the same "
+                    "--checkpoint resumes)")
 
 
 def gregor(*args: str) -> list[str]:
@@ -51,16 +56,37 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def generate_activity(bootstrap: str, seed: int) -> None:
+    generate = subprocess.run(
+        gregor("pipeline", "generate", "activity", "--rate", "5000", "--count", str(EVENTS),
+               "--seed", str(seed), "-b", bootstrap),
+        capture_output=True, text=True, timeout=TIMEOUT_S,
+    )
+    assert generate.returncode == 0, generate.stderr
+
+
+def interrupt(process: subprocess.Popen, started: Callable[[], bool], what: str) -> str:
+    """Ctrl-C ``process`` once ``started()``; its stderr, after it exited."""
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not started():
+            assert process.poll() is None, process.communicate()[1]
+            assert time.monotonic() < deadline, f"{what} never happened"
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return stderr
+
+
 def test_ctrl_c_stops_the_pipeline_cleanly_and_a_restart_resumes(
     fresh_broker: BrokerProcess, tmp_path: Path
 ) -> None:
     bootstrap = fresh_broker.start().bootstrap
-    generate = subprocess.run(
-        gregor("pipeline", "generate", "activity", "--rate", "5000", "--count", str(EVENTS),
-               "-b", bootstrap),
-        capture_output=True, text=True, timeout=TIMEOUT_S,
-    )
-    assert generate.returncode == 0, generate.stderr
+    generate_activity(bootstrap, seed=0)
     checkpoint = tmp_path / "checkpoint"
     output = tmp_path / "warehouse"
     run = gregor("pipeline", "run", "warehouse", "--topic", "activity", "--output", str(output),
@@ -71,27 +97,14 @@ def test_ctrl_c_stops_the_pipeline_cleanly_and_a_restart_resumes(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True, preexec_fn=default_sigint,
     )
-    try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while not committed_batches(checkpoint):
-            assert process.poll() is None, process.communicate()[1]
-            assert time.monotonic() < deadline, "no micro-batch was committed"
-            time.sleep(0.2)
-        os.killpg(process.pid, signal.SIGINT)
-        _, stderr = process.communicate(timeout=TIMEOUT_S)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    stderr = interrupt(process, lambda: bool(committed_batches(checkpoint)),
+                       "a committed micro-batch")
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr and "ERROR" not in stderr, stderr
-    assert stderr.splitlines()[-1] == (
-        "gregor: interrupted; stopping the pipeline (a restart with the same --checkpoint "
-        "resumes)"
-    )
+    assert stderr.splitlines()[-1] == INTERRUPTED_LINE
     before = committed_batches(checkpoint)
-    assert last_offsets(checkpoint)["activity"]["0"] < EVENTS, "stopped too late to tell"
 
+    generate_activity(bootstrap, seed=1)
     resumed = subprocess.run([*run, "--available-now"], capture_output=True, text=True,
                              timeout=TIMEOUT_S)
     assert resumed.returncode == 0, resumed.stderr
@@ -100,9 +113,48 @@ def test_ctrl_c_stops_the_pipeline_cleanly_and_a_restart_resumes(
     # and the input read to its end.
     assert after[: len(before)] == before and after == list(range(len(after)))
     assert len(after) > len(before)
-    assert last_offsets(checkpoint)["activity"]["0"] == EVENTS
+    assert last_offsets(checkpoint)["activity"]["0"] == 2 * EVENTS
     # Each record once in the warehouse: the micro-batch cut short by Ctrl-C was run
     # again, and whatever of it had been written before was not written twice.
+    table = pq.read_table(output, columns=["offset"])
+    assert sorted(table.column("offset").to_pylist()) == list(range(2 * EVENTS))
+
+
+def descendants_running(process: subprocess.Popen, name: str) -> bool:
+    """Whether a process whose command line names ``name`` runs under ``process``."""
+    for child in psutil.Process(process.pid).children(recursive=True):
+        try:
+            if name in " ".join(child.cmdline()):
+                return True
+        except psutil.Error:
+            continue  # it ended (or is ending) meanwhile
+    return False
+
+
+def test_ctrl_c_during_a_batch_export_is_one_line_and_a_rerun_completes(
+    fresh_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """The warehouse batch (--from/--to) interrupted while Spark works: one line, 130;
+    run again, it exports the range whole, each record once."""
+    bootstrap = fresh_broker.start().bootstrap
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    generate_activity(bootstrap, seed=0)
+    output = tmp_path / "warehouse"
+    export = gregor("pipeline", "run", "warehouse", "--topic", "activity",
+                    "--from", since.isoformat(),
+                    "--to", (datetime.now(UTC) + timedelta(hours=1)).isoformat(),
+                    "--output", str(output), "-b", bootstrap)
+    process = subprocess.Popen(export, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True, preexec_fn=default_sigint)
+    # Spark runs Python workers once the gregor source plans or reads: its job is under way.
+    stderr = interrupt(process, lambda: descendants_running(process, "pyspark.daemon"),
+                       "Spark's Python workers")
+    assert process.returncode == 130, stderr
+    assert stderr.splitlines()[-1] == INTERRUPTED_LINE, stderr
+    assert "Traceback" not in stderr and "ERROR" not in stderr, stderr
+
+    again = subprocess.run(export, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert again.returncode == 0, again.stderr
     table = pq.read_table(output, columns=["offset"])
     assert sorted(table.column("offset").to_pylist()) == list(range(EVENTS))
 
@@ -116,22 +168,8 @@ def test_ctrl_c_while_spark_starts_is_one_line_and_130(fresh_broker: BrokerProce
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True, preexec_fn=default_sigint,
     )
-    try:
-        # Spark is starting once its JVM runs (a child of gregor's own process).
-        deadline = time.monotonic() + TIMEOUT_S
-        while not any("java" in child.name() for child in
-                      psutil.Process(process.pid).children(recursive=True)):
-            assert process.poll() is None, process.communicate()[1]
-            assert time.monotonic() < deadline, "Spark's JVM never started"
-            time.sleep(0.05)
-        os.killpg(process.pid, signal.SIGINT)
-        _, stderr = process.communicate(timeout=TIMEOUT_S)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    # Spark is starting once its JVM runs (a child of gregor's own process).
+    stderr = interrupt(process, lambda: descendants_running(process, "java"), "Spark's JVM")
     assert process.returncode == 130, stderr
-    assert stderr.splitlines() == [
-        "gregor: interrupted; stopping the pipeline (a restart with the same --checkpoint "
-        "resumes)"], stderr
+    assert stderr.splitlines() == [INTERRUPTED_LINE], stderr
 
