@@ -221,6 +221,17 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
                   "how often flush.ms is checked", minimum=1),
         ConfigDef("offsets.topic.num.partitions", ConfigType.INT, 50,
                   "partitions of __consumer_offsets", minimum=1),
+        ConfigDef("transaction.state.log.num.partitions", ConfigType.INT, 50,
+                  "partitions of __transaction_state", minimum=1),
+        ConfigDef("transaction.state.log.replication.factor", ConfigType.SHORT, 3,
+                  "replicas of __transaction_state (capped at the live brokers when it is "
+                  "created)", minimum=1),
+        ConfigDef("transaction.max.timeout.ms", ConfigType.INT, 900000,
+                  "largest transaction.timeout.ms a transactional producer may ask for",
+                  minimum=1),
+        ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                  ConfigType.INT, 10000, "how often transactions past their timeout are "
+                  "looked for (and aborted)", minimum=1),
         ConfigDef("group.initial.rebalance.delay.ms", ConfigType.INT, 3000,
                   "wait for more members before the first rebalance of a new group", minimum=0),
         ConfigDef("group.min.session.timeout.ms", ConfigType.INT, 6000,

@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from gregor.broker import group_routes
+from gregor.broker import group_routes, transactions
 from gregor.broker.allocator import keep_large_buffers_in_heap
 from gregor.broker.connection import MIN_REQUEST_SIZE, Connection
 from gregor.broker.frame_protocol import FrameProtocol
@@ -32,6 +32,7 @@ from gregor.metrics.endpoint import MetricsServer
 from gregor.storage.checkpoint_file import write_atomically
 from gregor.storage.cleaner import LogCleaner
 from gregor.storage.log_manager import LogManager
+from gregor.transactions.coordinator import TransactionCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,13 @@ class Broker:
             self.metrics_server = MetricsServer(self, self.metrics, metrics_listener)
         self.group_coordinator = GroupCoordinator(config, self.controller, self.replica_manager)
         group_routes.register(self.router)
+        # Alone, the broker writes transaction markers itself; a cluster would need
+        # WriteTxnMarkers between brokers, which is not implemented yet.
+        self.transaction_coordinator: TransactionCoordinator | None = None
+        if self.cluster is None:
+            self.transaction_coordinator = TransactionCoordinator(
+                config, self.controller, self.replica_manager, self.group_coordinator)
+            transactions.register(self.router)
         self.advertised_address = config.advertised_address()
         self.bound_address = self.advertised_address  # the first listener, once bound
         self._servers: list[asyncio.Server] = []
@@ -118,6 +126,8 @@ class Broker:
                 topic_deleted=lambda topic: self.replica_manager.remove_topic(topic.name),
                 topic_config_changed=self.replica_manager.update_config)
         self.group_coordinator.start()
+        if self.transaction_coordinator is not None:
+            await self.transaction_coordinator.start()
         for server in self._servers:
             await server.start_serving()
             host, port = server.sockets[0].getsockname()[:2]
@@ -141,6 +151,10 @@ class Broker:
             self._every(self.config["offsets.retention.check.interval.ms"] / 1000,
                         self.group_coordinator.expire_offsets),
         ]
+        if self.transaction_coordinator is not None:
+            self._tasks.append(self._every(
+                self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
+                / 1000, self.transaction_coordinator.abort_timed_out))
         if self.cluster is not None:
             self._tasks.append(asyncio.create_task(self.replica_manager.run_isr_checks()))
         if self.config["log.cleaner.enable"]:

@@ -1,7 +1,9 @@
-"""FindCoordinator: every group's coordinator is the leader of its __consumer_offsets partition.
+"""FindCoordinator: every group's coordinator is the leader of its __consumer_offsets
+partition, every transactional id's the leader of its __transaction_state partition.
 
-The first lookup creates ``__consumer_offsets``, as in Kafka, so a broker whose
-clients never use groups carries none of its partitions.
+The first lookup creates the topic, as in Kafka, so a broker whose clients never
+use groups or transactions carries none of its partitions. Transactions have a
+coordinator only on a broker running alone for now.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from gregor.groups.offsets_store import StoreError
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
+from gregor.transactions.state_log import StateLogError
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -27,8 +30,8 @@ async def _lookup(broker: Broker, key_type: int, key: str) -> dict:
     """Fields of one answer: the coordinator's address, or an error with no node."""
     error, message = ErrorCode.none, None
     if key_type == _TRANSACTION_KEY_TYPE:
-        error, message = ErrorCode.coordinator_not_available, "transactions are not supported"
-    elif key_type != _GROUP_KEY_TYPE:
+        return await _transaction_coordinator(broker, key)
+    if key_type != _GROUP_KEY_TYPE:
         error, message = ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
     else:
         try:
@@ -46,6 +49,29 @@ async def _lookup(broker: Broker, key_type: int, key: str) -> dict:
                 "port": -1}
     return {"error_code": error, "error_message": None, "node_id": coordinator.broker_id,
             "host": coordinator.host, "port": coordinator.port}
+
+
+async def _transaction_coordinator(broker: Broker, transactional_id: str) -> dict:
+    coordinator = broker.transaction_coordinator
+    error, message, node = ErrorCode.none, None, None
+    if coordinator is None:
+        error, message = (ErrorCode.coordinator_not_available,
+                          "transactions are not supported in a cluster yet")
+    else:
+        try:
+            await coordinator.state_log.ensure_topic()
+        except StateLogError as exc:
+            error, message = exc.error, str(exc)
+        else:
+            node = coordinator.state_log.coordinator_for(transactional_id)
+            if node is None:
+                error, message = (ErrorCode.coordinator_not_available,
+                                  "the transactional id's partition has no leader")
+    if node is None:
+        return {"error_code": error, "error_message": message, "node_id": -1, "host": "",
+                "port": -1}
+    return {"error_code": error, "error_message": None, "node_id": node.broker_id,
+            "host": node.host, "port": node.port}
 
 
 async def handle(broker: Broker, request: Request):

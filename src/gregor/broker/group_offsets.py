@@ -103,20 +103,40 @@ def _fetch_group(broker: Broker, version: int, group_id: str, topics: Sequence[A
     return error, [(tp, committed.get(tp)) for tp in wanted]
 
 
+def _unstable(broker: Broker, group_id: str, body: Any,
+              entries: Sequence[tuple[TopicPartition, Any]]) -> list[tuple[TopicPartition, Any]]:
+    """KIP-447: a consumer asking for stable offsets (require_stable, v7+) gets
+    UNSTABLE_OFFSET_COMMIT, and retries, for a partition an open transaction holds an
+    offset of."""
+    if not getattr(body, "require_stable", False):
+        return list(entries)
+    pending = broker.group_coordinator.has_pending_offsets
+    return [(tp, ErrorCode.unstable_offset_commit if pending(group_id, tp) else offset)
+            for tp, offset in entries]
+
+
 def _fetch_topics(version: int, entries: Sequence[tuple[TopicPartition, Any]],
                   partition_error: ErrorCode, names: tuple[str, str]) -> tuple[Any, ...]:
+    """Entries are offsets, None (nothing committed) or a partition's own error."""
     topic_name, partition_name = names
     topic_cls = nested(ApiKey.OFFSET_FETCH, version, topic_name)
     partition_cls = nested(ApiKey.OFFSET_FETCH, version, partition_name)
+
+    def partition(index: int, entry: Any) -> Any:
+        if isinstance(entry, ErrorCode):
+            return build(partition_cls, partition_index=index, committed_offset=_NO_OFFSET,
+                         committed_leader_epoch=NO_LEADER_EPOCH, metadata=_NO_METADATA,
+                         error_code=entry)
+        return build(partition_cls, partition_index=index,
+                     committed_offset=_NO_OFFSET if entry is None else entry.offset,
+                     committed_leader_epoch=NO_LEADER_EPOCH if entry is None
+                     else entry.leader_epoch,
+                     metadata=_NO_METADATA if entry is None else entry.metadata,
+                     error_code=partition_error)
+
     return tuple(
         build(topic_cls, name=name, partitions=tuple(
-            build(partition_cls, partition_index=index,
-                  committed_offset=_NO_OFFSET if offset is None else offset.offset,
-                  committed_leader_epoch=NO_LEADER_EPOCH if offset is None
-                  else offset.leader_epoch,
-                  metadata=_NO_METADATA if offset is None else offset.metadata,
-                  error_code=partition_error)
-            for index, offset in partitions))
+            partition(index, entry) for index, entry in partitions))
         for name, partitions in _grouped(entries).items())
 
 
@@ -129,12 +149,14 @@ async def handle_fetch(broker: Broker, request: Request):
         groups = []
         for group in body.groups:
             error, entries = _fetch_group(broker, version, group.group_id, group.topics)
+            entries = _unstable(broker, group.group_id, body, entries)
             groups.append(build(group_cls, group_id=group.group_id, error_code=error,
                                 topics=_fetch_topics(version, entries, ErrorCode.none, (
                                     "OffsetFetchResponseTopics",
                                     "OffsetFetchResponsePartitions"))))
         return build(schema, throttle_time=_NO_THROTTLE, groups=tuple(groups))
     error, entries = _fetch_group(broker, version, body.group_id, body.topics)
+    entries = _unstable(broker, body.group_id, body, entries)
     # Before v2 there is no response-level error: each partition carries the group's.
     partition_error = error if version < _FIRST_GROUP_ERROR_VERSION else ErrorCode.none
     topics = _fetch_topics(version, entries, partition_error,

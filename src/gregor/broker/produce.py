@@ -5,6 +5,10 @@ in the delayed-produce purgatory until each partition's high watermark covers
 what was appended, the partition stops being led here, or the request's timeout
 passes, and all its partitions are answered together. On a single broker the
 high watermark moves with the append, so nothing waits.
+
+A request naming a transactional id may write transactional batches, into the
+partitions its producer's ongoing transaction added (checked with the transaction
+coordinator, which exists on a broker alone only for now).
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from typing import TYPE_CHECKING
 
 from gregor.broker.connection import ConnectionClosed
 from gregor.broker.request import Request
+from gregor.protocol import record_batch
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
-from gregor.storage.log import LogAppendError
+from gregor.protocol.record_batch import InvalidRecordBatch
+from gregor.storage.log import AppendOrigin, LogAppendError
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -38,10 +44,11 @@ class _PartitionResult:
     log_start_offset: int = -1
 
 
-def _refusal(body) -> tuple[ErrorCode, str] | None:
+def _refusal(broker: Broker, body) -> tuple[ErrorCode, str] | None:
     """An error that refuses every partition of the request, or None."""
-    if body.transactional_id is not None:
-        return ErrorCode.transactional_id_authorization_failed, "transactions are not supported"
+    if body.transactional_id is not None and broker.transaction_coordinator is None:
+        return (ErrorCode.transactional_id_authorization_failed,
+                "transactions are not supported in a cluster yet")
     if body.acks not in _VALID_ACKS:
         return ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {body.acks}"
     return None
@@ -62,8 +69,15 @@ def _append(broker: Broker, request: Request, topic: str, data
                                 f"cannot append to internal topic {topic}"), None, -1
     if data.records is None:
         return _PartitionResult(ErrorCode.invalid_record, "null record set"), None, -1
+    origin = AppendOrigin.CLIENT
+    transactional_id = request.body.transactional_id
+    if transactional_id is not None:
+        refused = _unverified(broker, transactional_id, topic, data)
+        if refused is not None:
+            return refused, None, -1
+        origin = AppendOrigin.TRANSACTIONAL_CLIENT
     try:
-        result = partition.append_as_leader(data.records, request.body.acks)
+        result = partition.append_as_leader(data.records, request.body.acks, origin)
     except LogAppendError as exc:
         broker.log_rejection(request, topic, data.index, exc)
         return _PartitionResult(exc.error, str(exc)), None, -1
@@ -79,6 +93,28 @@ def _append(broker: Broker, request: Request, topic: str, data
     answer = _PartitionResult(base_offset=result.first_offset, log_append_time=append_time,
                               log_start_offset=partition.log_start_offset)
     return answer, partition, result.last_offset + 1
+
+
+def _unverified(broker: Broker, transactional_id: str, topic: str, data
+                ) -> _PartitionResult | None:
+    """Refuse transactional batches into a partition their transaction has not added:
+    no marker would ever end them there, and the partition's LSO would stall."""
+    assert broker.transaction_coordinator is not None  # refused before otherwise
+    try:
+        header = record_batch.read_header(data.records)
+    except InvalidRecordBatch as exc:
+        return _PartitionResult(ErrorCode.corrupt_message, str(exc))
+    if not header.is_transactional:
+        return None
+    if header.is_control:
+        return _PartitionResult(ErrorCode.invalid_record,
+                                "control batches are written by the broker only")
+    error = broker.transaction_coordinator.verify_partition(
+        transactional_id, header.producer_id, header.producer_epoch, (topic, data.index))
+    if error is None:
+        return None
+    return _PartitionResult(error, f"{topic}-{data.index} is not in an ongoing transaction of "
+                                   f"producer {header.producer_id} epoch {header.producer_epoch}")
 
 
 async def _wait_for_replicas(broker: Broker,
@@ -98,7 +134,7 @@ async def handle(broker: Broker, request: Request):
     body = request.body
     partition_cls = nested(_KEY, version, "PartitionProduceResponse")
     topic_cls = nested(_KEY, version, "TopicProduceResponse")
-    refusal = _refusal(body)
+    refusal = _refusal(broker, body)
     appended: list[tuple[str, list[tuple[int, _PartitionResult]]]] = []
     waits = []
     for topic in body.topic_data:

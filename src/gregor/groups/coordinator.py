@@ -91,6 +91,10 @@ class GroupCoordinator:
         self.loading: set[int] = set()
         self._load_tasks: set[asyncio.Task] = set()
         self._led: set[int] = set()  # __consumer_offsets partitions led here (cluster)
+        # TxnOffsetCommit offsets by producer id, then group: applied when the
+        # transaction commits, dropped when it aborts.
+        self.pending_txn_offsets: dict[int, dict[str, dict[TopicPartition,
+                                                          OffsetAndMetadata]]] = {}
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -567,6 +571,14 @@ class GroupCoordinator:
         partitions itself (assign()) and only uses the group to store offsets; that is
         allowed only while the group has no members.
         """
+        error = self._check_committer(group_id, generation_id, member_id, group_instance_id)
+        if error is not None:
+            return error
+        return self._store_offsets(group_id, offsets)
+
+    def _check_committer(self, group_id: str, generation_id: int, member_id: str,
+                         group_instance_id: str | None) -> ErrorCode | None:
+        """Whether this member may commit offsets for the group now (None: it may)."""
         error = self.check_group(group_id, allow_empty=True)
         if error is not None:
             return error
@@ -587,6 +599,10 @@ class GroupCoordinator:
                 return ErrorCode.rebalance_in_progress
             member = group.members[member_id]
             self._schedule_session_expiry(group, member_id, member.session_timeout_ms)
+        return None
+
+    def _store_offsets(self, group_id: str,
+                       offsets: dict[TopicPartition, OffsetAndMetadata]) -> ErrorCode:
         if not offsets:
             return ErrorCode.none
         try:
@@ -598,8 +614,48 @@ class GroupCoordinator:
             log.warning("group %s: storing offsets failed: %s", group_id, exc)
             # As in Kafka: a commit too big for one record batch is the client's to split.
             return ErrorCode.invalid_commit_offset_size if exc.too_large else exc.error
-        group.offsets.update(offsets)
+        self.groups[group_id].offsets.update(offsets)
         return ErrorCode.none
+
+    def stage_transactional_offsets(self, group_id: str, producer_id: int, generation_id: int,
+                                    member_id: str, group_instance_id: str | None,
+                                    offsets: dict[TopicPartition, OffsetAndMetadata]
+                                    ) -> ErrorCode:
+        """TxnOffsetCommit: keep the offsets aside until the producer's transaction ends.
+
+        The committer is checked as for OffsetCommit, unless it names no generation and
+        no member (TxnOffsetCommit v0-2, or a producer without the consumer's group
+        metadata), which Kafka does not check.
+        """
+        if generation_id < 0 and not member_id:
+            error = self.check_group(group_id, allow_empty=True)
+        else:
+            error = self._check_committer(group_id, generation_id, member_id,
+                                          group_instance_id)
+        if error is not None:
+            return error
+        staged = self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {})
+        staged.update(offsets)
+        return ErrorCode.none
+
+    def has_pending_offsets(self, group_id: str, tp: TopicPartition) -> bool:
+        """Whether an open transaction holds an offset of the group's partition (KIP-447:
+        a consumer asking for stable offsets must wait for it)."""
+        return any(tp in groups.get(group_id, ()) for groups in self.pending_txn_offsets.values())
+
+    def complete_transactional_offsets(self, producer_id: int, commit: bool) -> None:
+        """The producer's transaction ended: its staged offsets become committed offsets
+        (written to ``__consumer_offsets`` now), or are dropped."""
+        staged = self.pending_txn_offsets.pop(producer_id, {})
+        if not commit:
+            return
+        for group_id, offsets in staged.items():
+            if group_id not in self.groups:
+                self._new_group(group_id)
+            error = self._store_offsets(group_id, offsets)
+            if error != ErrorCode.none:
+                log.error("group %s: offsets of committed transaction of producer %d "
+                          "not stored: %s", group_id, producer_id, error)
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
                       ) -> tuple[ErrorCode, dict[TopicPartition, OffsetAndMetadata]]:

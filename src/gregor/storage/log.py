@@ -312,7 +312,7 @@ class Log:
         for header, (pos, size, base, last, _) in zip(headers, placed, strict=True):
             if header.producer_id >= 0:
                 self._update_producer(segment, header, base, last,
-                                      memoryview(data)[pos : pos + size])
+                                      _control_batch(data, header, pos, size))
         self.leader_epoch_cache.assign(leader_epoch, first_offset)
         if segment.unflushed_messages >= self.config["flush.messages"]:
             self.flush()
@@ -368,7 +368,7 @@ class Log:
         for header, (pos, size, _, _, _) in zip(headers, placed, strict=True):
             if header.producer_id >= 0:
                 self._update_producer(segment, header, header.base_offset, header.last_offset,
-                                      memoryview(data)[pos : pos + size])
+                                      _control_batch(data, header, pos, size))
             self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
         if segment.unflushed_messages >= self.config["flush.messages"]:
             self.flush()
@@ -720,6 +720,12 @@ class Log:
         for segment in self.segments:
             segment.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _control_batch(data: bytes | bytearray, header: record_batch.BatchHeader, pos: int,
+                   size: int) -> memoryview | None:
+    """A marker's bytes (read to tell commit from abort); None for any other batch."""
+    return memoryview(data)[pos : pos + size] if header.is_control else None
 
 
 def segment_may_be_dirty(base: int, bases: list[int], recovery_point: int) -> bool:

@@ -1,0 +1,143 @@
+"""Transactional producers' requests: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+TxnOffsetCommit (InitProducerId with a transactional id is in producer_ids).
+
+Routed only on a broker running alone, where the transaction coordinator writes
+markers itself; in a cluster they would need WriteTxnMarkers, not implemented
+yet, so these APIs are not advertised there and FindCoordinator finds no
+transaction coordinator.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
+
+from gregor.broker.request import Request
+from gregor.broker.router import Route, Router
+from gregor.groups.coordinator import now_ms
+from gregor.groups.offset_and_metadata import NO_LEADER_EPOCH, OffsetAndMetadata
+from gregor.groups.offsets_store import OFFSETS_TOPIC
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.codec import build, nested, response_schema
+from gregor.protocol.errors import ErrorCode
+from gregor.transactions.coordinator import (
+    TransactionCoordinator,
+    TransactionError,
+    client_error,
+)
+
+if TYPE_CHECKING:
+    from gregor.broker.broker import Broker
+
+_NO_THROTTLE = datetime.timedelta(0)
+def coordinator(broker: Broker) -> TransactionCoordinator:
+    assert broker.transaction_coordinator is not None  # routed only when there is one
+    return broker.transaction_coordinator
+
+
+async def _error_of(api_key: ApiKey, version: int, action: Awaitable[None]) -> ErrorCode:
+    try:
+        await action
+    except TransactionError as exc:
+        return client_error(exc.error, api_key, version)
+    return ErrorCode.none
+
+
+def _partition_exists(broker: Broker, topic: str, index: int) -> bool:
+    meta = broker.image.topics.get(topic)
+    return meta is not None and not meta.internal and 0 <= index < len(meta.partitions)
+
+
+async def handle_add_partitions(broker: Broker, request: Request):
+    key, version, body = ApiKey.ADD_PARTITIONS_TO_TXN, request.version, request.body
+    asked = [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions]
+    unknown = {tp for tp in asked if not _partition_exists(broker, *tp)}
+    if unknown:
+        # As in Kafka: nothing is added when any partition is unknown.
+        errors = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
+                  else ErrorCode.operation_not_attempted for tp in asked}
+    else:
+        error = await _error_of(key, version, coordinator(broker).add_partitions(
+            body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
+            body.v3_and_below_producer_epoch, asked))
+        errors = dict.fromkeys(asked, error)
+    by_topic: dict[str, list[tuple[int, ErrorCode]]] = {}
+    for (topic, index), error in errors.items():
+        by_topic.setdefault(topic, []).append((index, error))
+    partition_cls = nested(key, version, "AddPartitionsToTxnPartitionResult")
+    topic_cls = nested(key, version, "AddPartitionsToTxnTopicResult")
+    return build(response_schema(key, version), throttle_time=_NO_THROTTLE,
+                 results_by_topic_v3_and_below=tuple(
+                     build(topic_cls, name=name, results_by_partition=tuple(
+                         build(partition_cls, partition_index=index, partition_error_code=error)
+                         for index, error in results))
+                     for name, results in by_topic.items()))
+
+
+async def handle_add_offsets(broker: Broker, request: Request):
+    key, version, body = ApiKey.ADD_OFFSETS_TO_TXN, request.version, request.body
+    error = await broker.group_coordinator.ensure_store()
+    if error is None:
+        group_partition = broker.group_coordinator.store.partition_for(body.group_id)
+        error = await _error_of(key, version, coordinator(broker).add_partitions(
+            body.transactional_id, body.producer_id, body.producer_epoch,
+            [(OFFSETS_TOPIC, group_partition)]))
+    return build(response_schema(key, version), throttle_time=_NO_THROTTLE, error_code=error)
+
+
+async def handle_end_txn(broker: Broker, request: Request):
+    key, version, body = ApiKey.END_TXN, request.version, request.body
+    error = await _error_of(key, version, coordinator(broker).end_transaction(
+        body.transactional_id, body.producer_id, body.producer_epoch, body.committed))
+    return build(response_schema(key, version), throttle_time=_NO_THROTTLE, error_code=error)
+
+
+async def handle_txn_offset_commit(broker: Broker, request: Request):
+    key, version, body = ApiKey.TXN_OFFSET_COMMIT, request.version, request.body
+    groups = broker.group_coordinator
+    now = now_ms()
+    offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    for topic in body.topics:
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            if _partition_exists(broker, *tp):
+                offsets[tp] = OffsetAndMetadata(
+                    offset=p.committed_offset,
+                    leader_epoch=getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),
+                    metadata=p.committed_metadata or "", commit_timestamp=now)
+            else:
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+    error = await groups.ensure_store() or coordinator(broker).check_offsets_producer(
+        body.transactional_id, body.producer_id, body.producer_epoch,
+        groups.store.partition_for(body.group_id))
+    if error is None:
+        error = groups.stage_transactional_offsets(
+            body.group_id, body.producer_id, getattr(body, "generation_id", -1),
+            getattr(body, "member_id", ""), getattr(body, "group_instance_id", None), offsets)
+    error = client_error(error, key, version)
+    errors.update(dict.fromkeys(offsets, error))
+    by_topic: dict[str, list[tuple[int, ErrorCode]]] = {}
+    for (topic, index), code in errors.items():
+        by_topic.setdefault(topic, []).append((index, code))
+    partition_cls = nested(key, version, "TxnOffsetCommitResponsePartition")
+    topic_cls = nested(key, version, "TxnOffsetCommitResponseTopic")
+    return build(response_schema(key, version), throttle_time=_NO_THROTTLE, topics=tuple(
+        build(topic_cls, name=name, partitions=tuple(
+            build(partition_cls, partition_index=index, error_code=code)
+            for index, code in results))
+        for name, results in by_topic.items()))
+
+
+ROUTES: dict[int, Route] = {
+    ApiKey.ADD_PARTITIONS_TO_TXN: Route(handle_add_partitions, 0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: Route(handle_add_offsets, 0, 3),
+    ApiKey.END_TXN: Route(handle_end_txn, 0, 3),
+    ApiKey.TXN_OFFSET_COMMIT: Route(handle_txn_offset_commit, 0, 3),
+}
+
+
+def register(router: Router) -> None:
+    for api_key, route in ROUTES.items():
+        router.add(api_key, route)

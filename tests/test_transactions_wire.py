@@ -1,0 +1,206 @@
+"""Every advertised version of the transactional APIs, sent raw: a whole transaction
+per version (InitProducerId with a transactional id, AddPartitionsToTxn, a
+transactional Produce, AddOffsetsToTxn, TxnOffsetCommit, EndTxn), the answers
+checked field by field, then Fetch at read_committed of every version listing the
+aborted ones. Also what is refused: transactional batches outside a transaction
+or without a transactional id, markers from clients, a fenced epoch by version."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+from clients import (
+    WireConnection,
+    advertised_versions,
+    make_batch,
+    produce_request,
+    versioned_request,
+)
+from group_clients import create_topic
+
+from gregor.broker.process import BrokerProcess
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.control_record import encode_marker
+from gregor.protocol.errors import ErrorCode
+from gregor.protocol.record_codec import Record, encode_batch
+
+TXN_APIS = (ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN,
+            ApiKey.TXN_OFFSET_COMMIT)
+
+
+def transactional_batch(pid: int, epoch: int, seq: int, values: list[bytes]) -> bytes:
+    return encode_batch([Record(i, 1_700_000_000_000, None, v) for i, v in enumerate(values)],
+                        producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                        is_transactional=True)
+
+
+class Client:
+    def __init__(self, connection: WireConnection) -> None:
+        self.connection = connection
+
+    def request(self, key: ApiKey, version: int, entity: str, /, **fields: object):
+        return self.connection.request(key, version, versioned_request(key, version, entity,
+                                                                       **fields))
+
+    def init(self, transactional_id: str, timeout_ms: int = 60000,
+             version: int = 4) -> tuple[int, int, int]:
+        answer = self.request(ApiKey.INIT_PRODUCER_ID, version, "InitProducerIdRequest",
+                              transactional_id=transactional_id,
+                              transaction_timeout=datetime.timedelta(milliseconds=timeout_ms),
+                              producer_id=-1, producer_epoch=-1)
+        return answer.error_code, answer.producer_id, answer.producer_epoch
+
+    def add_partition(self, version: int, txn: str, pid: int, epoch: int, topic: str,
+                      partition: int = 0) -> int:
+        topic_entry = versioned_request(ApiKey.ADD_PARTITIONS_TO_TXN, version,
+                                        "AddPartitionsToTxnTopic", name=topic,
+                                        partitions=(partition,))
+        answer = self.request(ApiKey.ADD_PARTITIONS_TO_TXN, version, "AddPartitionsToTxnRequest",
+                              v3_and_below_transactional_id=txn, v3_and_below_producer_id=pid,
+                              v3_and_below_producer_epoch=epoch,
+                              v3_and_below_topics=(topic_entry,))
+        (result,) = answer.results_by_topic_v3_and_below
+        assert result.name == topic
+        ((index, error),) = [(r.partition_index, r.partition_error_code)
+                             for r in result.results_by_partition]
+        assert index == partition
+        return error
+
+    def produce(self, txn: str | None, topic: str, records: bytes) -> int:
+        body = produce_request(topic, 0, records)
+        body = body.__class__(transactional_id=txn, acks=body.acks, timeout=body.timeout,
+                              topic_data=body.topic_data)
+        answer = self.connection.request(ApiKey.PRODUCE, 9, body)
+        return answer.responses[0].partition_responses[0].error_code
+
+    def end(self, version: int, txn: str, pid: int, epoch: int, commit: bool) -> int:
+        return self.request(ApiKey.END_TXN, version, "EndTxnRequest", transactional_id=txn,
+                            producer_id=pid, producer_epoch=epoch, committed=commit).error_code
+
+    def offset_fetch(self, group: str, topic: str, require_stable: bool) -> tuple[int, int]:
+        asked = versioned_request(ApiKey.OFFSET_FETCH, 7, "OffsetFetchRequestTopic",
+                                  name=topic, partition_indexes=(0,))
+        answer = self.request(ApiKey.OFFSET_FETCH, 7, "OffsetFetchRequest", group_id=group,
+                              topics=(asked,), require_stable=require_stable)
+        (partition,) = answer.topics[0].partitions
+        return partition.error_code, partition.committed_offset
+
+
+def test_every_advertised_transaction_version(broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(broker.bootstrap, topic_name, 1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    aborted: list[tuple[int, int]] = []
+    offset = 0
+    with WireConnection(broker.bootstrap) as connection:
+        client = Client(connection)
+        versions = {key: advertised_versions(connection, key) for key in TXN_APIS}
+        assert set(versions.values()) == {range(0, 4)}
+        for version in range(4):
+            txn = f"wire-{version}-{uuid.uuid4().hex[:8]}"
+            error, pid, epoch = client.init(txn)
+            assert (error, epoch) == (ErrorCode.none, 0) and pid >= 0
+            assert client.add_partition(version, txn, pid, epoch, topic_name) == 0
+            assert client.produce(txn, topic_name, transactional_batch(
+                pid, epoch, 0, [b"v%d-a" % version, b"v%d-b" % version])) == 0
+            answer = client.request(ApiKey.ADD_OFFSETS_TO_TXN, version, "AddOffsetsToTxnRequest",
+                                    transactional_id=txn, producer_id=pid, producer_epoch=epoch,
+                                    group_id=group)
+            assert answer.error_code == 0
+            committed = versioned_request(ApiKey.TXN_OFFSET_COMMIT, version,
+                                          "TxnOffsetCommitRequestPartition", partition_index=0,
+                                          committed_offset=offset + 2,
+                                          committed_leader_epoch=-1, committed_metadata="m")
+            topic = versioned_request(ApiKey.TXN_OFFSET_COMMIT, version,
+                                      "TxnOffsetCommitRequestTopic", name=topic_name,
+                                      partitions=(committed,))
+            answer = client.request(ApiKey.TXN_OFFSET_COMMIT, version, "TxnOffsetCommitRequest",
+                                    transactional_id=txn, group_id=group, producer_id=pid,
+                                    producer_epoch=epoch, generation_id=-1, member_id="",
+                                    group_instance_id=None, topics=(topic,))
+            assert [(p.partition_index, p.error_code)
+                    for p in answer.topics[0].partitions] == [(0, 0)]
+            before = client.offset_fetch(group, topic_name, require_stable=False)
+            assert client.offset_fetch(group, topic_name, require_stable=True) == (
+                ErrorCode.unstable_offset_commit, -1)
+            commit = version % 2 == 0
+            assert client.end(version, txn, pid, epoch, commit) == 0
+            # A retry of the same EndTxn succeeds; the other outcome is refused.
+            assert client.end(version, txn, pid, epoch, commit) == 0
+            assert client.end(version, txn, pid, epoch, not commit) == ErrorCode.invalid_txn_state
+            after = client.offset_fetch(group, topic_name, require_stable=True)
+            assert after == ((0, offset + 2) if commit else before)
+            if not commit:
+                aborted.append((pid, offset))
+            offset += 3  # two records and the marker
+
+        for version in advertised_versions(connection, ApiKey.FETCH):
+            partition = versioned_request(ApiKey.FETCH, version, "FetchPartition", partition=0,
+                                          current_leader_epoch=-1, fetch_offset=0,
+                                          last_fetched_epoch=-1, log_start_offset=-1,
+                                          partition_max_bytes=1 << 20)
+            topic = versioned_request(ApiKey.FETCH, version, "FetchTopic", topic=topic_name,
+                                      partitions=(partition,))
+            answer = client.request(ApiKey.FETCH, version, "FetchRequest", cluster_id=None,
+                                    replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=0,
+                                    max_bytes=1 << 20, isolation_level=1, session_id=0,
+                                    session_epoch=-1, topics=(topic,), forgotten_topics_data=(),
+                                    rack_id="")
+            (got,) = answer.responses[0].partitions
+            assert (got.error_code, got.last_stable_offset) == (0, offset), version
+            assert [(a.producer_id, a.first_offset)
+                    for a in got.aborted_transactions] == aborted, version
+
+
+def test_fenced_epochs_are_told_as_each_version_can(broker: BrokerProcess,
+                                                     topic_name: str) -> None:
+    create_topic(broker.bootstrap, topic_name, 1)
+    txn = f"fenced-{uuid.uuid4().hex[:8]}"
+    with WireConnection(broker.bootstrap) as connection:
+        client = Client(connection)
+        _, pid, old_epoch = client.init(txn)
+        assert client.add_partition(0, txn, pid, old_epoch, topic_name) == 0
+        assert client.produce(txn, topic_name, transactional_batch(pid, old_epoch, 0, [b"x"])) == 0
+        _, same_pid, epoch = client.init(txn)
+        assert same_pid == pid and epoch > old_epoch + 0
+        for version in range(4):
+            expected = (ErrorCode.invalid_producer_epoch if version < 2
+                        else ErrorCode.producer_fenced)
+            assert client.end(version, txn, pid, old_epoch, True) == expected
+            assert client.add_partition(version, txn, pid, old_epoch, topic_name) == expected
+        # The fenced producer's batches are refused too.
+        assert client.produce(txn, topic_name, transactional_batch(
+            pid, old_epoch, 1, [b"y"])) == ErrorCode.invalid_producer_epoch
+        assert client.init(txn, timeout_ms=900001) == (
+            ErrorCode.invalid_transaction_timeout, -1, -1)
+
+
+def test_transactional_batches_only_inside_a_transaction(broker: BrokerProcess,
+                                                         topic_name: str) -> None:
+    create_topic(broker.bootstrap, topic_name, 2)
+    txn = f"outside-{uuid.uuid4().hex[:8]}"
+    with WireConnection(broker.bootstrap) as connection:
+        client = Client(connection)
+        _, pid, epoch = client.init(txn)
+        batch = transactional_batch(pid, epoch, 0, [b"x"])
+        # Not added to a transaction: its LSO would wait for a marker forever.
+        assert client.produce(txn, topic_name, batch) == ErrorCode.invalid_txn_state
+        # Without a transactional id, or as a marker from a client: never.
+        assert client.produce(None, topic_name, batch) == ErrorCode.invalid_record
+        marker = encode_marker(pid, epoch, True, 0, 1_700_000_000_000)
+        assert client.produce(txn, topic_name, marker) == ErrorCode.invalid_record
+        assert client.produce(None, topic_name, make_batch([b"plain"])) == 0
+        # A partition that does not exist is refused, and nothing else is added.
+        topic_entry = versioned_request(ApiKey.ADD_PARTITIONS_TO_TXN, 3,
+                                        "AddPartitionsToTxnTopic", name=topic_name,
+                                        partitions=(0, 7))
+        answer = client.request(ApiKey.ADD_PARTITIONS_TO_TXN, 3, "AddPartitionsToTxnRequest",
+                                v3_and_below_transactional_id=txn, v3_and_below_producer_id=pid,
+                                v3_and_below_producer_epoch=epoch,
+                                v3_and_below_topics=(topic_entry,))
+        assert sorted((r.partition_index, r.partition_error_code) for r in
+                      answer.results_by_topic_v3_and_below[0].results_by_partition) == [
+            (0, ErrorCode.operation_not_attempted), (7, ErrorCode.unknown_topic_or_partition)]
+        assert client.produce(txn, topic_name, batch) == ErrorCode.invalid_txn_state
+        # EndTxn with nothing begun is refused, as in Kafka.
+        assert client.end(3, txn, pid, epoch, True) == ErrorCode.invalid_txn_state
