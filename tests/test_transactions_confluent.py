@@ -238,7 +238,6 @@ def test_a_transaction_past_its_timeout_is_aborted(quick_timeouts_broker: Broker
                          "isolation.level": READ_COMMITTED})
     tp = TopicPartition(topic_name, 0)
     try:
-        assert consumer.get_watermark_offsets(tp, TIMEOUT) == (0, 0)
         # The abort marker moves the last stable offset past the record and itself.
         wait_until(lambda: consumer.get_watermark_offsets(tp, TIMEOUT) == (0, 2),
                    what="the timed-out transaction to be aborted")
@@ -250,10 +249,11 @@ def test_a_transaction_past_its_timeout_is_aborted(quick_timeouts_broker: Broker
 
 
 def test_a_killed_broker_keeps_commits_and_holds_open_transactions_back(
-        quick_timeouts_broker: BrokerProcess, topic_name: str) -> None:
-    broker = quick_timeouts_broker
+        fresh_broker: BrokerProcess, topic_name: str) -> None:
+    broker = fresh_broker.start()
     create_topic(broker.bootstrap, topic_name, 2)
-    producer = transactional_producer(broker.bootstrap, **{"transaction.timeout.ms": 4000})
+    transactional_id = f"killed-{uuid.uuid4().hex[:8]}"
+    producer = transactional_producer(broker.bootstrap, transactional_id)
     producer.begin_transaction()
     for i in range(4):
         producer.produce(topic_name, value=b"kept-%d" % i, partition=i % 2)
@@ -266,7 +266,8 @@ def test_a_killed_broker_keeps_commits_and_holds_open_transactions_back(
     broker.start()
     kept = sorted(b"kept-%d" % i for i in range(4))
     # The open transaction survived the crash: still invisible, and still holding
-    # back what follows it, until its timeout aborts it.
+    # back what follows it, until a new producer with its id aborts it (the
+    # coordinator knows from its log where the markers go).
     plain = Producer({"bootstrap.servers": broker.bootstrap})
     plain.produce(topic_name, value=b"after", partition=0)
     assert plain.flush(TIMEOUT) == 0
@@ -274,10 +275,9 @@ def test_a_killed_broker_keeps_commits_and_holds_open_transactions_back(
                          "isolation.level": READ_COMMITTED})
     tp = TopicPartition(topic_name, 0)
     try:
-        low, high = consumer.get_watermark_offsets(tp, TIMEOUT)
-        assert high == 3  # two committed records and their marker
-        wait_until(lambda: consumer.get_watermark_offsets(tp, TIMEOUT)[1] == 7,
-                   what="the open transaction to be aborted after the restart")
+        assert consumer.get_watermark_offsets(tp, TIMEOUT) == (0, 3)  # 2 records, a marker
+        transactional_producer(broker.bootstrap, transactional_id)
+        assert consumer.get_watermark_offsets(tp, TIMEOUT) == (0, 7)
     finally:
         consumer.close()
     assert sorted(read_to_end(broker.bootstrap, topic_name, 2, READ_COMMITTED)) == sorted(
@@ -287,14 +287,19 @@ def test_a_killed_broker_keeps_commits_and_holds_open_transactions_back(
 def test_a_restart_finishes_a_prepared_commit(fresh_broker: BrokerProcess,
                                               topic_name: str) -> None:
     """A broker stopped between PrepareCommit and the markers (the state written to
-    ``__transaction_state`` by hand while it is down) writes them when it starts."""
+    ``__transaction_state`` by hand while it is down) writes them when it starts, and
+    the offsets the transaction sent become the group's then."""
     broker = fresh_broker.start()
     create_topic(broker.bootstrap, topic_name, 2)
     transactional_id = f"prepared-{uuid.uuid4().hex[:8]}"
     producer = transactional_producer(broker.bootstrap, transactional_id)
+    group = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "prepared"})
     producer.begin_transaction()
     for i in range(4):
         producer.produce(topic_name, value=b"p-%d" % i, partition=i % 2)
+    producer.send_offsets_to_transaction([TopicPartition(topic_name, 1, 42)],
+                                         group.consumer_group_metadata(), TIMEOUT)
+    group.close()
     assert producer.flush(TIMEOUT) == 0
     broker.stop()
 
@@ -305,7 +310,7 @@ def test_a_restart_finishes_a_prepared_commit(fresh_broker: BrokerProcess,
         (ongoing,) = [decode_value(transactional_id, record.value)
                       for record in read_all(state_log) if record.value is not None][-1:]
         assert ongoing.state == TransactionState.ONGOING
-        assert ongoing.partitions == {(topic_name, 0), (topic_name, 1)}
+        assert {(topic_name, 0), (topic_name, 1)} < ongoing.partitions
         prepared = dataclasses.replace(ongoing, state=TransactionState.PREPARE_COMMIT)
         state_log.append_as_leader(encode_batch([Record(
             0, int(time.time() * 1000), encode_key(transactional_id),
@@ -316,3 +321,8 @@ def test_a_restart_finishes_a_prepared_commit(fresh_broker: BrokerProcess,
     broker.start()
     assert sorted(read_to_end(broker.bootstrap, topic_name, 2, READ_COMMITTED)) == [
         b"p-%d" % i for i in range(4)]
+    group = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "prepared"})
+    try:
+        assert group.committed([TopicPartition(topic_name, 1)], TIMEOUT)[0].offset == 42
+    finally:
+        group.close()

@@ -114,8 +114,12 @@ async def handle_txn_offset_commit(broker: Broker, request: Request):
         groups.store.partition_for(body.group_id))
     if error is None:
         error = groups.stage_transactional_offsets(
-            body.group_id, body.producer_id, getattr(body, "generation_id", -1),
-            getattr(body, "member_id", ""), getattr(body, "group_instance_id", None), offsets)
+            body.group_id, (body.producer_id, body.producer_epoch),
+            getattr(body, "generation_id", -1), getattr(body, "member_id", ""),
+            getattr(body, "group_instance_id", None), offsets)
+    if error == ErrorCode.none and offsets:
+        error = await groups.store.replicated(body.group_id,
+                                              broker.config["offsets.commit.timeout.ms"] / 1000)
     error = client_error(error, key, version)
     errors.update(dict.fromkeys(offsets, error))
     by_topic: dict[str, list[tuple[int, ErrorCode]]] = {}

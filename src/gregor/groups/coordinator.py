@@ -617,11 +617,13 @@ class GroupCoordinator:
         self.groups[group_id].offsets.update(offsets)
         return ErrorCode.none
 
-    def stage_transactional_offsets(self, group_id: str, producer_id: int, generation_id: int,
-                                    member_id: str, group_instance_id: str | None,
+    def stage_transactional_offsets(self, group_id: str, producer: tuple[int, int],
+                                    generation_id: int, member_id: str,
+                                    group_instance_id: str | None,
                                     offsets: dict[TopicPartition, OffsetAndMetadata]
                                     ) -> ErrorCode:
-        """TxnOffsetCommit: keep the offsets aside until the producer's transaction ends.
+        """TxnOffsetCommit: write the offsets as the producer's transactional batch, and
+        keep them aside until its transaction's marker commits or aborts them.
 
         The committer is checked as for OffsetCommit, unless it names no generation and
         no member (TxnOffsetCommit v0-2, or a producer without the consumer's group
@@ -634,7 +636,17 @@ class GroupCoordinator:
                                           group_instance_id)
         if error is not None:
             return error
-        staged = self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {})
+        if not offsets:
+            return ErrorCode.none
+        try:
+            self.store.append(group_id, [
+                (records.offset_commit_key(group_id, topic, partition),
+                 records.offset_commit_value(offset))
+                for (topic, partition), offset in offsets.items()], producer=producer)
+        except StoreError as exc:
+            log.warning("group %s: storing transactional offsets failed: %s", group_id, exc)
+            return ErrorCode.invalid_commit_offset_size if exc.too_large else exc.error
+        staged = self.pending_txn_offsets.setdefault(producer[0], {}).setdefault(group_id, {})
         staged.update(offsets)
         return ErrorCode.none
 
@@ -644,18 +656,14 @@ class GroupCoordinator:
         return any(tp in groups.get(group_id, ()) for groups in self.pending_txn_offsets.values())
 
     def complete_transactional_offsets(self, producer_id: int, commit: bool) -> None:
-        """The producer's transaction ended: its staged offsets become committed offsets
-        (written to ``__consumer_offsets`` now), or are dropped."""
+        """The producer's transaction ended (its marker is in ``__consumer_offsets``):
+        its staged offsets become the groups' committed offsets, or are dropped."""
         staged = self.pending_txn_offsets.pop(producer_id, {})
         if not commit:
             return
         for group_id, offsets in staged.items():
-            if group_id not in self.groups:
-                self._new_group(group_id)
-            error = self._store_offsets(group_id, offsets)
-            if error != ErrorCode.none:
-                log.error("group %s: offsets of committed transaction of producer %d "
-                          "not stored: %s", group_id, producer_id, error)
+            group = self.groups.get(group_id) or self._new_group(group_id)
+            group.offsets.update(offsets)
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
                       ) -> tuple[ErrorCode, dict[TopicPartition, OffsetAndMetadata]]:
@@ -793,7 +801,12 @@ class GroupCoordinator:
             if index not in self.loading:
                 continue  # leadership moved away again meanwhile
             try:
-                for group in await load_groups(self.store, index, now_ms()):
+                groups, pending = await load_groups(self.store, index, now_ms())
+                for producer_id, staged in pending.items():
+                    for group_id, offsets in staged.items():
+                        self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(
+                            group_id, {}).update(offsets)
+                for group in groups:
                     self.groups[group.group_id] = group
                     # Members of a restored Stable group resume their sessions: those
                     # still alive heartbeat on, the others expire as usual.

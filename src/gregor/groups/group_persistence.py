@@ -11,6 +11,7 @@ from gregor.groups.group import Group, GroupState, TopicPartition
 from gregor.groups.member import Member
 from gregor.groups.offset_and_metadata import OffsetAndMetadata
 from gregor.groups.offsets_store import OFFSETS_TOPIC, OffsetsStore
+from gregor.protocol import control_record
 
 log = logging.getLogger(__name__)
 
@@ -34,37 +35,61 @@ def group_metadata_record(group: Group) -> tuple[bytes, bytes]:
     return records.group_metadata_key(group.group_id), value
 
 
-async def load_groups(store: OffsetsStore, index: int, now_ms: int) -> list[Group]:
-    """Replay one partition: the last record per key wins, and a tombstone deletes."""
-    offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+# Offsets by group, then partition; and those of open transactions by producer id.
+GroupOffsets = dict[str, dict[TopicPartition, OffsetAndMetadata]]
+PendingOffsets = dict[int, GroupOffsets]
+
+
+async def load_groups(store: OffsetsStore, index: int, now_ms: int
+                      ) -> tuple[list[Group], PendingOffsets]:
+    """Replay one partition: the last record per key wins, and a tombstone deletes.
+
+    Offsets a transaction wrote (TxnOffsetCommit) count from its commit marker on,
+    are dropped at its abort marker, and are returned apart while it is open.
+    """
+    offsets: GroupOffsets = {}
+    pending: PendingOffsets = {}
     stored: dict[str, records.GroupRecord | None] = {}
-    for count, record in enumerate(store.read(index)):
-        if count % _YIELD_EVERY == _YIELD_EVERY - 1:
-            await asyncio.sleep(0)
-        if record.key is None:
+    count = 0
+    for header, batch in store.read(index):
+        if header.is_control:
+            ended = pending.pop(header.producer_id, {})
+            if batch and batch[0].key is not None and control_record.is_commit_key(
+                    batch[0].key):
+                for group_id, committed in ended.items():
+                    offsets.setdefault(group_id, {}).update(committed)
             continue
-        try:
-            key = records.read_key(record.key)
-            if isinstance(key, records.OffsetCommitKey):
-                committed = offsets.setdefault(key.group, {})
-                if record.value is None:
-                    committed.pop((key.topic, key.partition), None)
+        for record in batch:
+            count += 1
+            if count % _YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+            if record.key is None:
+                continue
+            try:
+                key = records.read_key(record.key)
+                if isinstance(key, records.OffsetCommitKey):
+                    committed = offsets.setdefault(key.group, {})
+                    if header.is_transactional:
+                        committed = pending.setdefault(header.producer_id, {}).setdefault(
+                            key.group, {})
+                    if record.value is None:
+                        committed.pop((key.topic, key.partition), None)
+                    else:
+                        committed[(key.topic, key.partition)] = (
+                            records.read_offset_commit_value(record.value))
                 else:
-                    committed[(key.topic, key.partition)] = (
-                        records.read_offset_commit_value(record.value))
-            else:
-                stored[key.group] = (None if record.value is None
-                                     else records.read_group_metadata_value(record.value))
-        except records.InvalidRecord as exc:
-            log.warning("%s-%d offset %d: skipping record: %s", OFFSETS_TOPIC, index,
-                        record.offset, exc)
+                    stored[key.group] = (None if record.value is None
+                                         else records.read_group_metadata_value(record.value))
+            except records.InvalidRecord as exc:
+                log.warning("%s-%d offset %d: skipping record: %s", OFFSETS_TOPIC, index,
+                            record.offset, exc)
     groups = []
     for group_id in stored.keys() | offsets.keys():
         committed = offsets.get(group_id, {})
         group_record = stored.get(group_id)
         if group_record is not None or committed:
             groups.append(_restore(group_id, group_record, committed, now_ms))
-    return groups
+    return groups, pending
 
 
 def _restore(group_id: str, record: records.GroupRecord | None,

@@ -18,9 +18,9 @@ from gregor.cluster.replica_manager import ReplicaManager
 from gregor.cluster.znodes import BrokerRegistration
 from gregor.config import BrokerConfig
 from gregor.protocol.errors import ErrorCode
-from gregor.protocol.record_batch import InvalidRecordBatch, read_header
+from gregor.protocol.record_batch import BatchHeader, InvalidRecordBatch, read_header
 from gregor.protocol.record_codec import Record, decode_records, encode_batch, iter_batches
-from gregor.storage.log import LogAppendError
+from gregor.storage.log import AppendOrigin, LogAppendError
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +111,14 @@ class OffsetsStore:
             raise StoreError(ErrorCode.coordinator_not_available,
                              f"cannot create {OFFSETS_TOPIC}: {exc}") from exc
 
-    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
-        """Write ``(key, value)`` records (value None: tombstone) to the group's partition."""
+    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]],
+               producer: tuple[int, int] | None = None) -> None:
+        """Write ``(key, value)`` records (value None: tombstone) to the group's partition.
+
+        With a ``(producer id, epoch)`` they are written as that producer's
+        transactional batch (TxnOffsetCommit), which its transaction's marker in this
+        partition commits or aborts, as Kafka does.
+        """
         if not records:
             return
         index = self.partition_for(group_id)
@@ -121,10 +127,14 @@ class OffsetsStore:
             raise StoreError(ErrorCode.coordinator_not_available,
                              f"{OFFSETS_TOPIC}-{index} is not hosted here")
         now_ms = int(time.time() * 1000)
+        pid, epoch = producer if producer is not None else (-1, -1)
         batch = encode_batch([Record(offset=i, timestamp=now_ms, key=key, value=value)
-                              for i, (key, value) in enumerate(records)])
+                              for i, (key, value) in enumerate(records)],
+                             producer_id=pid, producer_epoch=epoch,
+                             is_transactional=producer is not None)
+        origin = AppendOrigin.CLIENT if producer is None else AppendOrigin.TRANSACTIONAL_CLIENT
         try:
-            partition.append_as_leader(batch, required_acks=-1)
+            partition.append_as_leader(batch, required_acks=-1, origin=origin)
         except LogAppendError as exc:
             raise StoreError(_STORE_ERRORS.get(exc.error, ErrorCode.unknown_server_error),
                              str(exc), too_large=exc.error == ErrorCode.message_too_large
@@ -145,8 +155,8 @@ class OffsetsStore:
                                                          timeout_s)
         return _STORE_ERRORS.get(error, error)
 
-    def read(self, index: int) -> Iterator[Record]:
-        """Every record of one partition, oldest first, up to its log end.
+    def read(self, index: int) -> Iterator[tuple[BatchHeader, list[Record]]]:
+        """Every batch of one partition with its records, oldest first, up to its log end.
 
         Only a leader reads (to coordinate the partition's groups), and everything in
         a leader's log is what its followers will hold: reading to the log end, as
@@ -172,7 +182,7 @@ class OffsetsStore:
                     log.error("%s-%d: skipping unreadable batch at offset %d: %s",
                               OFFSETS_TOPIC, index, header.base_offset, exc)
                     records = []
-                yield from records
+                yield header, records
                 position = header.last_offset + 1
 
 

@@ -34,9 +34,16 @@ def encode_marker(producer_id: int, producer_epoch: int, commit: bool, coordinat
 def is_commit(batch: bytes | bytearray | memoryview) -> bool:
     """Whether a control batch is a commit marker (else an abort marker)."""
     _, records = decode_records(batch)
-    if not records or records[0].key is None or len(records[0].key) < _KEY.size:
+    if not records or records[0].key is None:
         raise InvalidRecordBatch("control batch without a control record key")
-    _, kind = _KEY.unpack_from(records[0].key)
+    return is_commit_key(records[0].key)
+
+
+def is_commit_key(key: bytes) -> bool:
+    """Whether a control record's key is a commit marker's (else an abort marker's)."""
+    if len(key) < _KEY.size:
+        raise InvalidRecordBatch("control record key too short")
+    _, kind = _KEY.unpack_from(key)
     if kind not in (ABORT, COMMIT):
         raise InvalidRecordBatch(f"unknown control record type {kind}")
     return kind == COMMIT

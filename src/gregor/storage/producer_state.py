@@ -87,8 +87,9 @@ class ProducerStateManager:
                 ErrorCode.invalid_producer_epoch,
                 f"producer {header.producer_id} epoch {header.producer_epoch} is older "
                 f"than {entry.epoch}")
-        if header.is_control:
-            # A transaction marker carries no sequence: only its epoch is checked.
+        if header.is_control or header.base_sequence < 0:
+            # A transaction marker, or offsets the group coordinator writes for a
+            # transaction (TxnOffsetCommit), carry no sequence: only the epoch counts.
             return None
         if header.producer_epoch == entry.epoch:
             duplicate = entry.find_duplicate(header)

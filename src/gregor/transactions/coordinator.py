@@ -263,8 +263,6 @@ class TransactionCoordinator:
         now = _now_ms()
         coordinator_epoch = self._coordinator_epoch(meta.transactional_id)
         for topic, index in sorted(meta.partitions):
-            if topic == OFFSETS_TOPIC:
-                continue  # group offsets are staged in memory, applied below
             partition = self.replica_manager.get(topic, index)
             if partition is None:
                 log.warning("transaction of %s: %s-%d is gone; no marker written",
