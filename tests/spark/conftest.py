@@ -14,6 +14,7 @@ pytest.importorskip("pyspark", reason="install the 'spark' extra to run the Spar
 from pyspark.sql import SparkSession  # noqa: E402
 
 from gregor.spark.session import build_session  # noqa: E402
+from gregor.spark.standalone import StandaloneCluster  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +23,14 @@ def spark() -> Iterator[SparkSession]:
     session = build_session("gregor-spark-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A standalone master and two workers of two cores, started from the PySpark package
+    once for every module that runs applications on it (~15 s)."""
+    with StandaloneCluster(tmp_path_factory.mktemp("standalone")) as started:
+        yield started
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -10,24 +10,17 @@ Each worker offers two cores; the test session takes one executor core on each w
 from __future__ import annotations
 
 import json
-import os
-import re
 import subprocess
 import sys
 import tarfile
-import threading
 import time
-import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
-from typing import Any
 
-import pyspark
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -36,102 +29,16 @@ from pyspark.sql import SparkSession
 from gregor.broker.process import BrokerProcess
 from gregor.pipelines.generators import activity_events, publish
 from gregor.spark.session import build_session
+from gregor.spark.standalone import SHARED_APP_CONF, StandaloneCluster
 
 pytestmark = pytest.mark.spark_cluster
 
-SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 START_TIMEOUT_S = 120.0
-APP_CONF = {"spark.cores.max": "2", "spark.executor.cores": "1",
-            "spark.executor.memory": "512m"}
-
-
-class SparkDaemon:
-    """A master or worker in the foreground, its log read line by line so that tests wait
-    for what it says rather than for a while."""
-
-    def __init__(self, name: str, *args: str) -> None:
-        env = {**os.environ, "SPARK_HOME": str(SPARK_CLASS.parent.parent),
-               "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-        self.name = name
-        self.lines: list[str] = []
-        self._changed = threading.Condition()
-        self.process = subprocess.Popen(
-            [str(SPARK_CLASS), *args], env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        threading.Thread(target=self._read, name=f"log-{name}", daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            with self._changed:
-                self.lines.append(line)
-                self._changed.notify_all()
-        with self._changed:
-            self._changed.notify_all()
-
-    def wait_for(self, pattern: str) -> re.Match[str]:
-        regex = re.compile(pattern)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        seen = 0
-        with self._changed:
-            while True:
-                for line in self.lines[seen:]:
-                    if found := regex.search(line):
-                        return found
-                seen = len(self.lines)
-                left = deadline - time.monotonic()
-                assert self.process.poll() is None, f"{self.name} ended:\n{''.join(self.lines)}"
-                assert left > 0, f"{self.name} never logged {pattern!r}:\n{''.join(self.lines)}"
-                self._changed.wait(left)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
-@dataclass(frozen=True)
-class Cluster:
-    url: str
-    """``spark://127.0.0.1:PORT``, for applications"""
-    web: str
-    """the master's web UI, whose ``/json/`` says what runs where"""
-
-    def state(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"{self.web}/json/", timeout=30) as answer:
-            return json.load(answer)  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A master with two registered workers."""
-    work = tmp_path_factory.mktemp("standalone")
-    master = SparkDaemon("master", "org.apache.spark.deploy.master.Master",
-                         "--host", "127.0.0.1", "--port", "0", "--webui-port", "0")
-    daemons = [master]
-    try:
-        url = master.wait_for(r"Starting Spark master at (spark://\S+)").group(1)
-        web = master.wait_for(r"MasterWebUI.* started at (http://\S+)").group(1)
-        for index in (1, 2):
-            worker = SparkDaemon(f"worker-{index}", "org.apache.spark.deploy.worker.Worker",
-                                 "--host", "127.0.0.1", "--port", "0", "--webui-port", "0",
-                                 "--cores", "2", "--memory", "2g",
-                                 "--work-dir", str(work / f"worker-{index}"), url)
-            daemons.append(worker)
-        for worker in daemons[1:]:
-            worker.wait_for("Successfully registered with master")
-        yield Cluster(url, web)
-    finally:
-        for daemon in reversed(daemons):
-            daemon.stop()
-
-
-@pytest.fixture(scope="module")
-def cluster_spark(cluster: Cluster) -> Iterator[SparkSession]:
-    session = build_session("gregor-cluster-tests", cluster.url, **APP_CONF)
+def cluster_spark(cluster: StandaloneCluster) -> Iterator[SparkSession]:
+    session = build_session("gregor-cluster-tests", cluster.url, **SHARED_APP_CONF)
     yield session
     session.stop()
 
@@ -157,7 +64,8 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int) -> Counter:
     return Counter((i % partitions, b"key-%d" % i, b"value-%d" % i) for i in range(count))
 
 
-def test_batch_read_runs_on_both_workers(cluster_spark: SparkSession, cluster: Cluster,
+def test_batch_read_runs_on_both_workers(cluster_spark: SparkSession,
+                                         cluster: StandaloneCluster,
                                          broker: BrokerProcess) -> None:
     topic = new_topic(broker.bootstrap, 4)
     expected = produce(broker.bootstrap, topic, 4000, 4)
@@ -188,7 +96,8 @@ def test_available_now_stream_to_parquet(cluster_spark: SparkSession, broker: Br
     assert len(list((checkpoint / "commits").glob("[0-9]*"))) == 3
 
 
-def test_gregor_pipeline_run_with_master_and_conf(cluster: Cluster, broker: BrokerProcess,
+def test_gregor_pipeline_run_with_master_and_conf(cluster: StandaloneCluster,
+                                                  broker: BrokerProcess,
                                                   cluster_spark: SparkSession,
                                                   tmp_path: Path) -> None:
     """The CLI as a user runs it against the cluster, beside the tests' own application;
@@ -199,7 +108,7 @@ def test_gregor_pipeline_run_with_master_and_conf(cluster: Cluster, broker: Brok
     events = list(islice(activity_events(5, midnight - 20 * 60_000, 6000, topic), 300))
     publish(events, {"bootstrap.servers": broker.bootstrap}, reports_topic=None)
     output = tmp_path / "warehouse"
-    conf = [arg for name, value in APP_CONF.items() for arg in ("--conf", f"{name}={value}")]
+    conf = [arg for name, value in SHARED_APP_CONF.items() for arg in ("--conf", f"{name}={value}")]
     run = subprocess.run(
         [sys.executable, "-m", "gregor.cli.main", "pipeline", "run", "warehouse",
          "-b", broker.bootstrap, "--topic", topic, "--output", str(output),
@@ -210,8 +119,9 @@ def test_gregor_pipeline_run_with_master_and_conf(cluster: Cluster, broker: Brok
     assert run.returncode == 0, run.stderr
     rows = cluster_spark.read.parquet(str(output)).select("value").collect()
     assert Counter(r.value for r in rows) == Counter(json.dumps(e.value) for e in events)
-    [app] = [a for a in cluster.state()["completedapps"] if a["name"] == "gregor-warehouse"]
-    assert app["memoryperexecutor"] == 512  # from --conf spark.executor.memory=512m
+    # An application of the cluster, with executors sized by --conf spark.executor.memory.
+    assert any(a["name"] == "gregor-warehouse" and a["memoryperexecutor"] == 512
+               for a in cluster.state()["completedapps"])
 
 
 def python_wrapper(path: Path, role: str, marker: Path) -> None:
@@ -221,9 +131,9 @@ def python_wrapper(path: Path, role: str, marker: Path) -> None:
     path.chmod(0o755)
 
 
-def test_executors_take_their_python_from_spark_archives(cluster: Cluster, broker: BrokerProcess,
-                                                         cluster_spark: SparkSession,
-                                                         tmp_path: Path) -> None:
+def test_executors_take_their_python_from_spark_archives(
+        cluster: StandaloneCluster, broker: BrokerProcess, cluster_spark: SparkSession,
+        tmp_path: Path) -> None:
     """What the README says for executors on other machines: a packed environment shipped
     with ``spark.archives`` and named by ``spark.pyspark.python``, the same relative path
     unpacked beside the driver.  The environment here is a wrapper around this venv's
@@ -241,7 +151,7 @@ def test_executors_take_their_python_from_spark_archives(cluster: Cluster, broke
     events = list(islice(activity_events(7, int(time.time() * 1000) // day * day, 1000, topic),
                          50))
     publish(events, {"bootstrap.servers": broker.bootstrap}, reports_topic=None)
-    conf = {**APP_CONF, "spark.archives": f"{archive}#environment",
+    conf = {**SHARED_APP_CONF, "spark.archives": f"{archive}#environment",
             "spark.pyspark.python": "./environment/bin/python"}
     run = subprocess.run(
         [sys.executable, "-m", "gregor.cli.main", "pipeline", "run", "warehouse",
