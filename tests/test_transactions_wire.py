@@ -204,3 +204,49 @@ def test_transactional_batches_only_inside_a_transaction(broker: BrokerProcess,
         assert client.produce(txn, topic_name, batch) == ErrorCode.invalid_txn_state
         # EndTxn with nothing begun is refused, as in Kafka.
         assert client.end(3, txn, pid, epoch, True) == ErrorCode.invalid_txn_state
+
+
+def test_transactions_are_described_and_listed(broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(broker.bootstrap, topic_name, 2)
+    open_id, done_id = (f"{kind}-{uuid.uuid4().hex[:8]}" for kind in ("open", "done"))
+    with WireConnection(broker.bootstrap) as connection:
+        client = Client(connection)
+        assert advertised_versions(connection, ApiKey.DESCRIBE_TRANSACTIONS) == range(0, 1)
+        assert advertised_versions(connection, ApiKey.LIST_TRANSACTIONS) == range(0, 2)
+        _, open_pid, open_epoch = client.init(open_id, timeout_ms=45000)
+        assert client.add_partition(3, open_id, open_pid, open_epoch, topic_name, 1) == 0
+        _, done_pid, done_epoch = client.init(done_id)
+        assert client.add_partition(3, done_id, done_pid, done_epoch, topic_name) == 0
+        assert client.end(3, done_id, done_pid, done_epoch, False) == 0
+
+        answer = client.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, "DescribeTransactionsRequest",
+                                transactional_ids=(open_id, done_id, "no-such-id"))
+        described, completed, unknown = answer.transaction_states
+        assert (described.error_code, described.transactional_id, described.transaction_state,
+                described.producer_id, described.producer_epoch) == (
+            0, open_id, "Ongoing", open_pid, open_epoch)
+        assert described.transaction_timeout == datetime.timedelta(seconds=45)
+        assert described.transaction_start_time.year >= 2024
+        assert [(t.topic, t.partitions) for t in described.topics] == [(topic_name, (1,))]
+        assert (completed.transaction_state, completed.topics) == ("CompleteAbort", ())
+        assert unknown.error_code == ErrorCode.transactional_id_not_found
+
+        for version in (0, 1):
+            answer = client.request(ApiKey.LIST_TRANSACTIONS, version, "ListTransactionsRequest",
+                                    state_filters=("Ongoing", "Bogus"),
+                                    producer_id_filters=(), duration_filter=-1)
+            assert answer.unknown_state_filters == ("Bogus",)
+            listed = {(t.transactional_id, t.producer_id, t.transaction_state)
+                      for t in answer.transaction_states}
+            assert (open_id, open_pid, "Ongoing") in listed
+            assert all(state == "Ongoing" for _, _, state in listed)
+        answer = client.request(ApiKey.LIST_TRANSACTIONS, 1, "ListTransactionsRequest",
+                                state_filters=(), producer_id_filters=(done_pid,),
+                                duration_filter=-1)
+        assert [(t.transactional_id, t.transaction_state)
+                for t in answer.transaction_states] == [(done_id, "CompleteAbort")]
+        # Open for at least an hour: none.
+        answer = client.request(ApiKey.LIST_TRANSACTIONS, 1, "ListTransactionsRequest",
+                                state_filters=(), producer_id_filters=(),
+                                duration_filter=3_600_000)
+        assert answer.transaction_states == ()

@@ -1,5 +1,6 @@
 """Transactional producers' requests: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-TxnOffsetCommit (InitProducerId with a transactional id is in producer_ids).
+TxnOffsetCommit (InitProducerId with a transactional id is in producer_ids); and the
+admin's DescribeTransactions and ListTransactions.
 
 Routed only on a broker running alone, where the transaction coordinator writes
 markers itself; in a cluster they would need WriteTxnMarkers, not implemented
@@ -26,6 +27,7 @@ from gregor.transactions.coordinator import (
     TransactionError,
     client_error,
 )
+from gregor.transactions.metadata import TransactionState
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -134,11 +136,70 @@ async def handle_txn_offset_commit(broker: Broker, request: Request):
         for name, results in by_topic.items()))
 
 
+async def handle_describe(broker: Broker, request: Request):
+    key, version = ApiKey.DESCRIBE_TRANSACTIONS, request.version
+    state_cls = nested(key, version, "TransactionState")
+    topic_cls = nested(key, version, "TopicData")
+    answers = []
+    for transactional_id in request.body.transactional_ids:
+        try:
+            meta = coordinator(broker).describe(transactional_id)
+        except TransactionError as exc:
+            answers.append(build(state_cls, error_code=exc.error,
+                                 transactional_id=transactional_id, transaction_state="",
+                                 transaction_timeout=_NO_THROTTLE,
+                                 transaction_start_time=_time(0), producer_id=0,
+                                 producer_epoch=0, topics=()))
+            continue  # the other fields zero, as Kafka leaves them
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in sorted(meta.partitions):
+            by_topic.setdefault(topic, []).append(index)
+        answers.append(build(
+            state_cls, error_code=ErrorCode.none, transactional_id=transactional_id,
+            transaction_state=meta.state.display_name,
+            transaction_timeout=datetime.timedelta(milliseconds=meta.timeout_ms),
+            transaction_start_time=_time(meta.start_ms), producer_id=meta.producer_id,
+            producer_epoch=meta.producer_epoch,
+            topics=tuple(build(topic_cls, topic=topic, partitions=tuple(indexes))
+                         for topic, indexes in by_topic.items())))
+    return build(response_schema(key, version), throttle_time=_NO_THROTTLE,
+                 transaction_states=tuple(answers))
+
+
+def _time(ms: int) -> datetime.datetime:
+    """Milliseconds since the epoch as kio's timestamp (-1, no transaction begun, survives
+    the trip)."""
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+
+
+_STATES = {state.display_name: state for state in TransactionState}
+
+
+async def handle_list(broker: Broker, request: Request):
+    key, version, body = ApiKey.LIST_TRANSACTIONS, request.version, request.body
+    unknown = tuple(name for name in body.state_filters if name not in _STATES)
+    states = {_STATES[name] for name in body.state_filters if name in _STATES}
+    listed = coordinator(broker).list(states if body.state_filters else None,
+                                      set(body.producer_id_filters),
+                                      getattr(body, "duration_filter", -1))
+    state_cls = nested(key, version, "TransactionState")
+    return build(response_schema(key, version), throttle_time=_NO_THROTTLE,
+                 error_code=ErrorCode.none, unknown_state_filters=unknown,
+                 transaction_states=tuple(
+                     build(state_cls, transactional_id=meta.transactional_id,
+                           producer_id=meta.producer_id,
+                           transaction_state=meta.state.display_name)
+                     for meta in sorted(listed, key=lambda m: m.transactional_id)))
+
+
 ROUTES: dict[int, Route] = {
     ApiKey.ADD_PARTITIONS_TO_TXN: Route(handle_add_partitions, 0, 3),
     ApiKey.ADD_OFFSETS_TO_TXN: Route(handle_add_offsets, 0, 3),
     ApiKey.END_TXN: Route(handle_end_txn, 0, 3),
     ApiKey.TXN_OFFSET_COMMIT: Route(handle_txn_offset_commit, 0, 3),
+    ApiKey.DESCRIBE_TRANSACTIONS: Route(handle_describe, 0, 0),
+    # v2's transactional id pattern is a Java regular expression: not offered.
+    ApiKey.LIST_TRANSACTIONS: Route(handle_list, 0, 1),
 }
 
 

@@ -286,6 +286,27 @@ class TransactionCoordinator:
                                              self.state_log.partition_for(transactional_id))
         return 0 if partition is None else partition.leader_epoch
 
+    # ------------------------------------------------------------- describing
+    def describe(self, transactional_id: str) -> TransactionMetadata:
+        """DescribeTransactions: one transactional id's state, as coordinated here."""
+        if not self.state_log.leads(transactional_id):
+            raise TransactionError(ErrorCode.not_coordinator)
+        meta = self.transactions.get(transactional_id)
+        if meta is None:
+            raise TransactionError(ErrorCode.transactional_id_not_found)
+        return meta
+
+    def list(self, states: set[TransactionState] | None, producer_ids: set[int],
+             min_duration_ms: int) -> list[TransactionMetadata]:
+        """ListTransactions: the ids coordinated here, filtered as Kafka filters them
+        (no filter given: everything; a duration: open at least that long)."""
+        now = _now_ms()
+        return [meta for meta in self.transactions.values()
+                if (states is None or meta.state in states)
+                and (not producer_ids or meta.producer_id in producer_ids)
+                and (min_duration_ms < 0 or (meta.state == TransactionState.ONGOING
+                                             and now - meta.start_ms >= min_duration_ms))]
+
     # ---------------------------------------------------------------- timeouts
     async def abort_timed_out(self) -> int:
         """Abort (with an epoch bump, fencing the producer) every transaction open

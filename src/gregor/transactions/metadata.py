@@ -26,6 +26,11 @@ class TransactionState(enum.IntEnum):
     PREPARE_EPOCH_FENCE = 7
 
     @property
+    def display_name(self) -> str:
+        """Kafka's name of the state, as DescribeTransactions and ListTransactions say it."""
+        return "".join(word.capitalize() for word in self.name.split("_"))
+
+    @property
     def is_prepare(self) -> bool:
         return self in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT)
 
