@@ -8,6 +8,7 @@ restart, a ``kill -9`` (rebuilt by replaying headers) and a truncation.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from storage_helpers import BASE_TS, open_log, topic_config
 
 from gregor.protocol.control_record import encode_marker
 from gregor.protocol.errors import ErrorCode
-from gregor.protocol.record_codec import Record, encode_batch
+from gregor.protocol.record_codec import Record, decode_records, encode_batch, iter_batches
 from gregor.storage.cleaner import LogCleaner
 from gregor.storage.log import AppendOrigin, Log, LogAppendError
 from gregor.storage.log_manager import LogManager
@@ -139,25 +140,60 @@ def test_truncation_drops_aborts_and_transactions_beyond_it(tmp_path: Path) -> N
     assert log.first_unstable_offset is None
 
 
-def test_compaction_stops_at_open_transactions_and_skips_aborted_ones(tmp_path: Path) -> None:
+def keyed_txn_batch(pid: int, seq: int, pairs: list[tuple[bytes, bytes]]) -> bytes:
+    records = [Record(offset=i, timestamp=BASE_TS, key=key, value=value)
+               for i, (key, value) in enumerate(pairs)]
+    return encode_batch(records, producer_id=pid, producer_epoch=0, base_sequence=seq,
+                        is_transactional=True)
+
+
+def every_record(log: Log) -> list[Record]:
+    """Records of every batch but markers to the log end, past empty batches too."""
+    records: list[Record] = []
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        region = log.read(offset, 1 << 20)
+        assert region is not None
+        for raw in iter_batches(region.read()):
+            header, batch = decode_records(raw)
+            if not header.is_control:
+                records.extend(batch)
+            offset = header.last_offset + 1
+    return records
+
+
+def test_compaction_keeps_committed_records_over_aborted_ones(tmp_path: Path) -> None:
     manager = LogManager(tmp_path)
-    config = topic_config(cleanup_policy="compact", segment_bytes=300,
+    config = topic_config(cleanup_policy="compact", segment_bytes=250,
                           min_cleanable_dirty_ratio=0.01)
     log = manager.get_or_create("t", 0, config)
-    for seq in range(0, 8, 2):
-        produce(log, 1, seq)
-        end(log, 1, commit=True)
-    produce(log, 2, 0)  # open: nothing from here on may be cleaned
-    for seq in range(2, 8, 2):
-        produce(log, 2, seq)
+    log.append_as_leader(keyed_txn_batch(1, 0, [(b"a", b"a1"), (b"b", b"b1")]), 0, origin=TXN)
+    end(log, 1, commit=True)  # 2
+    log.append_as_leader(keyed_txn_batch(1, 2, [(b"b", b"b2")]), 0, origin=TXN)  # 3
+    log.append_as_leader(keyed_txn_batch(2, 0, [(b"a", b"a-aborted")]), 0, origin=TXN)  # 4
+    end(log, 2, commit=False)  # 5, in the segment of the aborted record
+    end(log, 1, commit=True)  # 6
+    log.append_as_leader(keyed_txn_batch(3, 0, [(b"c", b"open")]), 0, origin=TXN)  # 7
+    log.roll()
     cleaner = LogCleaner(manager)
     (candidate,) = cleaner.logs_to_clean(BASE_TS)
-    assert candidate.first_uncleanable_offset <= log.first_unstable_offset
-    end(log, 2, commit=False)
-    produce(log, 3, 0)
-    log.roll()
-    # The abort's records would enter the offset map and shadow the committed ones.
-    assert cleaner.logs_to_clean(BASE_TS) == []
+    # An open transaction's records may still be aborted: nothing from it on is cleaned.
+    assert candidate.first_uncleanable_offset <= 7
+    assert asyncio.run(cleaner.clean_dirtiest_log(BASE_TS))
+    kept = {r.offset: (r.key, r.value) for r in every_record(log) if r.key is not None}
+    # The aborted a-aborted neither survives nor hides a1; b1 gave way to b2.
+    assert {offset: kv for offset, kv in kept.items() if offset < 7} == {
+        0: (b"a", b"a1"), 3: (b"b", b"b2")}
+    assert kept[7] == (b"c", b"open")
+    markers = [location.base_offset for segment in log.segments
+               for location in segment.iter_batches() if location.header.is_control]
+    assert markers == [2, 5, 6]
+    # Both segments were rewritten; the abort's entry moved to the cleaned one.
+    assert [segment.base_offset for segment in log.segments] == [0, 4, 7, 8]
+    assert log.aborted_transactions(0, log.log_end_offset) == [AbortedTxn(2, 4, 5, 3)]
+    reopened_dir = log.directory
+    manager.shutdown({})
+    assert open_log(reopened_dir).aborted_transactions(0, 10) == [AbortedTxn(2, 4, 5, 3)]
 
 
 def test_an_abort_whose_marker_was_torn_off_is_forgotten(tmp_path: Path) -> None:

@@ -57,6 +57,7 @@ from gregor.storage.segment import (
     LogSegment,
     segment_file_name,
 )
+from gregor.storage.transaction_index import TXN_INDEX_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +159,14 @@ class CleaningPlan:
     max_index_size: int
     # Producer id -> last offset of its last batch: that batch must survive, if empty.
     producer_last_offsets: dict[int, int]
+    # Producer id -> (first offset, abort marker offset) of its aborted transactions in
+    # the range: their records are dropped and never enter the offset map.
+    aborted: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+
+    def is_aborted(self, header: BatchHeader) -> bool:
+        return header.is_transactional and not header.is_control and any(
+            first <= header.base_offset < marker
+            for first, marker in self.aborted.get(header.producer_id, ()))
 
     def close(self) -> None:
         for source in self.sources:
@@ -228,7 +237,9 @@ class Cleaner:
                 continue
             if offset_map.is_full and mapped_end > first_dirty:
                 break
-            for _, _, records in self._read_batches(source):
+            for _, header, records in self._read_batches(source):
+                if self.plan.is_aborted(header):
+                    continue
                 for record in records:
                     if record.offset >= first_dirty and record.key is not None:
                         offset_map.put(record.key, record.offset)
@@ -271,13 +282,14 @@ class Cleaner:
                       ) -> memoryview | bytes | None:
         """The batch to write in place of ``raw`` (``raw`` itself if unchanged), or None."""
         if header.is_control:
-            # Markers are kept: removing them needs the transaction index carried over,
-            # which the cleaner does not do yet (see _holds_aborted_transactions).
+            # Markers are kept (Kafka drops them once their transaction's records are
+            # gone and delete.retention.ms has passed), with their transaction index.
             return raw
         now_ms = self.plan.now_ms
         horizon = header.delete_horizon_ms
         kept = []
-        for record in records:
+        # An aborted transaction's records go, as in Kafka: no reader may see them.
+        for record in () if self.plan.is_aborted(header) else records:
             if record.key is None:
                 continue
             latest = offset_map.get(record.key)
@@ -352,7 +364,7 @@ class _GroupWriter:
     in large appends, indexing them as it goes."""
 
     def __init__(self, plan: CleaningPlan, base_offset: int) -> None:
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             leftover = segment_file_name(base_offset, suffix) + CLEANED_SUFFIX
             (plan.directory / leftover).unlink(missing_ok=True)
         self.segment = LogSegment(plan.directory, base_offset,
@@ -404,6 +416,10 @@ class _GroupWriter:
         if self._dropped is not None:
             self._append(_empty_batch(self._dropped))
         self._flush_buffer()
+        # The markers stay at their offsets, and so do their aborted-transaction entries.
+        for source in self.sources:
+            for txn in source.segment.txn_index.entries:
+                self.segment.txn_index.append(txn)
         if not self._changed and len(self.sources) == 1:
             self.abandon()
             result.bytes_kept += self.sources[0].size
@@ -457,7 +473,7 @@ class LogCleaner:
             if not lg.config.compacted:
                 continue
             self._forget_if_recreated(tp, lg)
-            if tp in self._uncleanable or _holds_aborted_transactions(lg):
+            if tp in self._uncleanable:
                 continue
             candidate = LogToClean.of(tp, lg, self.first_dirty_offsets.get(tp),
                                       self.high_watermark(tp), now_ms)
@@ -511,6 +527,10 @@ class LogCleaner:
                    if following.base_offset <= candidate.first_uncleanable_offset]
         producers = {pid: entry.batches[-1].last_offset
                      for pid, entry in lg.producer_state.producers.items() if entry.batches}
+        aborted: dict[int, list[tuple[int, int]]] = {}
+        for txn in lg.aborted_transactions(lg.log_start_offset,
+                                           candidate.first_uncleanable_offset):
+            aborted.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
         return CleaningPlan(
             directory=lg.directory, name=lg.name, sources=sources,
             first_dirty_offset=candidate.first_dirty_offset, now_ms=now_ms,
@@ -518,7 +538,7 @@ class LogCleaner:
             segment_bytes=lg.config["segment.bytes"],
             index_interval_bytes=lg.config["index.interval.bytes"],
             max_index_size=lg.config["segment.index.bytes"],
-            producer_last_offsets=producers)
+            producer_last_offsets=producers, aborted=aborted)
 
     def swap(self, candidate: LogToClean, result: CleaningResult) -> bool:
         """Swap every cleaned group in for its originals, or none if any original changed.
@@ -582,13 +602,6 @@ class LogCleaner:
                 if tp in self.log_manager.logs}
         self.first_dirty_offsets = live
         write_checkpoint(self._checkpoint_path, live)
-
-
-def _holds_aborted_transactions(lg: Log) -> bool:
-    """A log holding an aborted transaction is left uncompacted for now: its aborted
-    records would enter the offset map and shadow committed ones, and a cleaned
-    segment would lose its transaction index."""
-    return any(segment.txn_index.entries for segment in lg.segments)
 
 
 def _now_ms() -> int:
