@@ -369,6 +369,10 @@ def test_unknown_group_member_commit_is_refused(broker: BrokerProcess, topic_nam
                                                 group: str) -> None:
     """A consumer using assign() may commit to an empty group, not to one with members."""
     create_topic(broker.bootstrap, topic_name, 1)
+    # Offset 5 must exist: a consumer fetching from an offset out of range resets it, and
+    # closed meanwhile, librdkafka 2.16 can deadlock in that reset (the broker thread
+    # takes the partition's lock it already holds; close() then waits forever).
+    produce(broker.bootstrap, topic_name, 10, 1)
     member = PollingConsumer(broker.bootstrap, group, [topic_name])
     standalone = group_consumer(broker.bootstrap, group)
     try:
