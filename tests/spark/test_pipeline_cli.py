@@ -25,7 +25,8 @@ from gregor.broker.process import BrokerProcess
 
 pytest.importorskip("pyspark", reason="install the 'spark' extra to run the Spark tests")
 
-TIMEOUT_S = 120.0
+# A ceiling, not a window: on a loaded machine a Spark start alone can take minutes.
+TIMEOUT_S = 300.0
 # 80 micro-batches of 50: Ctrl-C after the first usually lands mid-stream (between
 # batches on a machine fast enough to finish first, which is a moment Ctrl-C must
 # handle as well); the restart then reads as many more, produced in between.
