@@ -6,10 +6,12 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
+from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -20,6 +22,9 @@ START_TIMEOUT_S = 30
 class Console:
     url: str
     process: subprocess.Popen
+    # The console's output after its first line (librdkafka's log): read all along, or
+    # a full pipe would block the console's next write, and its Kafka calls with it.
+    output: deque[str] = field(default_factory=lambda: deque(maxlen=200))
 
     @classmethod
     def start(cls, bootstrap: str, refresh_s: float = 1.0) -> Console:
@@ -34,9 +39,17 @@ class Console:
         if found is None:
             process.kill()
             raise RuntimeError(f"gregor console did not start: {line}{process.stdout.read()}")
-        return cls(found.group(1), process)
+        console = cls(found.group(1), process)
+        threading.Thread(target=console.output.extend, args=(process.stdout,),
+                         name="console-output", daemon=True).start()
+        return console
 
     def stop(self) -> None:
+        """Stop the console; raise if it had died on its own (librdkafka aborts a process
+        on a failed assertion) instead of hiding that behind failed page loads."""
+        if self.process.poll() is not None:
+            raise RuntimeError(f"gregor console exited with {self.process.returncode}:\n"
+                               + "".join(self.output))
         self.process.terminate()
         try:
             self.process.wait(START_TIMEOUT_S)

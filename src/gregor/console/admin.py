@@ -56,6 +56,7 @@ from gregor.cli.groups_cmd import (
 )
 
 CALL_TIMEOUT_S = 10.0
+_PROBE_S = 1.0
 CLIENT_DEFAULTS: dict[str, Any] = {
     # librdkafka's admin requests time out after socket.timeout.ms unless told otherwise.
     "socket.timeout.ms": int(CALL_TIMEOUT_S * 1000),
@@ -93,6 +94,7 @@ class ClusterAdmin:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         config, self.watch = client_config(args, CLIENT_DEFAULTS)
+        self._config = config
         self.bootstrap = self.watch.bootstrap
         self.admin = AdminClient(config)
         self.producer = Producer({**config, "acks": "all",
@@ -102,8 +104,27 @@ class ClusterAdmin:
         """Configuration for a short-lived client (a consumer), with its own watch."""
         return client_config(self.args, {**CLIENT_DEFAULTS, **defaults})
 
+    def group_client(self) -> AdminClient:
+        """An admin client for one group request (describe, committed offsets, reset,
+        delete), dropped after it.
+
+        librdkafka aborts the whole process on an assertion when a long-lived client's
+        group request times out around a broker restart (confluentinc/librdkafka#4605,
+        open); a client per request is the workaround its reporters use, and costs a
+        connection.
+        """
+        return AdminClient(self._config)
+
     def metadata(self) -> ClusterMetadata:
-        metadata = cluster_metadata(self.admin, self.watch, timeout=CALL_TIMEOUT_S)
+        try:
+            metadata = cluster_metadata(self.admin, self.watch, timeout=_PROBE_S)
+        except CliError:
+            # A refused connection since the last answer: the cluster is down, say so now.
+            # librdkafka's "all brokers down" event, which cluster_metadata waits for,
+            # does not come again for a client that saw the brokers return.
+            if self.watch.connection_error is not None:
+                raise
+            metadata = cluster_metadata(self.admin, self.watch, timeout=CALL_TIMEOUT_S)
         # The watch remembers the last outage; a broker answering again ends it, so that a
         # later failure is reported by its own cause.
         self.watch.all_brokers_down = False
@@ -268,8 +289,9 @@ class ClusterAdmin:
         ids = sorted(group.group_id for group in listed.valid)
         if not ids:
             return []
-        described = self.admin.describe_consumer_groups(ids, request_timeout=CALL_TIMEOUT_S)
-        committed = {group: committed_offsets(self.admin, group) for group in ids}
+        groups = self.group_client()
+        described = groups.describe_consumer_groups(ids, request_timeout=CALL_TIMEOUT_S)
+        committed = {group: committed_offsets(groups, group) for group in ids}
         ends = log_offsets(self.admin, {tp for offsets in committed.values() for tp in offsets},
                            OffsetSpec.latest())
         rows = []
@@ -288,7 +310,8 @@ class ClusterAdmin:
 
     def group(self, group: str) -> dict[str, Any]:
         self.metadata()
-        description = describe_group(self.admin, group)
+        groups = self.group_client()
+        description = describe_group(groups, group)
         if description is None:
             raise NotFound(f"consumer group {group!r} does not exist")
         return {
@@ -305,7 +328,7 @@ class ClusterAdmin:
                             "log_end": row.log_end, "lag": row.lag, "lead": row.lead,
                             "member_id": row.owner.member_id if row.owner else None,
                             "client_id": row.owner.client_id if row.owner else None}
-                           for row in partition_lags(self.admin, group, description)],
+                           for row in partition_lags(groups, group, description)],
         }
 
     def reset_offsets(self, group: str, topics: list[str], to: ResetTo,
@@ -313,18 +336,20 @@ class ClusterAdmin:
         """New offsets per partition (``topics`` as ``TOPIC`` or ``TOPIC:P,P``), committed
         only when ``execute``; refused while the group has members, as the command is."""
         metadata = self.metadata()
-        require_inactive(self.admin, group)
+        groups = self.group_client()
+        require_inactive(groups, group)
         partitions = reset_partitions(metadata, topics)
-        targets = reset_targets(self.admin, group, partitions, to)
-        before = committed_offsets(self.admin, group)
+        targets = reset_targets(groups, group, partitions, to)
+        before = committed_offsets(groups, group)
         if execute:
-            commit_offsets(self.admin, group, targets)
+            commit_offsets(groups, group, targets)
         return [{"topic": topic, "partition": partition, "previous": before.get((topic, partition)),
                  "offset": offset} for (topic, partition), offset in targets.items()]
 
     def delete_group(self, group: str) -> None:
         self.metadata()
-        future = self.admin.delete_consumer_groups([group], request_timeout=CALL_TIMEOUT_S)[group]
+        groups = self.group_client()  # kept until the answer: dropping it drops the request
+        future = groups.delete_consumer_groups([group], request_timeout=CALL_TIMEOUT_S)[group]
         try:
             future.result(timeout=CALL_TIMEOUT_S)
         except KafkaException as exc:

@@ -87,8 +87,9 @@ class History:
                       if topic.error is None
                       for index, p in topic.partitions.items() if p.leader >= 0]
         ends = log_offsets(self.admin.admin, partitions, OffsetSpec.latest())
-        listed = wait(self.admin.admin.list_consumer_groups(), "list groups")
-        committed = {group.group_id: committed_offsets(self.admin.admin, group.group_id)
+        groups = self.admin.group_client()
+        listed = wait(groups.list_consumer_groups(), "list groups")
+        committed = {group.group_id: committed_offsets(groups, group.group_id)
                      for group in listed.valid}
         with self._lock:
             self._samples.append(Sample(time.time(), ends, committed))

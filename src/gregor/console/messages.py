@@ -47,6 +47,7 @@ _TIMESTAMP_TYPES = {TIMESTAMP_CREATE_TIME: "CreateTime", TIMESTAMP_LOG_APPEND_TI
 _MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
                       KafkaError._UNKNOWN_PARTITION})
 _BROWSE_CONSUMER = {**ASSIGN_ONLY_CONSUMER, "enable.partition.eof": True}
+_PROBE_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +228,7 @@ class Follower:
         self.filters = filters
         self._lock = threading.Lock()
         self._closed = False
+        self.down = False  # an outage was reported and no broker has answered since
         self._reader = _Reader(admin, topic, partition)
         self.start = {p: high for p, (_, high) in self._reader.watermarks.items()}
         self._reader.consumer.assign([TopicPartition(topic, p, offset)
@@ -256,7 +258,24 @@ class Follower:
         if not self.watch.all_brokers_down:
             return None
         self.watch.all_brokers_down = False
+        self.down = True
         return str(self.watch.unreachable("no broker answers"))
+
+    def recovered(self) -> bool:
+        """After an outage, whether a broker answers again (once): librdkafka reports
+        brokers going down, not coming back, so ask for the topic's metadata."""
+        if not self.down:
+            return False
+        with self._lock:
+            if self._closed:
+                return False
+            try:
+                self._reader.consumer.list_topics(self._reader.topic, timeout=_PROBE_S)
+            except KafkaException:
+                return False
+        self.down = False
+        self.watch.connection_error = None
+        return True
 
     def close(self) -> None:
         with self._lock:

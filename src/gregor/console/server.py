@@ -221,7 +221,8 @@ def create_app(admin: ClusterAdmin, history: History) -> Starlette:
 async def _follow(admin: ClusterAdmin, topic: str, partition: int | None,
                   filters: Filters) -> AsyncIterator[str]:
     """Server-sent events: ``ready`` (with the start offsets), then ``message`` per
-    record, ``outage`` when no broker answers, ``failure`` when the tail cannot go on."""
+    record, ``outage`` when no broker answers and ``resumed`` when one does again,
+    ``failure`` when the tail cannot go on."""
     try:
         follower = await _run(Follower, admin, topic, partition, filters)
     except CliError as exc:
@@ -241,7 +242,10 @@ async def _follow(admin: ClusterAdmin, topic: str, partition: int | None,
             outage = follower.outage()
             if outage:
                 yield _event("outage", {"error": outage})
-            if found or outage:
+            resumed = follower.down and not outage and await _run(follower.recovered)
+            if resumed:
+                yield _event("resumed", {})
+            if found or outage or resumed:
                 last_sent = time.monotonic()
             elif time.monotonic() - last_sent > _KEEPALIVE_S:
                 yield ": keep-alive\n\n"

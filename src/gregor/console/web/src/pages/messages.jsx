@@ -112,6 +112,7 @@ export function MessagesTab({ topic }) {
     events.addEventListener('outage', (e) => {
       setFollow((f) => ({ ...f, outage: JSON.parse(e.data).error }));
     });
+    events.addEventListener('resumed', () => setFollow((f) => ({ ...f, outage: null })));
     events.addEventListener('failure', (e) => {
       events.close();
       setFollow((f) => ({ ...f, state: 'stopped', error: new Error(JSON.parse(e.data).error) }));
