@@ -17,6 +17,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 from kio.schema.fetch.v12 import request as fetch_request
+from kio.schema.list_offsets.v7 import request as offsets_request
 from kio.schema.offset_for_leader_epoch.v4 import request as epoch_request
 from replication_helpers import log_bytes, state
 from storage_helpers import batch
@@ -141,6 +142,15 @@ async def _epoch_query(channel: BrokerChannel, current: int, epoch: int,
     return result.error_code, result.leader_epoch, result.end_offset
 
 
+async def _latest_offset(channel: BrokerChannel, replica_id: int) -> tuple[ErrorCode, int]:
+    answer = await channel.request(ApiKey.LIST_OFFSETS, 7, offsets_request.ListOffsetsRequest(
+        replica_id=replica_id, isolation_level=0, topics=(offsets_request.ListOffsetsTopic(
+            name="t", partitions=(offsets_request.ListOffsetsPartition(
+                partition_index=0, current_leader_epoch=-1, timestamp=-1),)),)))
+    result = answer.topics[0].partitions[0]
+    return result.error_code, result.offset
+
+
 async def _fetch(channel: BrokerChannel, replica_id: int, current: int, offset: int,
                  last_fetched_epoch: int) -> object:
     answer = await channel.request(ApiKey.FETCH, 12, fetch_request.FetchRequest(
@@ -200,6 +210,10 @@ def test_leader_epoch_answers_over_the_wire(tmp_path: Path) -> None:
                 assert (await _epoch_query(channel, 4, 3))[0] == ErrorCode.not_leader_or_follower
                 answer = await _fetch(channel, -1, 4, 0, -1)
                 assert answer.error_code == ErrorCode.not_leader_or_follower
+                # Nor are its offsets a client's to read: its high watermark is stale.
+                assert await _latest_offset(channel, -1) == (ErrorCode.not_leader_or_follower,
+                                                             -1)
+                assert await _latest_offset(channel, -2) == (ErrorCode.none, 4)  # a tool
             finally:
                 channel.close()
 

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from gregor.cluster.partition import Partition
 
 _KEY = ApiKey.LIST_OFFSETS
+# Kafka's replica id for tools that may read any replica's offsets; clients send -1
+# and are answered by the leader only (its high watermark is the one that counts).
+DEBUGGING_REPLICA_ID = -2
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
@@ -50,6 +53,7 @@ async def handle(broker: Broker, request: Request):
     topic_cls = nested(_KEY, version, "ListOffsetsTopicResponse")
     topics = []
     read_committed = getattr(request.body, "isolation_level", 0) == READ_COMMITTED
+    leader_only = getattr(request.body, "replica_id", -1) != DEBUGGING_REPLICA_ID
     for topic in request.body.topics:
         partitions = []
         for query in topic.partitions:
@@ -62,6 +66,8 @@ async def handle(broker: Broker, request: Request):
                 error = (ErrorCode.fenced_leader_epoch
                          if requested_epoch < partition.leader_epoch
                          else ErrorCode.unknown_leader_epoch)
+            elif leader_only and not partition.is_leader:
+                error = ErrorCode.not_leader_or_follower
             else:
                 offset, timestamp = lookup(partition, query.timestamp, read_committed)
                 epoch = partition.leader_epoch
