@@ -268,8 +268,7 @@ def test_a_leader_paused_past_its_session_is_fenced_and_truncates(cluster: Clust
                 .partition_responses[0].error_code for acks in (1, -1)}
         assert answers[-1] != ErrorCode.none
         load.wait_for_acks(len(load.acked) + 300)
-        cluster.wait_for(lambda m: zombie in m.topics["t"].partitions[0].isrs,
-                         "the old leader to rejoin as a follower")
+        wait_until_following(cluster, "t", zombie)
     verify(cluster, load, "t", 1)
     logs = wait_for_identical_replicas(cluster, "t")
     assert b"zombie-" not in logs[zombie]
@@ -367,10 +366,23 @@ def test_a_leader_cut_off_from_everyone_but_clients_stops_acknowledging(
                          "another broker to lead", timeout=60)
         load.wait_for_acks(cut_at + 300)
         cluster.heal_all()
-        cluster.wait_for(lambda m: leader in m.topics["t"].partitions[0].isrs,
-                         "the old leader to rejoin as a follower", timeout=60)
+        wait_until_following(cluster, "t", leader)
     verify(cluster, load, "t", 1)
     wait_for_identical_replicas(cluster, "t")
+
+
+def wait_until_following(cluster: Cluster, topic: str, old_leader: int) -> None:
+    """Wait until every broker, the old leader too, knows another broker leads and the
+    old leader is back in the ISR. Any broker's word is not enough: the old leader
+    itself may still claim the partition (with a stale high watermark) until it hears
+    from ZooKeeper, and clients asking it would believe it."""
+    def followed(view) -> bool:
+        (found,) = [t for t in view.topics if t.name == topic]
+        return all(p.leader_id not in (old_leader, -1) and old_leader in p.isr_nodes
+                   for p in found.partitions)
+
+    cluster.wait_everywhere(followed, f"broker {old_leader} to follow, back in the ISR",
+                            topics=[topic], timeout=60)
 
 
 def test_a_leader_cut_off_from_its_peers_but_not_zookeeper_commits_nothing_alone(
