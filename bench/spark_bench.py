@@ -25,6 +25,7 @@ import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import matplotlib
@@ -40,6 +41,7 @@ from gregor.broker.process import BrokerProcess  # noqa: E402
 from gregor.spark.offset_lookup import OffsetLookup  # noqa: E402
 from gregor.spark.options import Subscription  # noqa: E402
 from gregor.spark.session import build_session  # noqa: E402
+from gregor.spark.standalone import StandaloneCluster  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
 PARTITIONS = 4
@@ -74,6 +76,9 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--repeat", type=int, default=3, help="measured runs per path")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--workers", action="store_true",
+        help="also read 100 B records on a standalone cluster of 1, then 2 one-core workers")
     return parser.parse_args()
 
 
@@ -109,6 +114,12 @@ def aggregate(df: DataFrame) -> dict[int, tuple[int, int]]:
         .collect()
     )
     return {r.partition: (r["count(1)"], r["sum(size)"]) for r in rows}
+
+
+def check(df: DataFrame, expected: dict[int, tuple[int, int]]) -> None:
+    got = aggregate(df)
+    if got != expected:
+        raise AssertionError(f"aggregated {got}, produced {expected}")
 
 
 def measure(
@@ -159,14 +170,11 @@ def bench_size(
     source.write.mode("overwrite").parquet(str(parquet_path))
     parquet = spark.read.parquet(str(parquet_path))
 
-    def check(df: DataFrame) -> None:
-        got = aggregate(df)
-        if got != expected:
-            raise AssertionError(f"aggregated {got}, produced {expected}")
-
     results = [
-        measure("source", size, records, args.repeat, watch, lambda: check(source), broker_known),
-        measure("parquet", size, records, args.repeat, watch, lambda: check(parquet), broker_known),
+        measure("source", size, records, args.repeat, watch,
+                lambda: check(source, expected), broker_known),
+        measure("parquet", size, records, args.repeat, watch,
+                lambda: check(parquet, expected), broker_known),
     ]
     generated = (
         spark.range(records, numPartitions=2)
@@ -194,15 +202,40 @@ def bench_size(
     return results
 
 
+def bench_workers(
+    bootstrap: str, records: int, args: argparse.Namespace, watch: Stopwatch,
+    broker_known: bool, work: Path,
+) -> list[Measurement]:
+    """The source on a standalone cluster (from the PySpark package) of one, then two
+    one-core workers: a topic's partitions are read by every worker's executor, so
+    records/s should grow with the workers (this machine's cores permitting)."""
+    topic, expected = fill_topic(bootstrap, records, 100)
+    results = []
+    for workers in (1, 2):
+        with StandaloneCluster(work / f"workers-{workers}", workers=workers, cores=1) as cluster:
+            spark = build_session("gregor-spark-bench-workers", cluster.url, **{
+                "spark.cores.max": str(workers), "spark.executor.cores": "1",
+                "spark.executor.memory": "1g"})
+            try:
+                source = (spark.read.format("gregor").option("kafka.bootstrap.servers", bootstrap)
+                          .option("subscribe", topic).load())
+                label = f"source on {workers} worker{'s' if workers > 1 else ''}"
+                results.append(measure(label, 100, records, args.repeat, watch,
+                                       partial(check, source, expected), broker_known))
+            finally:
+                spark.stop()
+    return results
+
+
 def print_table(results: list[Measurement]) -> None:
     print(
-        f"{'record':>7} {'path':<8} {'records':>10} {'records/s':>12} {'MB/s':>8} "
+        f"{'record':>7} {'path':<19} {'records':>10} {'records/s':>12} {'MB/s':>8} "
         f"{'spark cores':>11} {'broker cores':>12}"
     )
     for m in results:
         broker = "n/a" if m.broker_cores is None else f"{m.broker_cores:.2f}"
         print(
-            f"{SIZES[m.record_bytes]:>7} {m.path:<8} {m.records:>10,} {m.records_per_s:>12,.0f} "
+            f"{SIZES[m.record_bytes]:>7} {m.path:<19} {m.records:>10,} {m.records_per_s:>12,.0f} "
             f"{m.mb_per_s:>8.1f} {m.spark_cores:>11.2f} {broker:>12}"
         )
     for size, label in SIZES.items():
@@ -212,6 +245,10 @@ def print_table(results: list[Measurement]) -> None:
                 f"{label}: source / parquet = {rate['source'] / rate['parquet']:.2f} "
                 "(1.00 = a topic reads as fast as local Parquet)"
             )
+    one, two = (next((m.records_per_s for m in results if m.path == f"source on {n}"), None)
+                for n in ("1 worker", "2 workers"))
+    if one and two:
+        print(f"source on 2 workers / 1 worker = {two / one:.2f}")
 
 
 def plot(results: list[Measurement], path: Path) -> None:
@@ -265,6 +302,9 @@ def main() -> None:
                 spark, bootstrap, size, records, args, watch, broker is not None, work
             )
         spark.stop()
+        if args.workers:
+            results += bench_workers(bootstrap, args.records, args, watch, broker is not None,
+                                     work)
         print_table(results)
         args.out.mkdir(parents=True, exist_ok=True)
         plot(results, args.out / "spark_bench.png")
