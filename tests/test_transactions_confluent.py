@@ -13,6 +13,8 @@ transaction prepared to commit.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -326,3 +328,27 @@ def test_a_restart_finishes_a_prepared_commit(fresh_broker: BrokerProcess,
         assert group.committed([TopicPartition(topic_name, 1)], TIMEOUT)[0].offset == 42
     finally:
         group.close()
+
+
+def test_gregor_consume_reads_at_either_isolation_level(broker: BrokerProcess,
+                                                        topic_name: str) -> None:
+    create_topic(broker.bootstrap, topic_name, 1)
+    producer = transactional_producer(broker.bootstrap)
+    for commit in (True, False, True):
+        producer.begin_transaction()
+        producer.produce(topic_name, value=b"kept" if commit else b"aborted", partition=0)
+        if commit:
+            producer.commit_transaction(TIMEOUT)
+        else:
+            assert producer.flush(TIMEOUT) == 0
+            producer.abort_transaction(TIMEOUT)
+
+    def consume(count: int, *flags: str) -> list[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "gregor.cli.main", "consume", topic_name, "-b",
+             broker.bootstrap, "--from-beginning", "--max-messages", str(count), "--quiet",
+             *flags], capture_output=True, timeout=60, check=True)
+        return result.stdout.decode().splitlines()
+
+    assert consume(2, "--isolation-level", "read_committed") == ["kept", "kept"]
+    assert consume(3) == ["kept", "aborted", "kept"]

@@ -65,6 +65,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     for field in ("key", "headers", "offset", "partition", "timestamp"):
         consume.add_argument(f"--print-{field}", action="store_true",
                              help=f"text format: print the {field} before the value")
+    consume.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"),
+                         default="read_uncommitted",
+                         help="read_committed: only records of committed transactions, up to "
+                              "the last stable offset (default: read_uncommitted, every "
+                              "record, as kafka-console-consumer)")
     consume.add_argument("--quiet", "-q", action="store_true",
                          help="no progress or summary on stderr")
     add_client_arguments(consume)
@@ -123,7 +128,8 @@ def run(args: argparse.Namespace) -> int:
                              offset=args.print_offset, headers=args.print_headers,
                              key=args.print_key)
     render = formatter(args.format, text_fields)
-    config, watch = client_config(args, ASSIGN_ONLY_CONSUMER)
+    config, watch = client_config(args, {**ASSIGN_ONLY_CONSUMER,
+                                         "isolation.level": args.isolation_level})
     consumer = Consumer(config)
     try:
         topic = topic_metadata(consumer, watch, args.topic)
