@@ -133,8 +133,7 @@ def test_kill_9_mid_stream_at_acks_1(fresh_broker: BrokerProcess, topic_name: st
     start_broker(fresh_broker, topic_name)
     stream = Stream(fresh_broker.bootstrap, topic_name, acks=1, **{"message.timeout.ms": 2000,
                                                                      "retries": 0}).start()
-    stream.wait_for_acks(5000)
-    time.sleep(1.0)
+    stream.wait_for_acks(5000)  # streaming: the kill lands with records in flight
     fresh_broker.kill()
     # Whatever was still in flight fails; what was acked must survive.
     stream.stop(flush_timeout=10)
@@ -153,8 +152,7 @@ def test_kill_9_mid_stream_with_idempotence(fresh_broker: BrokerProcess,
     start_broker(fresh_broker, topic_name)
     stream = Stream(fresh_broker.bootstrap, topic_name, **{"enable.idempotence": True,
                                                            "message.timeout.ms": 60_000}).start()
-    stream.wait_for_acks(5000)
-    time.sleep(1.0)
+    stream.wait_for_acks(5000)  # streaming: the kill lands with records in flight
     fresh_broker.kill()
     killed_at = len(stream.acked)
     fresh_broker.start()
