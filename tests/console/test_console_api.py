@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import threading
+import urllib.error
+import urllib.request
 import uuid
 
 import pytest
@@ -176,3 +178,24 @@ def test_reset_offsets_to_an_offset_a_time_or_by_a_shift(console: Console, fille
     assert committed() == {0: 8, 1: 8, 2: 8}
     assert reset("earliest", 0, True, [f"{filled}:0,2"]) == {0: 0, 2: 0}
     assert committed() == {0: 0, 1: 8, 2: 0}
+
+
+def test_pages_elsewhere_cannot_drive_the_console(console: Console) -> None:
+    """No login, so: bodies only as JSON (a cross-site form cannot send that without a
+    CORS preflight) and, on a loopback address, only loopback host names (no DNS
+    rebinding)."""
+    def post(headers: dict[str, str]) -> tuple[int, str]:
+        request = urllib.request.Request(console.url + "api/topics", method="POST",
+                                         data=b'{"name": "forged"}', headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    assert post({"Content-Type": "text/plain"}) == (
+        400, '{"error":"the request body must be JSON (Content-Type: application/json)"}')
+    assert post({"Content-Type": "application/json", "Host": "attacker.example"}) == (
+        400, "Invalid host header")
+    _, listed = console.api("GET", "/api/topics")
+    assert "forged" not in [t["name"] for t in listed["topics"]]

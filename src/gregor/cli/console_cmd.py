@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import socket
 
 from gregor.cli.client_config import add_client_arguments
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     admin = ClusterAdmin(args)
     # No ThroughputSource yet: the console does not scrape the brokers' metrics.
     history = History(admin, args.refresh, args.history * 60)
-    app = create_app(admin, history)
+    app = create_app(admin, history, _allowed_hosts(args.host))
     host, port = listener.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"gregor console for {admin.bootstrap} on http://{shown}:{port}/ (Ctrl-C stops it)",
@@ -59,6 +60,17 @@ def run(args: argparse.Namespace) -> int:
                             lifespan="on")
     uvicorn.Server(config).run(sockets=[listener])
     return 0
+
+
+def _allowed_hosts(host: str) -> list[str]:
+    """The names a browser may use for a console on a loopback address: only loopback
+    names, so that no page elsewhere reaches it through a name of its own that resolves
+    to 127.0.0.1 (DNS rebinding). Listening elsewhere (--host) allows any name."""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    return ["127.0.0.1", "localhost", "[::1]"] if loopback else ["*"]
 
 
 def _family(host: str) -> socket.AddressFamily:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar, get_args, get_type_hints
@@ -20,6 +20,7 @@ import anyio
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import (
     FileResponse,
@@ -51,8 +52,15 @@ async def _run(function: Callable[..., T], *args: Any) -> T:
     return await anyio.to_thread.run_sync(function, *args, limiter=_THREADS)
 
 
-def create_app(admin: ClusterAdmin, history: History) -> Starlette:
-    """The ASGI app; it starts the history sampler with the server and stops it after."""
+def create_app(admin: ClusterAdmin, history: History,
+               allowed_hosts: Sequence[str] = ("*",)) -> Starlette:
+    """The ASGI app; it starts the history sampler with the server and stops it after.
+
+    The console has no login: whoever reaches it may delete topics. ``allowed_hosts``
+    (the Host header's names) keeps web pages elsewhere out of a console on this
+    machine by DNS rebinding, and bodies must be JSON, which a page elsewhere can only
+    send after a CORS preflight the console never grants.
+    """
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -215,7 +223,9 @@ def create_app(admin: ClusterAdmin, history: History) -> Starlette:
         CliError: lambda _, exc: _error(exc, 502),
     }
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
-                     middleware=[Middleware(GZipMiddleware, minimum_size=1024)])
+                     middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts,
+                                            www_redirect=False),
+                                 Middleware(GZipMiddleware, minimum_size=1024)])
 
 
 async def _follow(admin: ClusterAdmin, topic: str, partition: int | None,
@@ -265,6 +275,8 @@ def _error(exc: Exception, status: int) -> Response:
 
 
 async def _body(request: Request) -> dict[str, Any]:
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        raise RequestError("the request body must be JSON (Content-Type: application/json)")
     try:
         body = await request.json()
     except ValueError:
