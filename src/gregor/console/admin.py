@@ -89,7 +89,8 @@ def wait(future: Future, what: str) -> Any:
 
 
 class ClusterAdmin:
-    """One admin client and one producer for the console's lifetime (both thread-safe)."""
+    """One admin client and one producer for the console's lifetime (both thread-safe);
+    group requests get an admin client each (``group_client``)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
