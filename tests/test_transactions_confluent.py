@@ -352,3 +352,44 @@ def test_gregor_consume_reads_at_either_isolation_level(broker: BrokerProcess,
 
     assert consume(2, "--isolation-level", "read_committed") == ["kept", "kept"]
     assert consume(3) == ["kept", "aborted", "kept"]
+
+
+def test_gregor_transactions_list_and_describe(broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(broker.bootstrap, topic_name, 2)
+    open_id, idle_id = (f"{kind}-{uuid.uuid4().hex[:8]}" for kind in ("cli-open", "cli-idle"))
+    producer = transactional_producer(broker.bootstrap, open_id,
+                                      **{"transaction.timeout.ms": 50000})
+    producer.begin_transaction()
+    producer.produce(topic_name, value=b"x", partition=1)
+    assert producer.flush(TIMEOUT) == 0
+    transactional_producer(broker.bootstrap, idle_id)
+
+    def gregor(*args: str) -> list[list[str]]:
+        result = subprocess.run([sys.executable, "-m", "gregor.cli.main", "transactions",
+                                 *args, "-b", broker.bootstrap],
+                                capture_output=True, timeout=60)
+        assert result.returncode == 0, result.stderr.decode()
+        return [line.split() for line in result.stdout.decode().splitlines()]
+
+    header, *rows = gregor("list")
+    assert header == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    listed = {row[0]: row for row in rows}
+    assert listed[open_id][1:] == ["1", listed[open_id][2], "Ongoing"]
+    assert listed[idle_id][3] == "Empty"
+
+    header, row = gregor("describe", open_id)
+    assert header[:5] == ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
+                          "TransactionState"]
+    assert row[:2] == ["1", open_id] and row[2] == listed[open_id][2]
+    assert row[4:6] == ["Ongoing", "50000"]
+    assert int(row[6]) <= time.time() * 1000 and int(row[7]) >= 0
+    assert row[8] == f"{topic_name}-1"
+    _, idle = gregor("describe", idle_id)
+    assert idle[4:8] == ["Empty", "60000", "None", "None"]
+    producer.abort_transaction(TIMEOUT)
+
+    result = subprocess.run([sys.executable, "-m", "gregor.cli.main", "transactions",
+                             "describe", "no-such-id", "-b", broker.bootstrap],
+                            capture_output=True, timeout=60)
+    assert result.returncode == 1
+    assert b"TRANSACTIONAL_ID_NOT_FOUND" in result.stderr

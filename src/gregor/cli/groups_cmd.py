@@ -94,7 +94,7 @@ def _connect(args: argparse.Namespace) -> tuple[AdminClient, ClusterMetadata]:
     return admin, cluster_metadata(admin, watch)
 
 
-def _print_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
     cells = [[str(value) for value in row] for row in [headers, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for row in cells:
@@ -135,7 +135,7 @@ def run_list(args: argparse.Namespace) -> int:
         raise CliError(f"cannot list groups: {listed.errors[0]}")
     groups = sorted(listed.valid, key=lambda g: g.group_id)
     if args.state:
-        _print_table(("GROUP", "STATE"), [(g.group_id, STATE_NAMES.get(g.state, g.state))
+        print_table(("GROUP", "STATE"), [(g.group_id, STATE_NAMES.get(g.state, g.state))
                                           for g in groups])
     else:
         for group in groups:
@@ -205,13 +205,13 @@ def _describe_one(admin: AdminClient, group: str) -> None:
             _or_none(row.lag), _or_none(row.lead),
             owner.member_id if owner else _NONE, owner.host if owner else _NONE,
             owner.client_id if owner else _NONE))
-    _print_table(("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+    print_table(("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
                   "LEAD", "CONSUMER-ID", "HOST", "CLIENT-ID"), rows)
     print()
     if not members:
         print(f"Consumer group '{group}' has no active members.")
         return
-    _print_table(("CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
+    print_table(("CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
                   "ASSIGNMENT"), [
         (m.member_id, m.group_instance_id or _NONE, m.host, m.client_id,
          len(m.assignment.topic_partitions), assignment_text(m.assignment.topic_partitions))
@@ -239,7 +239,7 @@ def run_reset_offsets(args: argparse.Namespace) -> int:
     targets = reset_targets(admin, args.group, partitions, _reset_to(args))
     if args.execute:
         commit_offsets(admin, args.group, targets)
-    _print_table(("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
+    print_table(("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
                  [(args.group, topic, partition, offset)
                   for (topic, partition), offset in targets.items()])
     if not args.execute:

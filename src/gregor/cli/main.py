@@ -18,6 +18,7 @@ from gregor.cli import (
     pipeline_cmd,
     produce_cmd,
     topics_cmd,
+    transactions_cmd,
     zookeeper_cmd,
 )
 from gregor.cli.errors import CliError, kafka_error_text
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume_cmd.add_parser(subparsers)
     perf_cmd.add_parser(subparsers)
     groups_cmd.add_parser(subparsers)
+    transactions_cmd.add_parser(subparsers)
     pipeline_cmd.add_parser(subparsers)
     zookeeper_cmd.add_parser(subparsers)
     console_cmd.add_parser(subparsers)
