@@ -232,6 +232,31 @@ def test_edit_configs_add_partitions_delete_topic(browser: Chrome, console: Cons
     assert topic not in admin.list_topics(timeout=10).topics
 
 
+def test_no_page_scrolls_sideways_on_a_phone(browser: Chrome, console: Console,
+                                             producer: Producer) -> None:
+    """At a phone's width (390 CSS px) wide tables scroll inside their box; the page
+    itself never does."""
+    topic = new_topic(console, 2)
+    produce(producer, topic, [("a-rather-long-key-" * 3, '{"long": "' + "x" * 300 + '"}')])
+    # Not "mobile": a mobile viewport grows to fit what overflows, which hides it.
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+        "width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": False})
+    try:
+        for route, ready in (("", "[data-table=brokers]"), ("topics", "[data-table=topics]"),
+                             (f"topics/{q(topic)}", "[data-table=partitions]"),
+                             (f"topics/{q(topic)}/messages", ".message-list .message"),
+                             (f"topics/{q(topic)}/produce", "[data-form=produce]"),
+                             (f"topics/{q(topic)}/configs", "[data-table=configs]"),
+                             ("groups", "[data-table=groups]")):
+            browser.get(console.page(route))
+            until(browser, lambda css_=ready: css(browser, css_), f"#/{route}")
+            width = browser.execute_script(
+                "return [document.documentElement.scrollWidth, window.innerWidth]")
+            assert width[0] <= width[1], f"#/{route} is {width[0]} px wide on a 390 px screen"
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
 def committed(admin: AdminClient, group: str) -> dict[int, int]:
     answer = admin.list_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group)])[group].result(10)
