@@ -189,6 +189,23 @@ def test_find_messages_by_timestamp(browser: Chrome, console: Console,
     assert first.text == "2025-03-01 09:01:00.000"
 
 
+def test_load_more_appends_the_next_records(browser: Chrome, console: Console,
+                                            producer: Producer) -> None:
+    topic = new_topic(console, 1)
+    keys = [f"r{i:02}" for i in range(50)]
+    produce(producer, topic, [(key, "v") for key in keys])
+    browser.get(console.page(f"topics/{q(topic)}/messages"))
+    until(browser, lambda: len(shown_keys(browser)) == 50, "the newest messages")
+    Select(css(browser, "select[name=start]")).select_by_value("beginning")
+    Select(css(browser, "select[name=limit]")).select_by_visible_text("20")
+    css(browser, "[data-action=search]").click()
+    until(browser, lambda: shown_keys(browser) == keys[:20], "the first 20, oldest first")
+    for shown in (40, 50):
+        css(browser, "[data-action=more]").click()
+        until(browser, lambda n=shown: shown_keys(browser) == keys[:n], f"the first {shown}")
+    assert css(browser, "[data-scan]").get_attribute("data-scan") == "complete"
+
+
 def test_live_tail_receives_a_record_from_another_client(browser: Chrome, console: Console,
                                                          producer: Producer) -> None:
     topic = new_topic(console, 2)
