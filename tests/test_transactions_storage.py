@@ -208,3 +208,12 @@ def test_an_abort_whose_marker_was_torn_off_is_forgotten(tmp_path: Path) -> None
     assert reopened.log_end_offset == 2
     assert reopened.aborted_transactions(0, 10) == []
     assert reopened.first_unstable_offset == 0
+
+
+def test_the_last_stable_offset_never_falls_below_the_log_start(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    produce(log, 1, 0)  # 0-1, left open
+    produce(log, 2, 0)  # 2-3
+    end(log, 2, commit=True)  # 4
+    log.advance_log_start_offset(3)
+    assert log.last_stable_offset(5) == 3

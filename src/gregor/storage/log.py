@@ -512,8 +512,11 @@ class Log:
 
     @property
     def first_unstable_offset(self) -> int | None:
-        """Where the oldest open transaction begins, None when none is open."""
-        return self.producer_state.transactions.first_unstable_offset
+        """Where the oldest open transaction begins, None when none is open; never below
+        the log start offset (retention or DeleteRecords may have passed it), as in
+        Kafka, or read_committed readers would wait below what they can read."""
+        first = self.producer_state.transactions.first_unstable_offset
+        return None if first is None else max(first, self.log_start_offset)
 
     def last_stable_offset(self, high_watermark: int) -> int:
         """What read_committed consumers may read up to: the high watermark, held back

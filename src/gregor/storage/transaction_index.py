@@ -16,6 +16,7 @@ to as aborts happen.
 
 from __future__ import annotations
 
+import bisect
 import os
 import struct
 from dataclasses import dataclass
@@ -73,9 +74,12 @@ class TransactionIndex:
     def collect(self, fetch_offset: int, upper_bound: int,
                 found: list[AbortedTxn]) -> bool:
         """Add the aborts overlapping ``[fetch_offset, upper_bound)`` to ``found``; True
-        once the search is complete (no later segment can hold one)."""
-        for txn in self.entries:
-            if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound:
+        once the search is complete (no later segment can hold one). Entries are in
+        marker order, so those ending before the fetch offset are skipped by bisection."""
+        start = bisect.bisect_left(self.entries, fetch_offset, key=_last_offset)
+        for i in range(start, len(self.entries)):
+            txn = self.entries[i]
+            if txn.first_offset < upper_bound:
                 found.append(txn)
             if txn.last_stable_offset >= upper_bound:
                 return True
@@ -110,3 +114,7 @@ class TransactionIndex:
         if self.path.exists():
             os.replace(self.path, new_path)
         self.path = new_path
+
+
+def _last_offset(txn: AbortedTxn) -> int:
+    return txn.last_offset
