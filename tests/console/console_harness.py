@@ -10,7 +10,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -27,11 +27,14 @@ class Console:
     output: deque[str] = field(default_factory=lambda: deque(maxlen=200))
 
     @classmethod
-    def start(cls, bootstrap: str, refresh_s: float = 1.0) -> Console:
-        """A console on a free port; it prints its address once it listens."""
+    def start(cls, bootstrap: str, refresh_s: float = 1.0,
+              metrics: Sequence[str] = ()) -> Console:
+        """A console on a free port, scraping ``metrics`` (URLs); it prints its address
+        once it listens."""
         process = subprocess.Popen(
             [sys.executable, "-m", "gregor.cli.main", "console", "--bootstrap-server", bootstrap,
-             "--port", "0", "--refresh", str(refresh_s)],
+             "--port", "0", "--refresh", str(refresh_s),
+             *(argument for url in metrics for argument in ("--metrics", url))],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert process.stdout is not None
         line = process.stdout.readline()

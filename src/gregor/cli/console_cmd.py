@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import socket
+import urllib.parse
 
 from gregor.cli.client_config import add_client_arguments
 from gregor.cli.errors import CliError
@@ -24,6 +25,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                               "between page refreshes (default: 5)")
     console.add_argument("--history", type=float, default=15.0, metavar="MIN",
                          help="minutes of samples kept for the charts (default: 15)")
+    console.add_argument("--metrics", action="append", default=[], metavar="URL",
+                         help="a broker's Prometheus metrics (http://HOST:PORT/metrics), "
+                              "scraped every --refresh for bytes in and out per second and "
+                              "log sizes; once per broker, summed over them")
     add_client_arguments(console)
     console.set_defaults(run=run)
 
@@ -34,12 +39,16 @@ def run(args: argparse.Namespace) -> int:
 
         from gregor.console.admin import ClusterAdmin
         from gregor.console.history import History
+        from gregor.console.metrics import BrokerMetrics
         from gregor.console.server import WEB_DIST, create_app
     except ImportError as exc:
         raise CliError(f"the console needs the 'console' extra ({exc}): "
                        "run scripts/setup.sh console") from None
     if args.refresh <= 0 or args.history <= 0:
         raise CliError("--refresh and --history must be positive")
+    for url in args.metrics:
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            raise CliError(f"--metrics takes http://HOST:PORT/metrics, not {url!r}")
     if not (WEB_DIST / "index.html").is_file():
         raise CliError("the console's front end is not built: run scripts/build-console.sh "
                        "(scripts/setup.sh console runs it too)")
@@ -49,8 +58,9 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
     admin = ClusterAdmin(args)
-    # No ThroughputSource yet: the console does not scrape the brokers' metrics.
-    history = History(admin, args.refresh, args.history * 60)
+    metrics = (BrokerMetrics(args.metrics, args.refresh, args.history * 60)
+               if args.metrics else None)
+    history = History(admin, args.refresh, args.history * 60, metrics)
     app = create_app(admin, history, _allowed_hosts(args.host))
     host, port = listener.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host

@@ -66,8 +66,9 @@ CLIENT_DEFAULTS: dict[str, Any] = {
 # The configs the topic list shows; every other one is on the topic's own page.
 LISTED_CONFIGS = ("retention.ms", "retention.bytes", "cleanup.policy")
 SIZE_UNAVAILABLE = ("Size needs DescribeLogDirs, which the Kafka client library used here "
-                    "(librdkafka) does not offer; records (log end minus log start offset) "
-                    "are shown instead.")
+                    "(librdkafka) does not offer, or the brokers' metrics, which are not "
+                    "configured (gregor console --metrics URL); records (log end minus log "
+                    "start offset) are shown instead.")
 
 
 class RequestError(ValueError):

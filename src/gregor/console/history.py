@@ -5,10 +5,9 @@ samples log end offsets and committed offsets and takes differences, as Burrow a
 kafka_exporter do. A thread samples every ``interval_s`` and keeps ``window_s`` of
 samples in memory, so the charts have a past as soon as a page opens.
 
-Throughput in bytes needs the brokers' own metrics (``metrics.listener``), which the
-console does not scrape yet. ``ThroughputSource`` is the hook for them: given one, the
-cluster view shows its series beside the offset-based message rate; the console
-passes none today and says so in the page.
+Throughput in bytes and log sizes need the brokers' own metrics (``metrics.listener``):
+given ``BrokerMetrics`` (``gregor console --metrics URL``), the views add its series
+beside the offset-based message rate; without, the pages say metrics are not configured.
 """
 
 from __future__ import annotations
@@ -18,27 +17,22 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from confluent_kafka.admin import OffsetSpec
 
 from gregor.cli.errors import CliError
 from gregor.cli.groups_cmd import committed_offsets, log_offsets
 from gregor.console.admin import ClusterAdmin, wait
+from gregor.console.metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 RATE_WINDOW_S = 60.0
 METRICS_UNAVAILABLE = ("Bytes in and out per second need the brokers' Prometheus metrics, "
-                       "which the console does not read yet; messages per second come from "
-                       "log end offsets.")
+                       "which are not configured (gregor console --metrics "
+                       "http://HOST:PORT/metrics, once per broker); messages per second "
+                       "come from log end offsets.")
 Partition = tuple[str, int]
-
-
-class ThroughputSource(Protocol):
-    """Broker throughput from metrics (e.g. a Prometheus scrape): series of
-    ``{"t": [seconds...], "bytes_in": [...], "bytes_out": [...]}`` over the window."""
-
-    def throughput(self) -> dict[str, list[float]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +46,10 @@ class History:
     """The samples of the last ``window_s`` seconds, taken every ``interval_s``."""
 
     def __init__(self, admin: ClusterAdmin, interval_s: float, window_s: float,
-                 throughput: ThroughputSource | None = None) -> None:
+                 metrics: BrokerMetrics | None = None) -> None:
         self.admin = admin
         self.interval_s = interval_s
-        self.throughput = throughput
+        self.metrics = metrics
         self._samples: deque[Sample] = deque(maxlen=max(2, int(window_s / interval_s) + 1))
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -64,9 +58,13 @@ class History:
 
     def start(self) -> None:
         self._thread.start()
+        if self.metrics:
+            self.metrics.start()
 
     def stop(self) -> None:
         self._stop.set()
+        if self.metrics:
+            self.metrics.stop()
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
@@ -144,6 +142,12 @@ class History:
         return {"t": [s.t for s in samples], "series": series}
 
     def cluster_throughput(self) -> dict[str, Any]:
-        return {"messages_in": self.messages_in(),
-                "bytes": self.throughput.throughput() if self.throughput else None,
-                "bytes_note": None if self.throughput else METRICS_UNAVAILABLE}
+        return {"messages_in": self.messages_in(), **self.broker_throughput()}
+
+    def broker_throughput(self, topic: str | None = None) -> dict[str, Any]:
+        """The brokers' bytes in and out and messages in per second (of one topic or
+        all), with which brokers answered; a note instead when metrics are off."""
+        if self.metrics is None:
+            return {"bytes": None, "metrics": None, "bytes_note": METRICS_UNAVAILABLE}
+        return {"bytes": self.metrics.throughput(topic), "metrics": self.metrics.status(),
+                "bytes_note": None}

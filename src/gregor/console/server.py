@@ -37,6 +37,7 @@ from gregor.cli.groups_cmd import ResetTo
 from gregor.console.admin import SIZE_UNAVAILABLE, ClusterAdmin, NotFound, RequestError
 from gregor.console.history import History
 from gregor.console.messages import Filters, Follower, Start, browse
+from gregor.console.metrics import SIZE_COUNTED
 
 WEB_DIST = Path(__file__).parent / "web" / "dist"
 _KEEPALIVE_S = 15.0
@@ -81,9 +82,14 @@ def create_app(admin: ClusterAdmin, history: History,
     async def topics(_: Request) -> Response:
         rows = await _run(admin.topics)
         rates = history.topic_rates()
+        sizes: dict[str, float] = {}
+        logs = history.metrics.sizes() if history.metrics else {}
+        for (topic, _partition), size in logs.items():
+            sizes[topic] = sizes.get(topic, 0.0) + size
         for row in rows:
             row["rate"] = rates.get(row["name"])
-        return JSONResponse({"topics": rows, "size_note": SIZE_UNAVAILABLE})
+            row["size"] = sizes.get(row["name"])
+        return JSONResponse({"topics": rows, **_size_note(history)})
 
     async def create_topic(request: Request) -> Response:
         body = await _body(request)
@@ -102,6 +108,11 @@ def create_app(admin: ClusterAdmin, history: History,
         name = request.path_params["name"]
         view = await _run(admin.topic, name)
         view["rate"] = history.messages_in(name)
+        view.update(history.broker_throughput(name))
+        sizes = history.metrics.sizes() if history.metrics else {}
+        for row in view["partitions"]:
+            row["size"] = sizes.get((name, row["partition"]))
+        view.update(_size_note(history))
         return JSONResponse(view)
 
     async def delete_topic(request: Request) -> Response:
@@ -264,6 +275,14 @@ async def _follow(admin: ClusterAdmin, topic: str, partition: int | None,
         # Cancelled when the browser goes away; a poll may still hold the consumer, and
         # close waits for it, so close off the event loop.
         threading.Thread(target=follower.close, name="console-follow-close").start()
+
+
+def _size_note(history: History) -> dict[str, Any]:
+    """What the sizes shown are, or why there are none."""
+    if history.metrics is None:
+        return {"size_note": SIZE_UNAVAILABLE}
+    return {"size_note": f"{SIZE_COUNTED}, as the latest scrape found them.",
+            "metrics": history.metrics.status()}
 
 
 def _event(kind: str, data: Any) -> str:

@@ -7,8 +7,9 @@ const COLORS = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '#0891b2'
 
 // A time series chart. `times` are seconds since the epoch; each series is
 // { label, values } with null for a gap. Redrawn in place when the data changes,
-// resized with its container (so it fits a phone as well as a laptop).
-export function Chart({ times, series, label, height = 180 }) {
+// resized with its container (so it fits a phone as well as a laptop). `format`
+// writes the y axis' values (bytes as KiB, MiB...).
+export function Chart({ times, series, label, height = 180, format = null }) {
   const box = useRef(null);
   const plot = useRef(null);
   const shape = series.map((s) => s.label).join('\u0000');
@@ -24,7 +25,7 @@ export function Chart({ times, series, label, height = 180 }) {
       // Names only: values under the cursor would jump the layout on a phone.
       legend: { show: series.length > 1, live: false },
       scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(max, 1)] } },
-      axes: [{}, { label, size: 60 }],
+      axes: [{}, format ? { label, size: 80, values: (u, ticks) => ticks.map(format) } : { label, size: 60 }],
       series: [{}, ...series.map((s, i) => ({
         label: s.label,
         stroke: COLORS[i % COLORS.length],

@@ -45,6 +45,11 @@ export function formatBytes(n) {
   return `${unit ? value.toFixed(1) : value} ${units[unit]}`;
 }
 
+export function formatByteRate(perSecond) {
+  if (perSecond === null || perSecond === undefined) return '–';
+  return `${formatBytes(Math.round(perSecond))}/s`;
+}
+
 // Kafka's duration configs are milliseconds; -1 means forever.
 export function formatMs(text) {
   if (text === undefined || text === null) return '–';

@@ -1,5 +1,5 @@
 import { Chart } from '../chart.jsx';
-import { formatRate } from '../format.js';
+import { formatByteRate, formatRate } from '../format.js';
 import { useResource } from '../hooks.js';
 import { ErrorBox, Loading, Notice, Stat, Table } from '../ui.jsx';
 
@@ -37,6 +37,47 @@ export function Throughput({ rate, title = 'Messages in per second' }) {
       {rate.t.length > 1
         ? <Chart times={rate.t} series={[{ label: 'messages/s', values: rate.messages_in }]} label="messages/s" />
         : <p class="muted">Sampling log end offsets; the chart appears after two samples.</p>}
+    </section>
+  );
+}
+
+const last = (values) => (values.length ? values[values.length - 1] : null);
+
+// Which brokers' metrics the numbers come from; the ones that did not answer, and why.
+export function MetricsStatus({ status }) {
+  if (!status) return null;
+  if (!status.scraped) return <p class="muted note" data-note="metrics">Scraping the brokers' metrics…</p>;
+  if (!status.errors.length) {
+    return <p class="muted note" data-note="metrics">From the Prometheus metrics of {status.answering} of {status.endpoints} brokers.</p>;
+  }
+  return (
+    <Notice kind="warn">
+      <span data-note="metrics-missing">
+        Metrics answered by {status.answering} of {status.endpoints} brokers; rates and sizes leave out
+        {status.errors.map((e) => <span key={e.url}> {e.url} ({e.error})</span>)}.
+      </span>
+    </Notice>
+  );
+}
+
+// Bytes in and out, and messages in, per second from the brokers' metrics: now and
+// over the history window; the reason there are none when metrics are not configured.
+export function BrokerThroughput({ view, title = 'Bytes in and out per second' }) {
+  if (!view.bytes) return <p class="muted note" data-note="metrics">{view.bytes_note}</p>;
+  const { t, bytes_in: bytesIn, bytes_out: bytesOut, messages_in: messagesIn } = view.bytes;
+  return (
+    <section class="panel" data-panel="bytes">
+      <h2>{title}</h2>
+      <div class="stats">
+        <Stat name="bytes-in" label="Bytes in now" value={formatByteRate(last(bytesIn))} />
+        <Stat name="bytes-out" label="Bytes out now" value={formatByteRate(last(bytesOut))} />
+        <Stat name="messages-in" label="Messages in per second now" value={formatRate(last(messagesIn))} />
+      </div>
+      {t.length > 1
+        ? <Chart times={t} series={[{ label: 'in', values: bytesIn }, { label: 'out', values: bytesOut }]}
+            label="bytes/s" format={formatByteRate} />
+        : <p class="muted">Scraping the brokers' metrics; the chart appears after two scrapes.</p>}
+      <MetricsStatus status={view.metrics} />
     </section>
   );
 }
@@ -82,8 +123,8 @@ export function ClusterPage({ refresh }) {
             : null}
           {!data.offline.length && !data.under_replicated.length
             ? <Notice>Every partition has a leader and a full set of in-sync replicas.</Notice> : null}
+          <BrokerThroughput view={data.throughput} />
           <Throughput rate={data.throughput.messages_in} />
-          {data.throughput.bytes_note ? <p class="muted note" data-note="metrics">{data.throughput.bytes_note}</p> : null}
         </>
       ) : null}
     </div>

@@ -1,9 +1,9 @@
 import { useState } from 'preact/hooks';
 import { api, enc } from '../api.js';
-import { formatNumber } from '../format.js';
+import { formatBytes, formatNumber } from '../format.js';
 import { useAction, useResource } from '../hooks.js';
 import { Badge, ConfirmButton, ErrorBox, Field, Loading, Notice, Stat, Table } from '../ui.jsx';
-import { Throughput } from './cluster.jsx';
+import { BrokerThroughput, Throughput } from './cluster.jsx';
 import { ConfigsTab } from './configs.jsx';
 import { MessagesTab } from './messages.jsx';
 import { ProduceTab } from './produce.jsx';
@@ -45,7 +45,8 @@ function PartitionsTab({ topic, reload }) {
     <>
       <Table name="partitions">
         <thead><tr><th class="num">Partition</th><th class="num">Leader</th><th>Replicas</th><th>In-sync replicas</th>
-          <th class="num">Log start</th><th class="num">Log end</th><th class="num">Records</th></tr></thead>
+          <th class="num">Log start</th><th class="num">Log end</th><th class="num">Records</th>
+          {topic.metrics ? <th class="num">Size</th> : null}</tr></thead>
         <tbody>
           {topic.partitions.map((p) => (
             <tr key={p.partition} data-partition={p.partition}>
@@ -56,10 +57,13 @@ function PartitionsTab({ topic, reload }) {
               <td class="num">{formatNumber(p.log_start)}</td>
               <td class="num">{formatNumber(p.log_end)}</td>
               <td class="num">{p.log_end === null ? '–' : formatNumber(p.log_end - p.log_start)}</td>
+              {topic.metrics ? <td class="num" data-size={p.size ?? ''}>{formatBytes(p.size)}</td> : null}
             </tr>
           ))}
         </tbody>
       </Table>
+      {topic.metrics ? <p class="muted note" data-note="size">{topic.size_note}</p> : null}
+      <BrokerThroughput view={topic} />
       <Throughput rate={topic.rate} />
       <section class="panel">
         <h2>Manage</h2>
@@ -78,6 +82,8 @@ export function TopicPage({ name, tab, refresh }) {
   // Messages and produce do not need the page refreshed under them.
   const live = tab === 'partitions' ? refresh : null;
   const { data, error, loading, reload } = useResource(`/api/topics/${enc(name)}`, live);
+  const sizes = data ? data.partitions.filter((p) => p.size !== null).map((p) => p.size) : [];
+  const size = sizes.length ? sizes.reduce((sum, s) => sum + s, 0) : null;
   const records = data ? data.partitions.reduce((sum, p) => sum + (p.log_end === null ? 0 : p.log_end - p.log_start), 0) : null;
   return (
     <div class="page" data-page="topic">
@@ -92,6 +98,7 @@ export function TopicPage({ name, tab, refresh }) {
             <Stat name="replicas" label="Replication factor" value={Math.max(0, ...data.partitions.map((p) => p.replicas.length))} />
             <Stat name="records" label="Records" value={formatNumber(records)} />
             <Stat name="offline" label="Offline" value={data.partitions.filter((p) => p.leader === null).length} />
+            {data.metrics ? <Stat name="size" label="Size" value={formatBytes(size)} /> : null}
           </div>
           <nav class="tabs" role="tablist">
             {TABS.map(([id, label]) => (

@@ -1,8 +1,9 @@
 import { useState } from 'preact/hooks';
 import { api } from '../api.js';
-import { formatMs, formatNumber, formatRate, formatSize } from '../format.js';
+import { formatBytes, formatMs, formatNumber, formatRate, formatSize } from '../format.js';
 import { useAction, useResource } from '../hooks.js';
 import { Badge, ErrorBox, Field, Loading, Notice, Table } from '../ui.jsx';
+import { MetricsStatus } from './cluster.jsx';
 
 // "name=value" per line, as in a server.properties file.
 export function parseConfigs(text) {
@@ -110,13 +111,16 @@ export function TopicsPage({ refresh }) {
                   <td class="num">{formatRate(t.rate)}</td>
                   <td>{formatMs(t['retention.ms'])}{t['retention.bytes'] && Number(t['retention.bytes']) >= 0 ? ` / ${formatSize(t['retention.bytes'])}` : ''}</td>
                   <td>{t['cleanup.policy'] || '–'}</td>
-                  <td class="muted" title={data.size_note}>n/a</td>
+                  {data.metrics
+                    ? <td class="num" data-size={t.size ?? ''}>{formatBytes(t.size)}</td>
+                    : <td class="muted" title={data.size_note}>n/a</td>}
                 </tr>
               ))}
             </tbody>
           </Table>
           {!rows.length ? <p class="muted">No topic{filter ? ' matches the filter' : ''}.</p> : null}
           <p class="muted note" data-note="size">{data.size_note} Msg/s is measured from log end offsets over the last minute.</p>
+          <MetricsStatus status={data.metrics} />
         </>
       ) : null}
     </div>
