@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from pathlib import Path
 
 from clients import (
     WireConnection,
@@ -17,7 +18,7 @@ from clients import (
     produce_request,
     versioned_request,
 )
-from group_clients import create_topic
+from group_clients import create_topic, wait_until
 
 from gregor.broker.process import BrokerProcess
 from gregor.protocol.api_keys import ApiKey
@@ -250,3 +251,43 @@ def test_transactions_are_described_and_listed(broker: BrokerProcess, topic_name
                                 state_filters=(), producer_id_filters=(),
                                 duration_filter=3_600_000)
         assert answer.transaction_states == ()
+
+
+def test_idle_transactional_ids_expire(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data", overrides={
+        "transactional.id.expiration.ms": "500",
+        "transaction.remove.expired.transaction.cleanup.interval.ms": "100"})
+    broker.start()
+    try:
+        idle, busy = (f"{kind}-{uuid.uuid4().hex[:8]}" for kind in ("idle", "busy"))
+        create_topic(broker.bootstrap, "expiry", 1)
+        with WireConnection(broker.bootstrap) as connection:
+            client = Client(connection)
+            _, idle_pid, _ = client.init(idle)
+            _, busy_pid, busy_epoch = client.init(busy)
+            assert client.add_partition(3, busy, busy_pid, busy_epoch, "expiry") == 0
+            later = f"later-{uuid.uuid4().hex[:8]}"
+            client.init(later)  # idle since after busy's last change
+
+            def listed() -> set[str]:
+                answer = client.request(ApiKey.LIST_TRANSACTIONS, 1, "ListTransactionsRequest",
+                                        state_filters=(), producer_id_filters=(),
+                                        duration_filter=-1)
+                return {t.transactional_id for t in answer.transaction_states}
+
+            wait_until(lambda: not {idle, later} & listed(),
+                       what="the idle transactional ids to expire")
+            # An open transaction keeps its id, however long it stays idle.
+            assert busy in listed()
+        broker.stop()
+        broker.start()
+        with WireConnection(broker.bootstrap) as connection:
+            client = Client(connection)
+            answer = client.request(ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                                    "DescribeTransactionsRequest", transactional_ids=(idle,))
+            assert answer.transaction_states[0].error_code == (
+                ErrorCode.transactional_id_not_found)
+            error, pid, epoch = client.init(idle)
+            assert (error, epoch) == (ErrorCode.none, 0) and pid != idle_pid
+    finally:
+        broker.kill()

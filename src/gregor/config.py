@@ -229,6 +229,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("transaction.max.timeout.ms", ConfigType.INT, 900000,
                   "largest transaction.timeout.ms a transactional producer may ask for",
                   minimum=1),
+        ConfigDef("transactional.id.expiration.ms", ConfigType.INT, 604800000,
+                  "a transactional id with no transaction open and no update for this long "
+                  "is forgotten", minimum=1),
+        ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", ConfigType.INT,
+                  3600000, "how often expired transactional ids are looked for", minimum=1),
         ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms",
                   ConfigType.INT, 10000, "how often transactions past their timeout are "
                   "looked for (and aborted)", minimum=1),

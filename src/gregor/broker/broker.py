@@ -155,6 +155,9 @@ class Broker:
             self._tasks.append(self._every(
                 self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
                 / 1000, self.transaction_coordinator.abort_timed_out))
+            self._tasks.append(self._every(
+                self.config["transaction.remove.expired.transaction.cleanup.interval.ms"]
+                / 1000, self.transaction_coordinator.expire_transactional_ids))
         if self.cluster is not None:
             self._tasks.append(asyncio.create_task(self.replica_manager.run_isr_checks()))
         if self.config["log.cleaner.enable"]:

@@ -82,6 +82,7 @@ class TransactionCoordinator:
         self.groups = groups
         self.state_log = TransactionStateLog(config, controller, replica_manager)
         self.max_timeout_ms = config["transaction.max.timeout.ms"]
+        self.expiration_ms = config["transactional.id.expiration.ms"]
         self.transactions: dict[str, TransactionMetadata] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -306,6 +307,30 @@ class TransactionCoordinator:
                 and (not producer_ids or meta.producer_id in producer_ids)
                 and (min_duration_ms < 0 or (meta.state == TransactionState.ONGOING
                                              and now - meta.start_ms >= min_duration_ms))]
+
+    # -------------------------------------------------------------- expiration
+    async def expire_transactional_ids(self) -> int:
+        """Forget ids idle longer than transactional.id.expiration.ms with no transaction
+        open (a tombstone in the log); how many. A producer using one again later
+        starts afresh, with a new producer id."""
+        now = _now_ms()
+        expired = 0
+        idle = (TransactionState.EMPTY, TransactionState.COMPLETE_COMMIT,
+                TransactionState.COMPLETE_ABORT)
+        for meta in list(self.transactions.values()):
+            if meta.state not in idle or now - meta.last_update_ms <= self.expiration_ms:
+                continue
+            async with self._lock(meta.transactional_id):
+                if self.transactions.get(meta.transactional_id) != meta:
+                    continue
+                try:
+                    await self.state_log.write_tombstone(meta.transactional_id)
+                except StateLogError as exc:
+                    log.warning("cannot expire %s: %s", meta.transactional_id, exc)
+                    continue
+                del self.transactions[meta.transactional_id]
+                expired += 1
+        return expired
 
     # ---------------------------------------------------------------- timeouts
     async def abort_timed_out(self) -> int:

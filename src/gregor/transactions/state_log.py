@@ -145,14 +145,20 @@ class TransactionStateLog:
 
     async def write(self, meta: TransactionMetadata) -> None:
         """Append the state and wait until every in-sync replica has it (acks=all)."""
-        index = self.partition_for(meta.transactional_id)
+        await self._append(meta.transactional_id, encode_value(meta))
+
+    async def write_tombstone(self, transactional_id: str) -> None:
+        """Forget the id (compaction then removes its records)."""
+        await self._append(transactional_id, None)
+
+    async def _append(self, transactional_id: str, value: bytes | None) -> None:
+        index = self.partition_for(transactional_id)
         partition = self.replica_manager.get(TRANSACTION_STATE_TOPIC, index)
         if partition is None:
             raise StateLogError(ErrorCode.not_coordinator,
                                 f"{TRANSACTION_STATE_TOPIC}-{index} is not hosted here")
         batch = encode_batch([Record(offset=0, timestamp=int(time.time() * 1000),
-                                     key=encode_key(meta.transactional_id),
-                                     value=encode_value(meta))])
+                                     key=encode_key(transactional_id), value=value)])
         try:
             partition.append_as_leader(batch, required_acks=-1)
         except LogAppendError as exc:
@@ -164,7 +170,7 @@ class TransactionStateLog:
                                                          30.0)
         if error != ErrorCode.none:
             raise StateLogError(ErrorCode.coordinator_not_available,
-                                f"state of {meta.transactional_id} not replicated: {error!r}")
+                                f"state of {transactional_id} not replicated: {error!r}")
 
     def read_all(self) -> Iterator[tuple[str, TransactionMetadata | None]]:
         """Every record of the partitions led here, oldest first (None: a tombstone)."""
