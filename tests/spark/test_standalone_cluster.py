@@ -10,6 +10,7 @@ Each worker offers two cores; the test session takes one executor core on each w
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -27,9 +28,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
 from gregor.broker.process import BrokerProcess
+from gregor.cli import main
 from gregor.pipelines.generators import activity_events, publish
 from gregor.spark.session import build_session
-from gregor.spark.standalone import SHARED_APP_CONF, StandaloneCluster
+from gregor.spark.standalone import SHARED_APP_CONF, SPARK_HOME, StandaloneCluster
 
 pytestmark = pytest.mark.spark_cluster
 
@@ -164,3 +166,28 @@ def test_executors_take_their_python_from_spark_archives(
     assert run.returncode == 0, run.stderr
     assert cluster_spark.read.parquet(str(tmp_path / "out")).count() == len(events)
     assert set(marker.read_text().split()) == {"driver", "executor"}
+
+
+def test_spark_submit_of_a_pipeline(cluster: StandaloneCluster, broker: BrokerProcess,
+                                    cluster_spark: SparkSession, tmp_path: Path) -> None:
+    """``spark-submit`` of gregor's command line: the pipeline takes spark-submit's master
+    and settings (no --master of its own), and its executors run on the cluster."""
+    topic = new_topic(broker.bootstrap, 2)
+    day = 24 * 3600 * 1000
+    events = list(islice(activity_events(9, int(time.time() * 1000) // day * day, 1000, topic),
+                         40))
+    publish(events, {"bootstrap.servers": broker.bootstrap}, reports_topic=None)
+    env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "PYSPARK_PYTHON": sys.executable,
+           "SPARK_LOCAL_IP": "127.0.0.1"}
+    run = subprocess.run(
+        [str(SPARK_HOME / "bin" / "spark-submit"), "--master", cluster.url,
+         "--executor-memory", "640m", "--total-executor-cores", "2",
+         main.__file__, "pipeline", "run", "warehouse",
+         "-b", broker.bootstrap, "--topic", topic, "--output", str(tmp_path / "out"),
+         "--from", datetime.fromtimestamp(events[0].ts_ms / 1000, UTC).isoformat(),
+         "--to", datetime.fromtimestamp((events[-1].ts_ms + 1) / 1000, UTC).isoformat()],
+        env=env, capture_output=True, text=True, timeout=START_TIMEOUT_S * 2)
+    assert run.returncode == 0, run.stderr
+    assert cluster_spark.read.parquet(str(tmp_path / "out")).count() == len(events)
+    assert any(a["name"] == "gregor-warehouse" and a["memoryperexecutor"] == 640
+               for a in cluster.state()["completedapps"])

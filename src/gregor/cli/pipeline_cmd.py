@@ -68,9 +68,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--to", dest="end", type=parse_time,
                      help="warehouse batch: end timestamp, exclusive")
     run.add_argument("--output", type=Path, help="warehouse: Parquet output directory")
-    run.add_argument("--master", default="local[2]", metavar="URL",
-                     help="Spark master: local[N] (default local[2]), spark://HOST:PORT of a "
-                          "standalone cluster, or any URL spark-submit takes")
+    run.add_argument("--master", metavar="URL",
+                     help="Spark master: local[N] (default local[2], or spark-submit's "
+                          "--master), spark://HOST:PORT of a standalone cluster, or any URL "
+                          "spark-submit takes")
     run.add_argument("--conf", action="append", type=parse_conf, default=[],
                      metavar="NAME=VALUE", help="a Spark setting (repeatable), as spark-submit's")
     run.set_defaults(run=run_pipeline)

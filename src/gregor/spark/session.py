@@ -16,9 +16,12 @@ from pyspark.sql import SparkSession
 from gregor.spark import register
 
 
-def build_session(app_name: str = "gregor-pipeline", master: str = "local[2]",
+def build_session(app_name: str = "gregor-pipeline", master: str | None = None,
                   **configs: str) -> SparkSession:
     """A session with the ``gregor`` source registered; ``configs`` adds Spark settings.
+
+    ``master`` is ``local[2]`` unless given, or under ``spark-submit`` the master and
+    Python that ``spark-submit`` was given (its JVM is already running, with its settings).
 
     With a master on this machine (``local[N]``, or a cluster's on a loopback address)
     Spark binds to loopback; a cluster elsewhere must reach the driver on an address of
@@ -30,14 +33,23 @@ def build_session(app_name: str = "gregor-pipeline", master: str = "local[2]",
     checkpoint freezes the number at the first run. UTC, so that timestamps in the JSON
     the pipelines write and dates of warehouse partitions do not depend on the machine.
     """
-    if _on_this_machine(master):
+    submitted = _SUBMITTED in os.environ
+    if master is None and not submitted:
+        master = "local[2]"
+    if master is not None and _on_this_machine(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # PySpark hands this to the JVM as the Python of every worker it starts.
-    os.environ["PYSPARK_PYTHON"] = configs.get("spark.pyspark.python", sys.executable)
-    _launch_jvm_in_its_own_session()
+    if "spark.pyspark.python" in configs:
+        os.environ["PYSPARK_PYTHON"] = configs["spark.pyspark.python"]
+    elif submitted:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    else:
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+    if not submitted:
+        _launch_jvm_in_its_own_session()
+    builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
     builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
+        builder.appName(app_name)
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
@@ -49,6 +61,10 @@ def build_session(app_name: str = "gregor-pipeline", master: str = "local[2]",
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     return session
+
+
+_SUBMITTED = "PYSPARK_GATEWAY_PORT"
+"""Set by ``spark-submit`` for the Python it starts: the JVM to connect to."""
 
 
 def _on_this_machine(master: str) -> bool:
