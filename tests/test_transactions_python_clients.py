@@ -1,17 +1,21 @@
 """Transactions with kafka-python and aiokafka against a real broker process: their
 transactional producers commit and abort (aborted records reach the log first),
 send consumed offsets with a transaction, and their read_committed consumers see
-only committed records while read_uncommitted ones see everything."""
+only committed records while read_uncommitted ones see everything; a second
+producer with the same transactional id fences the first."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 from aiokafka.structs import TopicPartition as AioTopicPartition
 from group_clients import create_topic
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import InvalidProducerEpochError, ProducerFencedError
 from kafka.structs import OffsetAndMetadata
 
 from gregor.broker.process import BrokerProcess
@@ -119,3 +123,53 @@ def test_aiokafka_transactions(broker: BrokerProcess, topic_name: str) -> None:
     assert committed == COMMITTED
     assert everything == COMMITTED | ABORTED
     assert offset == 2
+
+
+def test_kafka_python_producer_is_fenced_by_a_new_one(broker: BrokerProcess,
+                                                       topic_name: str) -> None:
+    create_topic(broker.bootstrap, topic_name, 2)
+    transactional_id = f"kp-fence-{uuid.uuid4().hex[:8]}"
+    old = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=transactional_id)
+    new = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=transactional_id)
+    try:
+        old.init_transactions()
+        old.begin_transaction()
+        old.send(topic_name, b"old", partition=0)
+        old.flush()
+        new.init_transactions()  # aborts what the old one left open
+        with pytest.raises((ProducerFencedError, InvalidProducerEpochError)):
+            old.commit_transaction()
+        new.begin_transaction()
+        new.send(topic_name, b"new", partition=1)
+        new.commit_transaction()
+    finally:
+        old.close(timeout=1)
+        new.close()
+    assert kafka_python_read(broker.bootstrap, topic_name, "read_committed") == {b"new"}
+
+
+def test_aiokafka_producer_is_fenced_by_a_new_one(broker: BrokerProcess,
+                                                   topic_name: str) -> None:
+    create_topic(broker.bootstrap, topic_name, 2)
+    transactional_id = f"ap-fence-{uuid.uuid4().hex[:8]}"
+
+    async def run() -> set[bytes]:
+        old = AIOKafkaProducer(bootstrap_servers=broker.bootstrap,
+                               transactional_id=transactional_id)
+        new = AIOKafkaProducer(bootstrap_servers=broker.bootstrap,
+                               transactional_id=transactional_id)
+        await old.start()
+        try:
+            await old.begin_transaction()
+            await old.send_and_wait(topic_name, b"old", partition=0)
+            await new.start()  # init: aborts what the old one left open
+            with pytest.raises((ProducerFenced, InvalidProducerEpoch)):
+                await old.commit_transaction()
+            async with new.transaction():
+                await new.send(topic_name, b"new", partition=1)
+        finally:
+            await new.stop()
+            await old.stop()
+        return await _aiokafka_read(broker.bootstrap, topic_name, "read_committed")
+
+    assert asyncio.run(run()) == {b"new"}
