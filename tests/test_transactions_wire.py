@@ -97,6 +97,12 @@ def test_every_advertised_transaction_version(broker: BrokerProcess, topic_name:
         client = Client(connection)
         versions = {key: advertised_versions(connection, key) for key in TXN_APIS}
         assert set(versions.values()) == {range(0, 4)}
+        for version in advertised_versions(connection, ApiKey.INIT_PRODUCER_ID):
+            txn = f"init-{version}-{uuid.uuid4().hex[:8]}"
+            first = client.init(txn, version=version)
+            assert first[0] == ErrorCode.none and first[2] == 0
+            # Again: the same producer id, the next epoch.
+            assert client.init(txn, version=version) == (ErrorCode.none, first[1], 1)
         for version in range(4):
             txn = f"wire-{version}-{uuid.uuid4().hex[:8]}"
             error, pid, epoch = client.init(txn)
