@@ -115,7 +115,8 @@ class SinkOptions:
 
 
 def client_config(options: Mapping[str, str]) -> dict[str, str]:
-    """librdkafka configuration: every ``kafka.``-prefixed option with the prefix removed.
+    """Client configuration: every ``kafka.``-prefixed option with the prefix removed (for
+    librdkafka on the driver and in the sink, and the executors' Fetch settings).
 
     ``bootstrap.servers`` is also accepted unprefixed, because that is how every other
     Kafka client spells it.

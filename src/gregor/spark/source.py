@@ -1,5 +1,7 @@
 """The ``gregor`` Python data source: Spark's Kafka source and sink for any
-Kafka-compatible broker, with confluent-kafka inside instead of Spark's Kafka jar."""
+Kafka-compatible broker, without Spark's Kafka jar: executors fetch record batches from
+partition leaders themselves (:mod:`gregor.spark.partition_reader`), while offsets are
+looked up and the sink produces with confluent-kafka."""
 
 from __future__ import annotations
 
