@@ -183,11 +183,17 @@ def test_endpoints_that_refuse_or_never_answer_are_named_missing(
 
 
 def test_without_metrics_the_pages_say_they_are_not_configured(console: Console) -> None:
+    name = f"mn-{uuid.uuid4().hex[:8]}"
+    status, answer = console.api("POST", "/api/topics", {"name": name, "partitions": 2})
+    assert status == 201, answer
     _, cluster = console.api("GET", "/api/cluster")
     assert cluster["throughput"]["bytes"] is None
     assert "not configured" in cluster["throughput"]["bytes_note"]
     _, topics = console.api("GET", "/api/topics")
-    assert "metrics" not in topics and all(t["size"] is None for t in topics["topics"])
+    assert "metrics" not in topics and "not configured" in topics["size_note"]
+    assert next(t for t in topics["topics"] if t["name"] == name)["size"] is None
+    _, topic = console.api("GET", f"/api/topics/{name}")
+    assert topic["bytes"] is None and [p["size"] for p in topic["partitions"]] == [None, None]
 
 
 def test_cluster_page_shows_bytes_in_under_load(browser: Chrome, metered_console: Console,
