@@ -1,9 +1,10 @@
 """Screenshots of every console page at a laptop's and a phone's width, for the README
 and for people to look at: ``.venv/bin/python tests/console/screenshots.py docs/img``.
 
-It starts its own broker and console, fills them with a little traffic (a producer
-that keeps writing, one group that keeps up and one that fell behind), waits for the
-charts to have a past, then saves ``console-<page>.png`` and ``console-<page>-phone.png``.
+It starts its own broker (serving metrics) and console (reading them), fills them
+with a little traffic (a producer that keeps writing, one group that keeps up and one
+that fell behind), waits for the charts to have a past, then saves
+``console-<page>.png`` and ``console-<page>-phone.png``.
 """
 
 from __future__ import annotations
@@ -106,8 +107,9 @@ def main(out: Path) -> None:
     stop = threading.Event()
     with tempfile.TemporaryDirectory() as tmp, \
             BrokerProcess(Path(tmp) / "data",
-                          overrides={"group.initial.rebalance.delay.ms": "0"}) as broker:
-        console = Console.start(broker.bootstrap, refresh_s=2)
+                          overrides={"group.initial.rebalance.delay.ms": "0",
+                                     "metrics.listener": "http://127.0.0.1:0/metrics"}) as broker:
+        console = Console.start(broker.bootstrap, refresh_s=2, metrics=[str(broker.metrics_url)])
         threads = seed(console, broker.bootstrap, stop)
         options = webdriver.ChromeOptions()
         for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",

@@ -114,7 +114,11 @@ class BrokerMetrics:
         except urllib.error.HTTPError as exc:
             return f"HTTP {exc.code} {exc.reason}"
         except urllib.error.URLError as exc:
-            return str(exc.reason)
+            # In words: "Connection refused", not "[Errno 111] Connection refused".
+            reason = exc.reason
+            if isinstance(reason, OSError) and reason.strerror:
+                return reason.strerror
+            return str(reason)
         except (OSError, ValueError) as exc:  # a timeout, a reset, not the text format
             return str(exc) or type(exc).__name__
 

@@ -47,6 +47,7 @@ export function formatBytes(n) {
 
 export function formatByteRate(perSecond) {
   if (perSecond === null || perSecond === undefined) return '–';
+  if (perSecond < 10) return `${Number(perSecond.toFixed(1))} B/s`;
   return `${formatBytes(Math.round(perSecond))}/s`;
 }
 

@@ -60,18 +60,18 @@ export function MetricsStatus({ status }) {
   );
 }
 
-// Bytes in and out, and messages in, per second from the brokers' metrics: now and
-// over the history window; the reason there are none when metrics are not configured.
+// Bytes in and out per second from the brokers' metrics: now and over the history
+// window; the reason there are none when metrics are not configured. (Messages in per
+// second are charted from log end offsets, which need no metrics.)
 export function BrokerThroughput({ view, title = 'Bytes in and out per second' }) {
   if (!view.bytes) return <p class="muted note" data-note="metrics">{view.bytes_note}</p>;
-  const { t, bytes_in: bytesIn, bytes_out: bytesOut, messages_in: messagesIn } = view.bytes;
+  const { t, bytes_in: bytesIn, bytes_out: bytesOut } = view.bytes;
   return (
     <section class="panel" data-panel="bytes">
       <h2>{title}</h2>
       <div class="stats">
         <Stat name="bytes-in" label="Bytes in now" value={formatByteRate(last(bytesIn))} />
         <Stat name="bytes-out" label="Bytes out now" value={formatByteRate(last(bytesOut))} />
-        <Stat name="messages-in" label="Messages in per second now" value={formatRate(last(messagesIn))} />
       </div>
       {t.length > 1
         ? <Chart times={t} series={[{ label: 'in', values: bytesIn }, { label: 'out', values: bytesOut }]}
