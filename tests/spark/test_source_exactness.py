@@ -72,11 +72,13 @@ def produce_mixed(bootstrap: str, topic: str, codec: str, count: int, seed: int)
 
 
 def librdkafka_rows(bootstrap: str, topics: dict[str, int],
-                    ranges: dict[tuple[str, int], tuple[int, int]] | None = None) -> list[Row]:
+                    ranges: dict[tuple[str, int], tuple[int, int]] | None = None,
+                    isolation: str = "read_uncommitted") -> list[Row]:
     """Every record of ``topics`` (name: partition count) up to the log end, or of
     ``ranges`` [start, end) per partition, as a librdkafka consumer hands them out."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
-                         "enable.partition.eof": True, "enable.auto.commit": False})
+                         "enable.partition.eof": True, "enable.auto.commit": False,
+                         "isolation.level": isolation})
     if ranges is None:
         ranges = {}
         for topic, count in topics.items():
@@ -199,3 +201,36 @@ def test_compacted_topic_with_gaps_matches_librdkafka(spark: SparkSession,
                      startingOffsets=f'{{"{topic}": {{"0": {start}}}}}',
                      endingOffsets=f'{{"{topic}": {{"0": {end}}}}}')
     assert got == expected
+
+
+def test_transactions_match_librdkafka_at_both_isolation_levels(
+        spark: SparkSession, cleaning_broker: BrokerProcess) -> None:
+    """Committed and aborted transactions with plain records between them: read_committed
+    leaves the aborted ones out, read_uncommitted keeps them, neither shows a marker."""
+    bootstrap = cleaning_broker.bootstrap
+    topic = create(bootstrap, f"exact-txn-{uuid.uuid4().hex[:6]}")
+    transactional = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                              "transactional.id": uuid.uuid4().hex, "compression.type": "lz4"})
+    plain = Producer({"bootstrap.servers": bootstrap})
+    transactional.init_transactions(30)
+    for index, commit in enumerate([True, False, False, True, False, True]):
+        transactional.begin_transaction()
+        for i in range(150):
+            transactional.produce(topic, b"txn-%d-%d" % (index, i), partition=i % PARTITIONS,
+                                  headers=[("txn", b"%d" % index)])
+            if i % 50 == 0:
+                plain.produce(topic, b"plain-%d-%d" % (index, i), partition=i % PARTITIONS)
+                plain.flush(30)
+        # Sent before the abort, or librdkafka drops them unsent and the log has none.
+        assert transactional.flush(30) == 0
+        if commit:
+            transactional.commit_transaction(30)
+        else:
+            transactional.abort_transaction(30)
+    for level in ("read_committed", "read_uncommitted"):
+        expected = librdkafka_rows(bootstrap, {topic: PARTITIONS}, isolation=level)
+        got = spark_rows(spark, bootstrap, subscribe=topic, **{"kafka.isolation.level": level})
+        committed = 3 * 150 + 6 * 3
+        assert len(expected) == (committed if level == "read_committed"
+                                 else committed + 3 * 150)
+        assert got == expected

@@ -8,10 +8,9 @@ broker reads and sends while this task builds columns.  Nothing joins a group or
 Spark's checkpoint, not the broker, remembers what was read.  Reading stops by offset, not
 by count, because compaction and transaction markers leave gaps.
 
-Transactions: read_uncommitted reads everything, as Spark's Kafka source does by default.
-read_committed reads up to the last stable offset and skips control batches, but a
-partition with aborted transactions in the range is refused: filtering aborted records
-is not implemented (gregor's broker has no transactions yet).
+Transactions: read_uncommitted reads everything, as Spark's Kafka source does by default;
+read_committed reads up to the last stable offset and leaves out the batches of aborted
+transactions (:mod:`gregor.spark.aborted_transactions`).  Control batches are never rows.
 """
 
 from __future__ import annotations
@@ -28,7 +27,8 @@ from gregor.protocol.compression import CompressionType, decompress
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.record_batch import HEADER_SIZE, BatchHeader, validate_batch
 from gregor.protocol.record_codec import iter_batches
-from gregor.spark.partition_leader import LeaderUnavailable, PartitionLeader
+from gregor.spark.aborted_transactions import AbortedTransactions
+from gregor.spark.partition_leader import READ_COMMITTED, LeaderUnavailable, PartitionLeader
 from gregor.spark.partition_range import PartitionRange, report_data_loss
 from gregor.spark.record_columns import ChunkBuilder
 
@@ -122,11 +122,6 @@ class _RangeReader:
         if error != ErrorCode.none:
             raise RuntimeError(f"{self._part.topic}-{self._part.partition}: fetch at offset "
                                f"{self.position} answered {error.name}")
-        if data.aborted_transactions:
-            raise NotImplementedError(
-                f"{self._part.topic}-{self._part.partition}: aborted transactions in the "
-                "range; kafka.isolation.level=read_committed cannot skip them yet"
-            )
         return data
 
     def _take(self, data: Any) -> list[tuple[bytes | memoryview, BatchHeader]]:
@@ -135,15 +130,20 @@ class _RangeReader:
         anything is decompressed, sends the next Fetch from there."""
         wanted = []
         before = self.position
+        read_committed = self._leader.settings.isolation_level == READ_COMMITTED
+        # Only a read_committed answer's list is the reader's to apply.
+        committed = AbortedTransactions(
+            (t.producer_id, t.first_offset)
+            for t in (data.aborted_transactions or () if read_committed else ()))
         for view in iter_batches(data.records or b""):
             header = validate_batch(view)
             if header.next_offset <= self.position:
                 continue
             self.position = header.next_offset
-            if not header.is_control and header.records_count:
+            if committed.keeps(view, header) and header.records_count:
                 wanted.append((view, header))
         if self.position == before:
-            self._no_batch(data.high_watermark)
+            self._no_batch(data.last_stable_offset if read_committed else data.high_watermark)
         elif self.position < self._part.end:
             try:
                 self._leader.send_fetch(self.position)
