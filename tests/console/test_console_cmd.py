@@ -27,3 +27,11 @@ def test_port_in_use_is_refused_at_once(capsys: pytest.CaptureFixture[str]) -> N
         assert main(["console", "--bootstrap-server", "127.0.0.1:9",
                      "--port", str(port)]) == 1
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_metrics_must_be_a_url(capsys: pytest.CaptureFixture[str]) -> None:
+    # host:port alone is what a Kafka user types for a broker; a scrape needs the URL.
+    assert main(["console", "--bootstrap-server", "127.0.0.1:9", "--port", "0",
+                 "--metrics", "127.0.0.1:9644"]) == 1
+    assert capsys.readouterr().err == (
+        "gregor: error: --metrics takes http://HOST:PORT/metrics, not '127.0.0.1:9644'\n")
