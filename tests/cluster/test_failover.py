@@ -509,3 +509,53 @@ def test_an_offset_commit_is_acknowledged_only_once_replicated(cluster: Cluster)
         assert consumer.committed([TopicPartition("t", 0)], timeout=30)[0].offset == 2
     finally:
         consumer.close()
+
+
+def test_a_consumer_detects_the_truncation_of_an_unclean_election(cluster: Cluster) -> None:
+    """KIP-320 through librdkafka: with min.insync.replicas=1 the leader alone committed
+    records a consumer read; then it dies and unclean election makes a replica that never
+    had them leader. Validating its position at the new leader epoch, the consumer is
+    answered with the end of the epoch it read them in there (OffsetForLeaderEpoch),
+    finds its log truncated and says so, then reads the new log from there."""
+    cluster.create_topic("t", **{"min.insync.replicas": "1",
+                                  "unclean.leader.election.enable": "true"})
+    leader = cluster.leader("t")
+    follower, other = [b for b in cluster.brokers if b != leader]
+    cluster.brokers[follower].kill()
+    cluster.brokers[other].kill()
+    cluster.wait_for(lambda m: m.topics["t"].partitions[0].isrs == [leader],
+                     "the ISR to shrink to the leader")
+    # Every broker's address, the dead ones' too: clients must find the follower later.
+    everyone = ",".join(broker.bootstrap for broker in cluster.brokers.values())
+    producer = Producer({"bootstrap.servers": everyone, "acks": "all", "log_level": 0})
+    for i in range(5):
+        producer.produce("t", b"committed-alone-%d" % i)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": everyone, "group.id": "kip-320",
+                         "enable.auto.commit": False, "log_level": 0,
+                         "auto.offset.reset": "error",
+                         "topic.metadata.refresh.interval.ms": 500})
+    try:
+        consumer.assign([TopicPartition("t", 0, 0)])
+        seen: list[bytes] = []
+        _consume(consumer, seen, 5)
+        cluster.brokers[leader].kill()
+        cluster.brokers[follower].start()
+        cluster.wait_for(lambda m: m.topics["t"].partitions[0].leader == follower,
+                         "the replica without the records to lead")
+        deadline = time.monotonic() + 60
+        while (message := consumer.poll(0.5)) is None:
+            assert time.monotonic() < deadline, "no word from the consumer"
+        error = message.error()
+        assert error is not None, message.value()
+        # With auto.offset.reset=error librdkafka reports it rather than seeking.
+        assert error.code() == KafkaError._AUTO_OFFSET_RESET
+        assert ("log truncation detected at offset 5 (leader epoch 0): broker end offset "
+                "is 0") in error.str()
+        producer.produce("t", b"after")
+        assert producer.flush(30) == 0
+        consumer.assign([TopicPartition("t", 0, 0)])  # from the truncation point
+        _consume(consumer, seen, 6)
+        assert seen[5:] == [b"after"]
+    finally:
+        consumer.close()
