@@ -40,7 +40,13 @@ START_TIMEOUT_S = 120.0
 
 @pytest.fixture(scope="module")
 def cluster_spark(cluster: StandaloneCluster) -> Iterator[SparkSession]:
+    """An application with its two executors registered: jobs may start on the first, and
+    the tests look at where executors run."""
     session = build_session("gregor-cluster-tests", cluster.url, **SHARED_APP_CONF)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while executors(session) < 2:
+        assert time.monotonic() < deadline, "the cluster never started two executors"
+        time.sleep(0.2)
     yield session
     session.stop()
 
