@@ -16,6 +16,7 @@ from gregor.broker import group_routes, transactions
 from gregor.broker.allocator import keep_large_buffers_in_heap
 from gregor.broker.connection import MIN_REQUEST_SIZE, Connection
 from gregor.broker.frame_protocol import FrameProtocol
+from gregor.broker.log_flusher import LogFlusher
 from gregor.broker.request import Request
 from gregor.broker.router import Router
 from gregor.cluster.controller import ClusterAdmin, SingleNodeController
@@ -48,6 +49,8 @@ class Broker:
         self.broker_id = config.node_id
         config.log_dir.mkdir(parents=True, exist_ok=True)
         self.log_manager = LogManager(config.log_dir)
+        self.log_flusher = LogFlusher()
+        self.log_manager.segment_flusher = self.log_flusher.segment_rolled
         # In a cluster, metadata lives in ZooKeeper; alone, in a file beside the logs.
         self.cluster = ZkClusterMember(config) if config.zookeeper_mode else None
         self.controller: ClusterAdmin
@@ -202,6 +205,8 @@ class Broker:
             await server.wait_closed()
         await self.group_coordinator.shutdown()
         await self.replica_manager.stop()
+        await self.log_flusher.drain()
+        self.log_flusher.close()
         self.log_manager.shutdown(self.replica_manager.high_watermarks())
         if self.cluster is not None:
             await self.cluster.close()
@@ -262,8 +267,9 @@ class Broker:
             for tp in list(self.replica_manager.partitions):
                 self.replica_manager.notify(tp)
 
-    def _checkpoint(self) -> None:
-        self.log_manager.checkpoint(self.replica_manager.high_watermarks())
+    async def _checkpoint(self) -> None:
+        await self.log_flusher.write(
+            self.log_manager.periodic_checkpoint(self.replica_manager.high_watermarks()))
 
     # ------------------------------------------------------------------ logging
     def warn_once(self, kind: str, message: str, *args: object,

@@ -50,6 +50,11 @@ log = logging.getLogger(__name__)
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 
 
+SegmentFlusher = Callable[["Log", LogSegment, int], None]
+"""Takes a rolled segment (and the offset after it) to fsync off the caller's thread; it
+calls the log's ``segment_flushed`` back on the log's own thread once the data is on disk."""
+
+
 class LogAppendError(Exception):
     """An append rejected with a Kafka error code; nothing of it was written."""
 
@@ -105,6 +110,9 @@ class Log:
         self.recovery_point = recovery_point
         # Set by the LogManager to persist a moved log start offset at once.
         self.on_log_start_offset_moved: Callable[[Log], None] | None = None
+        # Set by the LogManager when a broker fsyncs rolled segments in the background;
+        # without one a roll fsyncs the segment it closes before returning.
+        self.segment_flusher: SegmentFlusher | None = None
         self._last_flush_ms = int(time.time() * 1000)
         self._load_segments(recover, log_start_offset)
         # The checkpoint may lag segment deletions (retention) or, after losing an
@@ -461,14 +469,27 @@ class Log:
         old = self.active_segment
         if old.size == 0:
             return old
-        old.on_become_inactive()
         new = self._new_segment(self.log_end_offset)
         self.segments.append(new)
         self._bases.append(new.base_offset)
-        self.recovery_point = new.base_offset
+        if self.segment_flusher is None:
+            old.on_become_inactive()
+            self.recovery_point = new.base_offset
+        else:
+            self.segment_flusher(self, old, new.base_offset)
         self.producer_state.take_snapshot(new.base_offset)
         log.info("%s: rolled new segment at offset %d", self.name, new.base_offset)
         return new
+
+    def segment_flushed(self, segment: LogSegment, next_offset: int) -> None:
+        """A rolled segment is on disk (fsynced in the background): release its index
+        writers, and let the recovery point pass it unless the log changed under it
+        meanwhile (a truncation into it made it active again or removed it). Flushes
+        complete in the order the segments rolled, so every segment below is on disk."""
+        segment.release_index_writers()
+        if (any(s is segment for s in self.segments) and segment is not self.active_segment
+                and next_offset <= self.log_end_offset):
+            self.recovery_point = max(self.recovery_point, next_offset)
 
     def flush(self) -> None:
         self.active_segment.flush()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gregor.config import TopicConfig
 from gregor.storage.checkpoint_file import read_checkpoint, write_checkpoint
-from gregor.storage.log import Log, parse_partition_dir
+from gregor.storage.log import Log, SegmentFlusher, parse_partition_dir
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,8 @@ class LogManager:
         self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         self.logs: dict[TopicPartition, Log] = {}
+        # Given to every log: a broker fsyncs rolled segments off its event loop.
+        self.segment_flusher: SegmentFlusher | None = None
         marker = log_dir / CLEAN_SHUTDOWN_FILE
         self.had_clean_shutdown = marker.exists()
         # The marker stays only while the broker is stopped cleanly.
@@ -73,6 +75,7 @@ class LogManager:
     def _add(self, lg: Log) -> Log:
         self.logs[(lg.topic, lg.partition)] = lg
         lg.on_log_start_offset_moved = self._log_start_offset_moved
+        lg.segment_flusher = self.segment_flusher
         return lg
 
     def _log_start_offset_moved(self, _: Log) -> None:
@@ -91,10 +94,22 @@ class LogManager:
 
     def checkpoint(self, high_watermarks: dict[TopicPartition, int]) -> None:
         """Persist recovery points, log start offsets and high watermarks of every log."""
-        write_checkpoint(self.log_dir / RECOVERY_POINT_FILE,
-                         {tp: lg.recovery_point for tp, lg in self.logs.items()})
+        self.periodic_checkpoint(high_watermarks)()
         self._write_log_start_offsets()
-        write_checkpoint(self.log_dir / HIGH_WATERMARK_FILE, high_watermarks)
+
+    def periodic_checkpoint(self, high_watermarks: dict[TopicPartition, int]
+                            ) -> Callable[[], None]:
+        """Recovery points and high watermarks of this moment, to be written (two fsynced
+        files) later on a worker thread, off the broker's event loop. Log start offsets
+        are not among them: the moves that matter (DeleteRecords, a follower restarting
+        its log) are written when they happen, and retention's show in the segment files."""
+        recovery_points = {tp: lg.recovery_point for tp, lg in self.logs.items()}
+
+        def write() -> None:
+            write_checkpoint(self.log_dir / RECOVERY_POINT_FILE, recovery_points)
+            write_checkpoint(self.log_dir / HIGH_WATERMARK_FILE, high_watermarks)
+
+        return write
 
     def flush_due(self, now_ms: int) -> None:
         for lg in self.logs.values():

@@ -385,9 +385,12 @@ class LogSegment:
         self.unflushed_messages = 0
 
     def on_become_inactive(self) -> None:
-        """Fsync a segment that stops being the active one and release its index writers:
-        a log may hold thousands of segments, and only the active one is appended to."""
+        """Fsync a segment that stops being the active one and release its index writers."""
         self.flush()
+        self.release_index_writers()
+
+    def release_index_writers(self) -> None:
+        """A log may hold thousands of segments, and only the active one is appended to."""
         self.offset_index.close()
         self.time_index.close()
 

@@ -1,0 +1,63 @@
+"""Fsyncs that would stall the event loop, done on a worker thread instead.
+
+A rolled segment can hold a gigabyte of dirty pages, and its fsync takes as long as the
+disk needs to write them: done on the event loop, every client of the broker would wait
+for it. Kafka hands the same work to its scheduler (the "flush-log" task after a roll,
+and the periodic checkpoints). One worker thread keeps the flushes in roll order, so a
+log's recovery point only ever passes segments that are on disk, and keeps periodic
+checkpoints from overtaking each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from gregor.storage.log import Log
+from gregor.storage.segment import LogSegment
+
+log = logging.getLogger(__name__)
+
+
+class LogFlusher:
+    def __init__(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-flusher")
+        self._pending: set[asyncio.Future[None]] = set()
+
+    def segment_rolled(self, owner: Log, segment: LogSegment, next_offset: int) -> None:
+        """Fsync ``segment`` in the background; the log hears back on the event loop."""
+        future = self._submit(segment.flush)
+        future.add_done_callback(functools.partial(self._flushed, owner, segment, next_offset))
+
+    async def write(self, action: Callable[[], None]) -> None:
+        """Run ``action`` (a checkpoint write) on the worker, after what came before."""
+        await self._submit(action)
+
+    async def drain(self) -> None:
+        """Wait for every flush and write handed over so far (before the logs close)."""
+        await asyncio.gather(*self._pending, return_exceptions=True)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+    def _submit(self, action: Callable[[], None]) -> asyncio.Future[None]:
+        future = asyncio.get_running_loop().run_in_executor(self._executor, action)
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+        return future
+
+    @staticmethod
+    def _flushed(owner: Log, segment: LogSegment, next_offset: int,
+                 future: asyncio.Future[None]) -> None:
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is not None:
+            # The recovery point stays below the segment: after a crash, recovery checks it.
+            log.error("%s: fsync of the segment at offset %d failed: %s",
+                      owner.name, segment.base_offset, error)
+            return
+        owner.segment_flushed(segment, next_offset)
