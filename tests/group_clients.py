@@ -105,6 +105,14 @@ class PollingConsumer:
     def _on_stats(self, stats: str) -> None:
         self._stats = json.loads(stats)
 
+    def fresh_stats(self) -> None:
+        """Wait for statistics taken after this call. Those at hand may be up to an
+        interval old (more under load), so counters read just after an event may miss
+        it and count it later. Their ``ts`` is librdkafka's clock, CLOCK_MONOTONIC in
+        microseconds, as is ``time.monotonic()``."""
+        now = time.monotonic() * 1_000_000
+        wait_until(lambda: self._stats.get("ts", 0) > now, what="statistics taken from now")
+
     def requests_sent(self, request: str) -> int:
         """How many ``request`` requests (librdkafka's names: "Heartbeat", "Fetch", ...)
         this member has sent, over all its connections, by its latest statistics."""

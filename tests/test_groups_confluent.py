@@ -135,6 +135,7 @@ def test_static_member_restarting_within_session_keeps_partitions_without_rebala
     try:
         wait_for_assignments([other, first], 4, [2, 2])
         kept, others = first.partitions(), other.partitions()
+        other.fresh_stats()
         rebalances = (other.assign_calls, other.revoke_calls, other.rebalances())
         first.close()  # a static member does not send LeaveGroup
         restarted = PollingConsumer(broker.bootstrap, group, [topic_name],
@@ -143,6 +144,7 @@ def test_static_member_restarting_within_session_keeps_partitions_without_rebala
         # A rebalance started by the rejoin reaches the other member as the answer to
         # its next heartbeat; it sends one only once the previous one was answered, so
         # by its second heartbeat from now it has heard of any rebalance.
+        other.fresh_stats()
         heartbeats = other.requests_sent("Heartbeat")
         wait_until(lambda: other.requests_sent("Heartbeat") >= heartbeats + 2,
                    what="two more heartbeats of the other member")
