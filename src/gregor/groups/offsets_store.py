@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 from gregor.cluster.controller import ClusterAdmin, ControllerError
+from gregor.cluster.partition import Partition
 from gregor.cluster.replica_manager import ReplicaManager
 from gregor.cluster.znodes import BrokerRegistration
 from gregor.config import BrokerConfig
@@ -167,23 +168,29 @@ class OffsetsStore:
         with an error in the log rather than stopping the load of every other group.
         """
         partition = self.replica_manager.get(OFFSETS_TOPIC, index)
-        if partition is None:
+        if partition is not None:
+            yield from read_log(partition)
+
+
+def read_log(partition: Partition) -> Iterator[tuple[BatchHeader, list[Record]]]:
+    """Every batch of a partition's log with its records, oldest first, up to its log
+    end: what a coordinator reads back to load its state (never the hot path). A corrupt
+    batch is skipped with an error in the log rather than stopping the load."""
+    position = partition.log_start_offset
+    while True:
+        region = partition.log.read(position, _LOAD_CHUNK_BYTES, partition.log_end_offset)
+        if region is None:
             return
-        position = partition.log_start_offset
-        while True:
-            region = partition.log.read(position, _LOAD_CHUNK_BYTES, partition.log_end_offset)
-            if region is None:
-                return
-            for batch in iter_batches(region.read()):
-                try:
-                    header, records = decode_records(batch)
-                except InvalidRecordBatch as exc:
-                    header = read_header(batch)
-                    log.error("%s-%d: skipping unreadable batch at offset %d: %s",
-                              OFFSETS_TOPIC, index, header.base_offset, exc)
-                    records = []
-                yield header, records
-                position = header.last_offset + 1
+        for batch in iter_batches(region.read()):
+            try:
+                header, records = decode_records(batch)
+            except InvalidRecordBatch as exc:
+                header = read_header(batch)
+                log.error("%s: skipping unreadable batch at offset %d: %s",
+                          partition.name, header.base_offset, exc)
+                records = []
+            yield header, records
+            position = header.last_offset + 1
 
 
 # Kafka's GroupMetadataManager maps storage errors to errors group clients understand.

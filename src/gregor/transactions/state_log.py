@@ -17,10 +17,9 @@ from gregor.cluster.controller import ClusterAdmin, ControllerError
 from gregor.cluster.replica_manager import ReplicaManager
 from gregor.cluster.znodes import BrokerRegistration
 from gregor.config import BrokerConfig
-from gregor.groups.offsets_store import partition_for
+from gregor.groups.offsets_store import partition_for, read_log
 from gregor.protocol.errors import ErrorCode
-from gregor.protocol.record_batch import InvalidRecordBatch
-from gregor.protocol.record_codec import Record, decode_records, encode_batch, iter_batches
+from gregor.protocol.record_codec import Record, encode_batch
 from gregor.storage.log import LogAppendError
 from gregor.transactions.metadata import TransactionMetadata, TransactionState
 
@@ -29,7 +28,6 @@ log = logging.getLogger(__name__)
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 # Kafka's transaction.state.log.segment.bytes default.
 _TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
-_LOAD_CHUNK_BYTES = 1024 * 1024
 _KEY_VERSION = 0
 _VALUE_VERSION = 0
 _I16 = struct.Struct(">h")
@@ -181,26 +179,10 @@ class TransactionStateLog:
             partition = self.replica_manager.get(TRANSACTION_STATE_TOPIC, index)
             if partition is None or not partition.is_leader:
                 continue
-            yield from self._read(index, partition)
-
-    @staticmethod
-    def _read(index: int, partition) -> Iterator[tuple[str, TransactionMetadata | None]]:
-        position = partition.log_start_offset
-        while True:
-            region = partition.log.read(position, _LOAD_CHUNK_BYTES, partition.log_end_offset)
-            if region is None:
-                return
-            for batch in iter_batches(region.read()):
-                try:
-                    header, records = decode_records(batch)
-                except InvalidRecordBatch as exc:
-                    log.error("%s-%d: skipping unreadable batch: %s",
-                              TRANSACTION_STATE_TOPIC, index, exc)
-                    return
+            for _, records in read_log(partition):
                 for record in records:
                     if record.key is None:
                         continue
                     txn_id = decode_key(record.key)
                     yield txn_id, (None if record.value is None
                                    else decode_value(txn_id, record.value))
-                position = header.last_offset + 1
