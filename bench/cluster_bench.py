@@ -40,6 +40,7 @@ import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from bench.sections import write_section  # noqa: E402
 from gregor.broker.process import BrokerProcess  # noqa: E402
 from gregor.cluster.zookeeper_server import ZooKeeperServer  # noqa: E402
 
@@ -333,24 +334,12 @@ def main() -> None:
         summarize_in(DOCS / "benchmarks.md", table)
 
 
-SUMMARY_START, SUMMARY_END = "<!-- cluster_bench -->", "<!-- /cluster_bench -->"
-
-
 def summarize_in(path: Path, table: str) -> None:
-    """Put the figures in the main benchmark report too (the issue's targets are read
-    there): a section between markers, replaced on every run, appended the first time."""
-    section = (f"{SUMMARY_START}\n## Replicated cluster\n\n`python -m bench.cluster_bench`, "
-               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; setup, Kafka's "
-               f"defaults and the plot: [cluster-benchmarks.md](cluster-benchmarks.md).\n\n"
-               f"{table}\n{SUMMARY_END}\n")
-    text = path.read_text() if path.exists() else ""
-    start, end = text.find(SUMMARY_START), text.find(SUMMARY_END)
-    if start >= 0 and end > start:
-        rest = text[end + len(SUMMARY_END):].lstrip("\n")
-        text = text[:start] + section + ("\n" + rest if rest else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
+    """Put the figures in the main benchmark report too (the issue's targets are read there)."""
+    write_section(path, "cluster_bench", (
+        f"## Replicated cluster\n\n`python -m bench.cluster_bench`, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; setup, Kafka's "
+        f"defaults and the plot: [cluster-benchmarks.md](cluster-benchmarks.md).\n\n{table}"))
 
 
 def _document(table: str) -> str:

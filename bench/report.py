@@ -2,7 +2,8 @@
 
 Everything in the document is generated, except the analysis kept by hand in
 ``bench/findings.md`` (profiles, what limits gregor, what to change), which is
-appended as it is so that a new run does not lose it.
+appended as it is so that a new run does not lose it, and the sections other
+benchmarks keep in the document (bench.sections), carried over from the old one.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from bench.plots import write_plots
 from bench.results import Results
+from bench.sections import kept_sections
 from bench.summary import GREGOR, cases, cell, ratio, systems, targets, unmeasured
 
 FINDINGS = Path(__file__).with_name("findings.md")
@@ -258,7 +260,9 @@ def _repetitions(results: Results) -> int:
 
 
 def write_report(results: Results, out: Path) -> None:
+    """Write the report, keeping the sections other benchmarks wrote into the old one."""
     out.parent.mkdir(parents=True, exist_ok=True)
     plots = write_plots(results, out.parent / "img")
     results.save(out.with_suffix(".json"))
-    out.write_text(render(results, plots, out))
+    kept = kept_sections(out)
+    out.write_text("\n".join([render(results, plots, out), *kept]))

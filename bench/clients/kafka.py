@@ -88,7 +88,8 @@ class KafkaClient:
                 _librdkafka_log.warning("deleting %s: %s", name, exc)
 
     def produce(self, name: str, partitions: int, records: RecordSet, acks: str,
-                watch: Stopwatch) -> Window:
+                watch: Stopwatch, settings: dict[str, Any] | None = None) -> Window:
+        """``settings`` override PRODUCER_CONFIG (bench.txn_bench: an idempotent producer)."""
         failures: list[KafkaError] = []
 
         def on_delivery(error: KafkaError | None, _msg: Message) -> None:
@@ -96,7 +97,7 @@ class KafkaClient:
                 failures.append(error)
 
         producer = Producer({**_common(self.bootstrap), **PRODUCER_CONFIG, "acks": acks,
-                             "on_delivery": on_delivery})
+                             **(settings or {}), "on_delivery": on_delivery})
         producer.list_topics(name, timeout=10)  # connect before the clock starts
         # produce_batch() takes a list of messages in one C call: with produce()
         # per record the Python load generator, not the broker, sets the pace. It
@@ -126,16 +127,21 @@ class KafkaClient:
         return window
 
     def consume(self, name: str, partitions: int, records: RecordSet,
-                watch: Stopwatch) -> Window:
-        consumer = Consumer({**_common(self.bootstrap), **CONSUMER_CONFIG})
+                watch: Stopwatch, settings: dict[str, Any] | None = None,
+                expected: list[list[bytes]] | None = None) -> Window:
+        """``settings`` override CONSUMER_CONFIG; ``expected`` (per partition) replaces
+        ``records`` as what must come back, when not all of them should (bench.txn_bench:
+        aborted transactions at read_committed)."""
+        wanted = records.partitions(partitions) if expected is None else expected
+        consumer = Consumer({**_common(self.bootstrap), **CONSUMER_CONFIG, **(settings or {})})
         try:
             watch.start()
             consumer.assign([TopicPartition(name, p, 0) for p in range(partitions)])
-            batches = _drain(consumer, records.count)
+            batches = _drain(consumer, sum(map(len, wanted)))
             window = watch.stop()
         finally:
             consumer.close()
-        _tally(batches).verify(records.partitions(partitions), name)
+        _tally(batches).verify(wanted, name)
         return window
 
     def consume_bare(self, name: str, partitions: int, records: RecordSet,
