@@ -21,6 +21,7 @@ from pathlib import Path
 from bench.cpu import Stopwatch
 from bench.peers.gregor import GregorPeer
 from bench.records import RecordSet
+from bench.txn_bench import produce_in_transactions
 
 
 def _folded_totals(path: Path) -> tuple[Counter[str], Counter[str], int]:
@@ -49,7 +50,9 @@ def _print_top(title: str, counts: Counter[str], total: int, limit: int) -> None
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
-    parser.add_argument("workload", choices=["produce", "consume", "fetch"])
+    parser.add_argument("workload", choices=["produce", "consume", "fetch", "txn-produce"],
+                        help="txn-produce: one transactional producer, transactions of "
+                             "1,000 records (bench.txn_bench)")
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=1)
     parser.add_argument("--acks", default="1")
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         topic = f"profile-{uuid.uuid4().hex[:8]}"
         client.create(topic, args.partitions)
         watch = Stopwatch(peer.server_pids)
-        if args.workload != "produce":
+        if args.workload not in ("produce", "txn-produce"):
             client.produce(topic, args.partitions, records, args.acks, watch)
         folded = workdir / "profile.txt"
         spy = subprocess.Popen([py_spy, "record", "--pid", str(peer.server_pids()[0]),
@@ -84,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
             while spy.poll() is None:
                 if args.workload == "produce":
                     runs.append(client.produce(topic, args.partitions, records, args.acks, watch))
+                elif args.workload == "txn-produce":
+                    runs.append(produce_in_transactions(client.bootstrap, topic, records, watch,
+                                                        partitions=args.partitions))
                 elif args.workload == "consume":
                     runs.append(client.consume(topic, args.partitions, records, watch))
                 else:

@@ -1,0 +1,350 @@
+"""What transactions cost: transactional against idempotent produce, read_committed
+against read_uncommitted consume.
+
+Run with ``python -m bench.txn_bench`` (``--quick`` for a smoke run). Against one
+broker process, in one run, with confluent-kafka (librdkafka), 1 KiB records over
+:data:`PARTITIONS` partitions, bench's usual producer and consumer settings:
+
+* produce: one transactional producer sending transactions of 1,000 records
+  (``begin_transaction``, the records, ``commit_transaction``) against one idempotent
+  producer (acks=all) sending the same records as fast as it goes; target: at least
+  80% of the idempotent producer's records/s. Each run writes a fresh topic, and is
+  read back at read_committed, every record checked.
+* consume: a topic written in transactions of 1,000 records, every tenth one aborted,
+  read from the start at read_uncommitted (every record must come back, the aborted
+  ones too) and at read_committed (exactly the committed ones, none of the aborted);
+  target: read_committed at least 90% of read_uncommitted. Both read the same log, so
+  the rate compared is the log's records per second of the read, delivered or not
+  (records delivered per second are shown too: read_committed delivers 90% of them).
+
+Runs alternate in ABBA order (A, B, B, A, ...) so drift in the machine's load falls
+on both alike; figures are medians, with the broker's CPU per record. It prints a
+table, writes ``txn_bench.json`` to ``bench/out/`` and, unless ``--quick``,
+``docs/txn-benchmarks.md`` with its plot ``docs/img/bench-txn.png`` and its table in a
+section of ``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+from confluent_kafka import KafkaError, Message, Producer  # noqa: E402
+
+from bench.clients.kafka import PRODUCER_CONFIG, KafkaClient  # noqa: E402
+from bench.cpu import Stopwatch, Window, collector_paused  # noqa: E402
+from bench.records import RecordSet, VerificationError  # noqa: E402
+from bench.sections import write_section  # noqa: E402
+from gregor.broker.process import BrokerProcess  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "out"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+RECORD = 1024
+PARTITIONS = 4
+TRANSACTION = 1000  # records per transaction
+ABORT_EVERY = 10  # every tenth transaction of the consume topic is aborted
+PRODUCE_TARGET, CONSUME_TARGET = 0.8, 0.9
+IDEMPOTENT = {"enable.idempotence": True}
+READ_COMMITTED = {"isolation.level": "read_committed"}
+READ_UNCOMMITTED = {"isolation.level": "read_uncommitted"}
+_TIMEOUT_S = 60
+
+
+@dataclass
+class Run:
+    workload: str  # "idempotent produce", "read_committed consume", ...
+    records: int  # records of the log the run wrote or read
+    delivered: int  # records it acknowledged or handed to the application
+    seconds: float
+    broker_cores: float
+    client_cores: float
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds
+
+    @property
+    def broker_us_per_record(self) -> float:
+        return self.broker_cores * self.seconds / self.records * 1e6
+
+
+@dataclass
+class Row:
+    measured: str
+    baseline: str
+    measured_records_per_s: float
+    baseline_records_per_s: float
+    measured_delivered_per_s: float
+    baseline_delivered_per_s: float
+    measured_us: float
+    baseline_us: float
+    target: float
+    runs: int
+
+    @property
+    def ratio(self) -> float:
+        return self.measured_records_per_s / self.baseline_records_per_s
+
+    @property
+    def met(self) -> bool:
+        return self.ratio >= self.target
+
+
+def produce_in_transactions(bootstrap: str, topic: str, records: RecordSet,
+                            watch: Stopwatch, aborted: Callable[[int], bool] = lambda _: False,
+                            partitions: int = PARTITIONS) -> Window:
+    """One transactional producer: transaction ``i`` holds records ``i * TRANSACTION`` to
+    ``(i + 1) * TRANSACTION - 1`` (round-robin over the partitions, as every bench
+    producer sends them) and is aborted if ``aborted(i)``."""
+    failures: list[KafkaError] = []
+
+    def on_delivery(error: KafkaError | None, _msg: Message) -> None:
+        if error is not None:
+            failures.append(error)
+
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, **IDEMPOTENT,
+                         "acks": "all", "transactional.id": f"bench-{uuid.uuid4().hex[:8]}",
+                         "on_delivery": on_delivery, "log_level": 0})
+    producer.init_transactions(_TIMEOUT_S)  # finding the coordinator is not timed
+    lanes = [[{"value": value} for value in lane] for lane in records.partitions(partitions)]
+    per_lane = TRANSACTION // partitions
+    watch.start()
+    for number, start in enumerate(range(0, len(lanes[0]), per_lane)):
+        producer.begin_transaction()
+        for partition, lane in enumerate(lanes):
+            batch = lane[start:start + per_lane]
+            if producer.produce_batch(topic, batch, partition=partition) != len(batch):
+                raise VerificationError(f"{topic}: producer queue refused records")
+        producer.poll(0)
+        if aborted(number):
+            # Written first: abort_transaction would purge records still queued in the
+            # client, and the log must hold aborted records for readers to skip.
+            producer.flush(_TIMEOUT_S)
+            producer.abort_transaction(_TIMEOUT_S)
+        else:
+            producer.commit_transaction(_TIMEOUT_S)
+    window = watch.stop()
+    if failures:
+        raise VerificationError(f"{topic}: {len(failures)} records failed ({failures[0]})")
+    return window
+
+
+def committed_values(records: RecordSet, aborted: Callable[[int], bool]) -> list[list[bytes]]:
+    """What a read_committed reader must see, per partition."""
+    per_lane = TRANSACTION // PARTITIONS
+    return [[value for index, value in enumerate(lane) if not aborted(index // per_lane)]
+            for lane in records.partitions(PARTITIONS)]
+
+
+def _every_tenth(number: int) -> bool:
+    return number % ABORT_EVERY == ABORT_EVERY - 1
+
+
+class Bench:
+    def __init__(self, broker: BrokerProcess) -> None:
+        self.broker = broker
+        self.client = KafkaClient(broker.bootstrap)
+        self.watch = Stopwatch(lambda: [broker.pid] if broker.pid is not None else [])
+
+    def _run(self, workload: str, records: int, delivered: int, window: Window) -> Run:
+        return Run(workload, records, delivered, window.seconds, window.server_cores,
+                   window.client_cores)
+
+    def produce(self, records: RecordSet, transactional: bool) -> Run:
+        topic = f"p-{uuid.uuid4().hex[:8]}"
+        self.client.create(topic, PARTITIONS)
+        with collector_paused():
+            if transactional:
+                window = produce_in_transactions(self.broker.bootstrap, topic, records,
+                                                 self.watch)
+            else:
+                window = self.client.produce(topic, PARTITIONS, records, "all", self.watch,
+                                             IDEMPOTENT)
+            # Read back: every record once, in order, committed.
+            self.client.consume(topic, PARTITIONS, records, Stopwatch(lambda: []),
+                                READ_COMMITTED)
+        self.client.delete(topic, PARTITIONS)
+        kind = "transactional" if transactional else "idempotent"
+        return self._run(f"{kind} produce", records.count, records.count, window)
+
+    def write_aborting(self, records: RecordSet) -> str:
+        topic = f"c-{uuid.uuid4().hex[:8]}"
+        self.client.create(topic, PARTITIONS)
+        produce_in_transactions(self.broker.bootstrap, topic, records, Stopwatch(lambda: []),
+                                _every_tenth)
+        return topic
+
+    def consume(self, topic: str, records: RecordSet, committed: bool) -> Run:
+        expected = committed_values(records, _every_tenth) if committed else None
+        with collector_paused():
+            window = self.client.consume(topic, PARTITIONS, records, self.watch,
+                                         READ_COMMITTED if committed else READ_UNCOMMITTED,
+                                         expected)
+        delivered = records.count if expected is None else sum(map(len, expected))
+        level = "read_committed" if committed else "read_uncommitted"
+        return self._run(f"{level} consume", records.count, delivered, window)
+
+
+def abba(pairs: int, first: Callable[[], Run], second: Callable[[], Run]) -> list[Run]:
+    runs = []
+    for pair in range(pairs):
+        order = (first, second) if pair % 2 == 0 else (second, first)
+        runs += [run() for run in order]
+    return runs
+
+
+def measure(quick: bool, pairs: int) -> tuple[list[Row], list[Run]]:
+    count = 20 * TRANSACTION if quick else 200 * TRANSACTION
+    records = RecordSet(RECORD, count)
+    work = Path(tempfile.mkdtemp(prefix="gregor-txn-bench-"))
+    broker = BrokerProcess(work / "broker").start()
+    try:
+        bench = Bench(broker)
+        warm_up = RecordSet(RECORD, 5 * TRANSACTION, seed=1)
+        bench.produce(warm_up, True)  # creates __transaction_state; not recorded
+        bench.produce(warm_up, False)
+        runs = abba(pairs, lambda: bench.produce(records, False),
+                    lambda: bench.produce(records, True))
+        topic = bench.write_aborting(records)
+        runs += abba(pairs, lambda: bench.consume(topic, records, False),
+                     lambda: bench.consume(topic, records, True))
+    finally:
+        broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return [_row(runs, "transactional produce", "idempotent produce", PRODUCE_TARGET),
+            _row(runs, "read_committed consume", "read_uncommitted consume",
+                 CONSUME_TARGET)], runs
+
+
+def _row(runs: list[Run], measured: str, baseline: str, target: float) -> Row:
+    def median(workload: str, value: Callable[[Run], float]) -> float:
+        return statistics.median(value(r) for r in runs if r.workload == workload)
+
+    def per_s(r: Run) -> float:
+        return r.records_per_s
+
+    def delivered(r: Run) -> float:
+        return r.delivered / r.seconds
+
+    def us(r: Run) -> float:
+        return r.broker_us_per_record
+
+    return Row(measured, baseline, median(measured, per_s), median(baseline, per_s),
+               median(measured, delivered), median(baseline, delivered),
+               median(measured, us), median(baseline, us), target,
+               sum(r.workload == measured for r in runs))
+
+
+def report(rows: list[Row]) -> str:
+    lines = ["| measured | against | records/s | delivered records/s | "
+             "broker CPU per record | ratio | target | met |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r.measured} | {r.baseline} | {r.measured_records_per_s:,.0f} / "
+            f"{r.baseline_records_per_s:,.0f} | {r.measured_delivered_per_s:,.0f} / "
+            f"{r.baseline_delivered_per_s:,.0f} | {r.measured_us:.1f} / {r.baseline_us:.1f} µs "
+            f"| {r.ratio:.0%} | >= {r.target:.0%} | {'yes' if r.met else 'NO'} |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[Row], path: Path) -> None:
+    figure, axis = plt.subplots(figsize=(8, 3.5))
+    positions = range(len(rows))
+    axis.bar([p - 0.2 for p in positions], [r.baseline_records_per_s / 1e3 for r in rows],
+             0.4, label="idempotent / read_uncommitted", color="#888")
+    axis.bar([p + 0.2 for p in positions], [r.measured_records_per_s / 1e3 for r in rows],
+             0.4, label="transactional / read_committed", color="#1f6feb")
+    for p, r in zip(positions, rows, strict=True):
+        axis.annotate(f"{r.ratio:.0%} (target {r.target:.0%})",
+                      (p + 0.2, r.measured_records_per_s / 1e3), ha="center", va="bottom",
+                      fontsize=8)
+    axis.set_xticks(list(positions))
+    axis.set_xticklabels(["produce, transactions of 1,000", "consume, 10% aborted"])
+    axis.set_ylabel("thousand 1 KiB records/s (median)")
+    axis.set_title(f"librdkafka, {PARTITIONS} partitions, one broker")
+    top = max(max(r.measured_records_per_s, r.baseline_records_per_s) for r in rows) / 1e3
+    axis.set_ylim(0, top * 1.3)  # room for the legend above the bars
+    axis.legend(fontsize=8, loc="upper center", ncols=2)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small runs, for a smoke test")
+    parser.add_argument("--pairs", type=int, default=None,
+                        help="pairs of runs per comparison (default 4, quick 1)")
+    args = parser.parse_args()
+    pairs = args.pairs or (1 if args.quick else 4)
+    started = time.monotonic()
+    rows, runs = measure(args.quick, pairs)
+    minutes = (time.monotonic() - started) / 60
+    OUT.mkdir(exist_ok=True)
+    (OUT / "txn_bench.json").write_text(json.dumps(
+        {"rows": [{**asdict(r), "ratio": r.ratio, "met": r.met} for r in rows],
+         "runs": [{**asdict(r), "records_per_s": r.records_per_s} for r in runs]}, indent=1))
+    table = report(rows)
+    print(table)
+    print(f"{len(runs)} runs, {minutes:.1f} minutes")
+    if not args.quick:
+        plot(rows, DOCS / "img" / "bench-txn.png")
+        (DOCS / "txn-benchmarks.md").write_text(_document(table, pairs, runs, minutes))
+        write_section(DOCS / "benchmarks.md", "txn_bench", (
+            f"## Transactions\n\n`python -m bench.txn_bench`, "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; setup and plot: "
+            f"[txn-benchmarks.md](txn-benchmarks.md).\n\n{table}"))
+
+
+def _document(table: str, pairs: int, runs: list[Run], minutes: float) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    records = runs[0].records
+    return f"""# What transactions cost: produce and consume
+
+`python -m bench.txn_bench`, {when}, {minutes:.0f} minutes on this 2-core machine, one
+broker process and the load generator sharing the cores. {pairs} runs of each side per
+comparison in ABBA order, after a warm-up; figures are medians. Records: {records:,}
+of 1 KiB per run, each numbered and checked, over {PARTITIONS} partitions; client:
+confluent-kafka (librdkafka) with bench's usual settings (`linger.ms` 5, `batch.size`
+1 MB, records handed over with `produce_batch`).
+
+- **Produce**: one transactional producer (`transactional.id` set, transactions of
+  {TRANSACTION:,} records: `begin_transaction`, the records, `commit_transaction`,
+  which waits for the commit) against one idempotent producer (`enable.idempotence`,
+  acks=all) of the same records, a fresh topic per run. Every run is read back at
+  read_committed and every record checked (count, order, content).
+- **Consume**: one topic written in transactions of {TRANSACTION:,} records, every
+  {ABORT_EVERY}th aborted, read from the start by a librdkafka consumer at
+  read_uncommitted (all records come back, aborted ones too) and at read_committed
+  (exactly the committed records: any aborted record seen fails the run). Both read
+  the whole log, so "records/s" is the log's records over the read's time; "delivered"
+  counts what reached the application.
+
+{table}
+
+A transaction adds, per transaction: AddPartitionsToTxn for its partitions, EndTxn
+(the coordinator writes PrepareCommit to `__transaction_state`, a marker to each
+partition, then CompleteCommit) and the producer's wait for it; nothing per record.
+A read_committed Fetch is answered up to the last stable offset, with the aborted
+transactions of the range read from the segments' `.txnindex`; the consumer drops
+their records itself.
+
+![throughput](img/bench-txn.png)
+"""
+
+
+if __name__ == "__main__":
+    main()
