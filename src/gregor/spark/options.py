@@ -29,6 +29,11 @@ DEFAULT_MAX_TRIGGER_DELAY = "15m"
 _TIME_UNITS_MS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000,
                   "h": 3_600_000, "d": 86_400_000}
 """Suffixes of Spark's time strings (``JavaUtils.timeStringAsMs``); none means ms."""
+AT_LEAST_ONCE, EXACTLY_ONCE = "at-least-once", "exactly-once"
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
+"""Kafka's default ``transaction.max.timeout.ms``, the longest a broker accepts unless
+configured otherwise: an exactly-once micro-batch's transactions must outlive a crashed
+driver until the query restarts and commits them."""
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 """Topics a Java consumer leaves out of pattern subscriptions (``exclude.internal.topics``)."""
 
@@ -112,6 +117,8 @@ class SinkOptions:
 
     client_config: dict[str, str]
     topic: str | None
+    exactly_once: bool = False
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
 
 
 def client_config(options: Mapping[str, str]) -> dict[str, str]:
@@ -174,8 +181,25 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
-    """Validate and interpret the write options."""
-    return SinkOptions(client_config=client_config(options), topic=options.get("topic") or None)
+    """Validate and interpret the write options.
+
+    ``deliveryGuarantee`` is named and valued as in Flink's Kafka sink, whose two-phase
+    commit the exactly-once mode follows (Spark's Kafka sink has no such option): the
+    default ``at-least-once`` is Spark's behaviour.  ``kafka.transaction.timeout.ms`` is
+    the Kafka producer's setting of that name.
+    """
+    guarantee = (options.get("deliveryGuarantee") or AT_LEAST_ONCE).strip().lower()
+    if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
+        raise ValueError(f"option 'deliveryGuarantee' must be {AT_LEAST_ONCE!r} or "
+                         f"{EXACTLY_ONCE!r}, got {options['deliveryGuarantee']!r}")
+    config = client_config(options)
+    return SinkOptions(
+        client_config=config,
+        topic=options.get("topic") or None,
+        exactly_once=guarantee == EXACTLY_ONCE,
+        transaction_timeout_ms=_positive_int(config, "transaction.timeout.ms")
+        or DEFAULT_TRANSACTION_TIMEOUT_MS,
+    )
 
 
 def _subscription(options: Mapping[str, str]) -> Subscription:

@@ -16,10 +16,12 @@ output mode never reaches Python, so neither the message nor the check can be ch
 here.  Instead, write each micro-batch with ``foreachBatch`` and the batch writer
 (``df.write.format("gregor").mode("append")``), or use Complete mode.
 
-Delivery is at-least-once.  Each task flushes its producer before it reports success,
+Delivery is at-least-once by default.  Each task flushes its producer before it reports success,
 because the producer lives in the executor process: the driver-side ``commit`` runs in
 another process and has nothing to flush.  A failed delivery fails the task, so Spark
-retries it, and a retried task or micro-batch can write some records twice.
+retries it, and a retried task or micro-batch can write some records twice.  Option
+``deliveryGuarantee=exactly-once`` makes each micro-batch (or batch write) one atomic set
+of Kafka transactions instead: :mod:`gregor.spark.exactly_once_sink`.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from gregor.spark import exactly_once_sink
 from gregor.spark.options import SinkOptions
 
 log = logging.getLogger(__name__)
@@ -130,20 +133,9 @@ def produce_batches(
     producer = Producer({**PRODUCER_DEFAULTS, **options.client_config, "on_delivery": on_delivery})
     produced = 0
     for batch in batches:
-        rows = batch.num_rows
-        records = zip(
-            _column(batch, columns.topic, rows, options.topic),
-            _column(batch, columns.value, rows, None),
-            _column(batch, columns.key, rows, None),
-            _column(batch, columns.partition, rows, UNASSIGNED_PARTITION),
-            _headers(batch, columns.headers, rows),
-            strict=True,
-        )
-        for topic, value, key, partition, headers in records:
-            if topic is None:
-                raise ValueError("a row has a null 'topic' and no 'topic' option is set")
+        for topic, value, key, partition, headers in _rows(batch, options, columns):
             _produce(producer, topic, value, key, partition, headers)
-        produced += rows
+        produced += batch.num_rows
         producer.poll(0)
     producer.flush()
     if failures:
@@ -153,32 +145,61 @@ def produce_batches(
     return DeliveredRecords(produced)
 
 
+def write_batches(batches: Iterator[pa.RecordBatch], options: SinkOptions,
+                  columns: SinkColumns, write_prefix: str | None) -> WriterCommitMessage:
+    """A task's write in either delivery mode (see :mod:`gregor.spark.exactly_once_sink`)."""
+    if not options.exactly_once:
+        return produce_batches(batches, options, columns)
+    return exactly_once_sink.write_in_transaction(
+        (exactly_once_sink.encoded(_rows(batch, options, columns)) for batch in batches),
+        options, write_prefix)
+
+
 class GregorArrowWriter(DataSourceArrowWriter):
-    """Batch writer: each task produces its rows and flushes before it succeeds."""
+    """Batch writer: each task produces its rows and flushes before it succeeds; with
+    ``deliveryGuarantee=exactly-once`` the whole write becomes visible at once."""
 
     def __init__(self, options: SinkOptions, columns: SinkColumns) -> None:
         self._options = options
         self._columns = columns
+        self._prefix = exactly_once_sink.job_prefix() if options.exactly_once else None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return produce_batches(iterator, self._options, self._columns)
+        return write_batches(iterator, self._options, self._columns, self._prefix)
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        if self._options.exactly_once:
+            exactly_once_sink.commit(messages, None, self._options)
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        if self._options.exactly_once:
+            exactly_once_sink.abort(messages, None, self._options)
 
 
 class GregorStreamArrowWriter(DataSourceStreamArrowWriter):
-    """Streaming writer: at-least-once, since a failed micro-batch is written again."""
+    """Streaming writer: at-least-once, since a failed micro-batch is written again,
+    unless ``deliveryGuarantee=exactly-once``."""
 
     def __init__(self, options: SinkOptions, columns: SinkColumns) -> None:
         self._options = options
         self._columns = columns
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return produce_batches(iterator, self._options, self._columns)
+        return write_batches(iterator, self._options, self._columns, None)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        """Every task already flushed, so the records are in the topic; just account."""
+        """At-least-once: every task already flushed, so the records are in the topic;
+        just account.  Exactly-once: commit the tasks' transactions."""
+        if self._options.exactly_once:
+            committed = exactly_once_sink.commit(messages, batchId, self._options)
+            log.info("micro-batch %d: %d records committed", batchId, committed)
+            return
         log.info("micro-batch %d: %d records written", batchId, _delivered(messages))
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        if self._options.exactly_once:
+            exactly_once_sink.abort(messages, batchId, self._options)
+            return
         """Records cannot be taken back out of a topic: say how many stay and will be
         written again when Spark retries the micro-batch.  Stopping a query (Ctrl-C)
         aborts its running micro-batch, mostly before anything was written: that is no
@@ -191,6 +212,23 @@ class GregorStreamArrowWriter(DataSourceStreamArrowWriter):
             batchId,
             delivered,
         )
+
+
+def _rows(batch: pa.RecordBatch, options: SinkOptions, columns: SinkColumns) -> Iterator:
+    """``(topic, value, key, partition, headers)`` per row; partition -1: unassigned."""
+    rows = batch.num_rows
+    records = zip(
+        _column(batch, columns.topic, rows, options.topic),
+        _column(batch, columns.value, rows, None),
+        _column(batch, columns.key, rows, None),
+        _column(batch, columns.partition, rows, UNASSIGNED_PARTITION),
+        _headers(batch, columns.headers, rows),
+        strict=True,
+    )
+    for record in records:
+        if record[0] is None:
+            raise ValueError("a row has a null 'topic' and no 'topic' option is set")
+        yield record
 
 
 def _produce(

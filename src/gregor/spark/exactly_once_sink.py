@@ -1,0 +1,171 @@
+"""``deliveryGuarantee=exactly-once``: a micro-batch (or a batch write) becomes visible to
+``read_committed`` readers all at once, and a replayed micro-batch is not written twice.
+
+A two-phase commit over Kafka transactions, as Flink's Kafka sink does it.  Phase one, in
+each task: produce into a transaction of ``transactional.id`` ``<prefix>-<Spark
+partition>`` (stable across attempts and restarts of the query, so that a retried
+attempt fences and aborts its predecessor) and return the transaction, still open.
+Phase two, in the driver's ``commit``: record the micro-batch's transactions in the
+query's commit log (:mod:`gregor.spark.sink_commit_log`), then send EndTxn(commit) for
+each.  A micro-batch replayed after the decision was recorded writes nothing and
+commits the recorded transactions again (a no-op for those already committed).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import WriterCommitMessage
+
+from gregor.spark.options import SinkOptions
+from gregor.spark.partition_leader import FetchSettings
+from gregor.spark.sink_commit_log import BatchDecision, last_decision, log_topic, write_decision
+from gregor.spark.transactional_producer import (
+    Transaction,
+    TransactionalProducer,
+    end_transactions,
+)
+
+log = logging.getLogger(__name__)
+
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+"""Local properties Spark's MicroBatchExecution sets for every task of a micro-batch."""
+
+Row = tuple[str, bytes | None, bytes | None, int | None, list[tuple[str, bytes | None]]]
+"""``(topic, key, value, partition, headers)``; partition None lets the sink choose."""
+
+
+@dataclass(frozen=True)
+class PreparedTransaction(WriterCommitMessage):
+    """A task's open transaction (None: the task had no rows and opened none)."""
+
+    transaction: Transaction | None
+    records: int
+    log_topic: str | None
+
+
+@dataclass(frozen=True)
+class AlreadyDecided(WriterCommitMessage):
+    """A task of a replayed micro-batch whose transactions the commit log already holds."""
+
+    log_topic: str
+
+
+def job_prefix() -> str:
+    """The transactional id prefix of one batch write (``df.write``), made on the driver."""
+    return f"gregor-spark-write-{uuid.uuid4()}"
+
+
+def write_in_transaction(row_batches: Iterable[Iterable[Row]], options: SinkOptions,
+                         write_prefix: str | None) -> WriterCommitMessage:
+    """Phase one, in a task: every row in one open transaction, flushed.
+
+    ``write_prefix`` names a batch write's transactions; a streaming task names them
+    after its query, which keeps its id across restarts from the checkpoint.
+    """
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("the exactly-once sink writes in Spark tasks only")
+    settings = FetchSettings.from_config(options.client_config)
+    query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
+    topic = None
+    if write_prefix is None:
+        batch_id = context.getLocalProperty(BATCH_ID_PROPERTY)
+        if query_id is None or batch_id is None:
+            raise RuntimeError("a streaming task without Spark's query and batch ids")
+        topic = log_topic(query_id)
+        decided = last_decision(settings, topic)
+        if decided is not None and decided.batch_id >= int(batch_id):
+            return AlreadyDecided(topic)
+    prefix = write_prefix or f"gregor-spark-{query_id}"
+    transactional_id = f"{prefix}-{context.partitionId()}"
+    producer: TransactionalProducer | None = None
+    try:
+        for rows in row_batches:
+            # Opened with the first rows: an empty task leaves no transaction behind.
+            if producer is None:
+                producer = TransactionalProducer(settings, transactional_id,
+                                                 options.transaction_timeout_ms)
+            producer.add(rows, int(time.time() * 1000))
+        if producer is None:
+            return PreparedTransaction(None, 0, topic)
+        return PreparedTransaction(producer.flush(), producer.records, topic)
+    finally:
+        if producer is not None:
+            producer.close()
+
+
+def commit(messages: Sequence[WriterCommitMessage | None], batch_id: int | None,
+           options: SinkOptions) -> int:
+    """Phase two, on the driver: decide, then commit; the number of records committed
+    (0 for a replay, whose records were counted the first time)."""
+    settings = FetchSettings.from_config(options.client_config)
+    replayed = [m for m in messages if isinstance(m, AlreadyDecided)]
+    prepared = _prepared(messages)
+    if replayed:
+        if prepared:
+            end_transactions(settings, prepared, commit=False)
+            raise RuntimeError(f"micro-batch {batch_id}: tasks disagree on whether it was "
+                               "already decided")
+        decision = last_decision(settings, replayed[0].log_topic)
+        if decision is None or decision.batch_id != batch_id:
+            raise RuntimeError(f"micro-batch {batch_id} replayed, but the commit log holds "
+                               f"{decision}")
+        log.info("micro-batch %d replayed: committing its %d recorded transactions again",
+                 batch_id, len(decision.transactions))
+        end_transactions(settings, decision.transactions, commit=True)
+        return 0
+    topic = next((m.log_topic for m in messages
+                  if isinstance(m, PreparedTransaction) and m.log_topic), None)
+    if topic is not None and batch_id is not None and prepared:
+        write_decision(settings, options.client_config, topic,
+                       BatchDecision(batch_id, tuple(prepared)))
+    end_transactions(settings, prepared, commit=True)
+    return sum(m.records for m in messages if isinstance(m, PreparedTransaction))
+
+
+def abort(messages: Sequence[WriterCommitMessage | None], batch_id: int | None,
+          options: SinkOptions) -> None:
+    """Abort the tasks' transactions, unless the micro-batch was already decided: then
+    they belong to the commit, which its replay completes (Spark also calls ``abort``
+    when ``commit`` failed)."""
+    settings = FetchSettings.from_config(options.client_config)
+    prepared = _prepared(messages)
+    topic = next((m.log_topic for m in messages
+                  if isinstance(m, PreparedTransaction | AlreadyDecided) and m.log_topic), None)
+    if topic is not None and batch_id is not None:
+        decision = last_decision(settings, topic)
+        if decision is not None and decision.batch_id >= batch_id:
+            log.warning("micro-batch %d failed after its transactions were recorded; they "
+                        "stay open until its replay commits them", batch_id)
+            return
+    if prepared:
+        end_transactions(settings, prepared, commit=False)
+
+
+def _prepared(messages: Iterable[WriterCommitMessage | None]) -> list[Transaction]:
+    return [m.transaction for m in messages
+            if isinstance(m, PreparedTransaction) and m.transaction is not None]
+
+
+def encoded(rows: Iterator[tuple[Any, ...]]) -> Iterator[Row]:
+    """Rows as the wire needs them: text as UTF-8, header values too, ``-1`` partitions
+    (the at-least-once sink's "let the partitioner choose") as None."""
+    for topic, value, key, partition, headers in rows:
+        yield (topic, _bytes(key), _bytes(value), None if partition < 0 else partition,
+               [(k, _bytes(v)) for k, v in headers] if headers else [])
+
+
+def _bytes(value: object) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value)  # type: ignore[call-overload]

@@ -1,0 +1,398 @@
+"""A transactional producer that leaves its transaction open for someone else to end.
+
+The exactly-once sink's tasks write, but the driver decides (a two-phase commit, as
+Flink's Kafka sink does it): a task produces inside a transaction and hands back its
+``transactional.id``, producer id and epoch; the driver sends EndTxn for all of them.
+librdkafka neither exposes the producer id and epoch nor lets another process end a
+transaction, so this module speaks the wire protocol itself (InitProducerId,
+AddPartitionsToTxn, Produce of transactional record batches with sequence numbers, and
+EndTxn), over the blocking connections the source's executors use.
+"""
+
+from __future__ import annotations
+
+import datetime
+import random
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.add_partitions_to_txn.v3 import request as add_partitions_request
+from kio.schema.end_txn.v3 import request as end_txn_request
+from kio.schema.find_coordinator.v3 import request as find_coordinator_request
+from kio.schema.init_producer_id.v4 import request as init_producer_id_request
+from kio.schema.metadata.v12 import request as metadata_request
+from kio.schema.produce.v9 import request as produce_request
+
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.codec import build
+from gregor.protocol.errors import ErrorCode
+from gregor.protocol.record_codec import Record, encode_batch
+from gregor.spark.partition_leader import FetchSettings, LeaderConnection, LeaderUnavailable
+
+FIND_COORDINATOR_VERSION = 3
+INIT_PRODUCER_ID_VERSION = 4
+ADD_PARTITIONS_VERSION = 3
+END_TXN_VERSION = 3
+PRODUCE_VERSION = 9
+METADATA_VERSION = 12
+TRANSACTION_KEY_TYPE = 1
+ACKS_ALL = -1
+PRODUCE_TIMEOUT = datetime.timedelta(seconds=30)
+MAX_IN_FLIGHT = 5
+"""Kafka's limit for an idempotent producer: the broker keeps the last five batches'
+sequence numbers per producer, enough to tell a retry from a gap."""
+BATCH_BYTES = 512 * 1024
+"""A partition's records are sent once they reach this size: below Kafka's default
+``message.max.bytes`` (1 MiB), large enough that a request carries many records."""
+RETRIES = 50
+"""Attempts at a coordinator request answered with a retriable error (Kafka's clients
+retry until their timeout; ``retry.backoff.ms`` apart this is several seconds)."""
+_RETRIABLE = frozenset({
+    ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
+    ErrorCode.not_coordinator, ErrorCode.concurrent_transactions,
+})
+_REFIND = frozenset({ErrorCode.coordinator_not_available, ErrorCode.not_coordinator})
+
+
+class TransactionFailed(Exception):
+    """A transactional request refused for good (fenced, timed out, unknown topic...)."""
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """What ends a transaction: the driver needs nothing else to commit or abort it."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass
+class _Partition:
+    """One topic-partition the transaction writes: its leader and next sequence number."""
+
+    leader: tuple[str, int]
+    sequence: int = 0
+    pending: list[Record] = field(default_factory=list)
+    pending_bytes: int = 0
+
+
+def bootstrap_connection(settings: FetchSettings) -> LeaderConnection:
+    """A connection to the first bootstrap server that accepts one."""
+    failures = []
+    for address in settings.bootstrap:
+        try:
+            return LeaderConnection(address, settings)
+        except LeaderUnavailable as exc:
+            failures.append(str(exc))
+    raise LeaderUnavailable("no bootstrap server answered: " + "; ".join(failures))
+
+
+class TransactionCoordinatorClient:
+    """Requests to the coordinator of one transactional id, found with FindCoordinator
+    (key type 1) and found again when it moves."""
+
+    def __init__(self, settings: FetchSettings, transactional_id: str) -> None:
+        self.settings = settings
+        self.transactional_id = transactional_id
+        self._connection: LeaderConnection | None = None
+
+    def request(self, api_key: ApiKey, version: int, body: Any,
+                error_of: Any = lambda answer: answer.error_code) -> Any:
+        """The answer, after retrying the errors Kafka's clients retry."""
+        for _ in range(RETRIES):
+            try:
+                answer = self._coordinator().request(api_key, version, body)
+            except LeaderUnavailable:
+                self.close()
+                time.sleep(self.settings.retry_backoff_ms / 1000)
+                continue
+            error = ErrorCode(error_of(answer))
+            if error not in _RETRIABLE:
+                return answer
+            if error in _REFIND:
+                self.close()
+            time.sleep(self.settings.retry_backoff_ms / 1000)
+        raise TransactionFailed(f"{self.transactional_id}: {api_key.name} still refused "
+                                f"after {RETRIES} attempts")
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def _coordinator(self) -> LeaderConnection:
+        if self._connection is None:
+            body = build(find_coordinator_request.FindCoordinatorRequest,
+                         key=self.transactional_id, key_type=TRANSACTION_KEY_TYPE)
+            connection = bootstrap_connection(self.settings)
+            try:
+                answer = connection.request(ApiKey.FIND_COORDINATOR, FIND_COORDINATOR_VERSION,
+                                            body)
+            finally:
+                connection.close()
+            if answer.error_code != ErrorCode.none:
+                raise LeaderUnavailable(f"FindCoordinator({self.transactional_id}): "
+                                        f"{ErrorCode(answer.error_code).name}")
+            self._connection = LeaderConnection((answer.host, int(answer.port)), self.settings)
+        return self._connection
+
+
+def end_transactions(settings: FetchSettings, transactions: Iterable[Transaction],
+                     commit: bool) -> None:
+    """EndTxn for each transaction, as its producer would have sent it.
+
+    Committing again a transaction that this very producer epoch already committed is
+    answered with no error (Kafka's TransactionCoordinator treats it as a retry), which
+    makes a replayed commit harmless.  Any other refusal raises, naming every
+    transaction that could not be ended.
+    """
+    failures = []
+    for txn in transactions:
+        client = TransactionCoordinatorClient(settings, txn.transactional_id)
+        try:
+            body = build(end_txn_request.EndTxnRequest, transactional_id=txn.transactional_id,
+                         producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
+                         committed=commit)
+            answer = client.request(ApiKey.END_TXN, END_TXN_VERSION, body)
+            if answer.error_code != ErrorCode.none:
+                failures.append(f"{txn}: {ErrorCode(answer.error_code).name}")
+        except (TransactionFailed, LeaderUnavailable) as exc:
+            failures.append(f"{txn}: {exc}")
+        finally:
+            client.close()
+    if failures:
+        action = "commit" if commit else "abort"
+        raise TransactionFailed(f"cannot {action} {len(failures)} transaction(s): "
+                                + "; ".join(failures))
+
+
+def _metadata(settings: FetchSettings, topics: Sequence[str], create: bool) -> Any:
+    body = build(metadata_request.MetadataRequest,
+                 topics=tuple(build(metadata_request.MetadataRequestTopic, topic_id=None,
+                                    name=name) for name in topics),
+                 allow_auto_topic_creation=create, include_topic_authorized_operations=False)
+    connection = bootstrap_connection(settings)
+    try:
+        return connection.request(ApiKey.METADATA, METADATA_VERSION, body)
+    finally:
+        connection.close()
+
+
+def topic_exists(settings: FetchSettings, topic: str) -> bool:
+    (found,) = _metadata(settings, [topic], create=False).topics
+    error = ErrorCode(found.error_code)
+    if error not in (ErrorCode.none, ErrorCode.unknown_topic_or_partition):
+        raise LeaderUnavailable(f"metadata of {topic}: {error.name}")
+    return error == ErrorCode.none
+
+
+def partition_leaders(settings: FetchSettings,
+                      topics: Iterable[str]) -> dict[str, list[tuple[str, int]]]:
+    """Each topic's partition leaders, in partition order (auto-creating topics where the
+    broker allows it, as a producer's metadata request does)."""
+    wanted = sorted(set(topics))
+    for _ in range(RETRIES):
+        answer = _metadata(settings, wanted, create=True)
+        brokers = {b.node_id: (b.host, int(b.port)) for b in answer.brokers}
+        leaders: dict[str, list[tuple[str, int]]] = {}
+        retry = False
+        for topic in answer.topics:
+            error = ErrorCode(topic.error_code)
+            if error == ErrorCode.leader_not_available:
+                retry = True
+            elif error != ErrorCode.none:
+                raise TransactionFailed(f"topic {topic.name!r}: {error.name}")
+            partitions = sorted(topic.partitions, key=lambda p: p.partition_index)
+            if not partitions or any(p.leader_id not in brokers for p in partitions):
+                retry = True
+            leaders[topic.name] = [brokers.get(p.leader_id, ("", 0)) for p in partitions]
+        if not retry:
+            return leaders
+        time.sleep(settings.retry_backoff_ms / 1000)
+    raise TransactionFailed(f"topics {wanted} have no leader for every partition")
+
+
+def murmur2_partition(key: bytes, partitions: int) -> int:
+    """The partition Kafka's Java producer (and librdkafka's murmur2 partitioners) pick
+    for a key: ``toPositive(murmur2(key)) % partitions``."""
+    m, r = 0x5BD1E995, 24
+    length = len(key)
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    whole = length - length % 4
+    for i in range(0, whole, 4):
+        k = int.from_bytes(key[i:i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    tail = length % 4
+    if tail == 3:
+        h ^= key[whole + 2] << 16
+    if tail >= 2:
+        h ^= key[whole + 1] << 8
+    if tail >= 1:
+        h ^= key[whole]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return (h & 0x7FFFFFFF) % partitions
+
+
+class TransactionalProducer:
+    """Produces into one open transaction of ``transactional_id``; never ends it.
+
+    Starting fences every earlier producer with the same id (a failed or zombie attempt
+    of the same Spark task) and aborts what it left open.  Batches to one partition are
+    pipelined on the leader's connection, at most :data:`MAX_IN_FLIGHT` unanswered.
+    """
+
+    def __init__(self, settings: FetchSettings, transactional_id: str,
+                 timeout_ms: int) -> None:
+        self.settings = settings
+        self.coordinator = TransactionCoordinatorClient(settings, transactional_id)
+        body = build(init_producer_id_request.InitProducerIdRequest,
+                     transactional_id=transactional_id,
+                     transaction_timeout=datetime.timedelta(milliseconds=timeout_ms),
+                     producer_id=-1, producer_epoch=-1)
+        answer = self.coordinator.request(ApiKey.INIT_PRODUCER_ID, INIT_PRODUCER_ID_VERSION,
+                                          body)
+        if answer.error_code != ErrorCode.none:
+            raise TransactionFailed(f"InitProducerId({transactional_id}): "
+                                    f"{ErrorCode(answer.error_code).name}")
+        self.transaction = Transaction(transactional_id, int(answer.producer_id),
+                                       int(answer.producer_epoch))
+        self._leaders: dict[str, list[tuple[str, int]]] = {}
+        self._partitions: dict[tuple[str, int], _Partition] = {}
+        self._connections: dict[tuple[str, int], LeaderConnection] = {}
+        self._in_flight: dict[tuple[str, int], int] = {}
+        self.records = 0
+
+    def partition_count(self, topic: str) -> int:
+        if topic not in self._leaders:
+            self._leaders.update(partition_leaders(self.settings, [topic]))
+        return len(self._leaders[topic])
+
+    def choose_partition(self, topic: str, key: bytes | None, partition: int | None,
+                         sticky: dict[str, int]) -> int:
+        """The given partition, the key's murmur2 partition, or for a record with
+        neither one partition per call of :meth:`add` and topic (``sticky``), as
+        librdkafka's sticky partitioner keeps a batch of unkeyed records together."""
+        if partition is not None and partition >= 0:
+            return partition
+        count = self.partition_count(topic)
+        if key is not None:
+            return murmur2_partition(key, count)
+        if topic not in sticky:
+            sticky[topic] = random.randrange(count)
+        return sticky[topic]
+
+    def add(self, rows: Iterable[tuple[str, bytes | None, bytes | None, int | None,
+                                       Sequence[tuple[str, bytes | None]]]],
+            timestamp_ms: int) -> None:
+        """Queue rows ``(topic, key, value, partition, headers)``; full batches are sent."""
+        sticky: dict[str, int] = {}
+        added: list[tuple[str, int]] = []
+        for topic, key, value, partition, headers in rows:
+            tp = (topic, self.choose_partition(topic, key, partition, sticky))
+            state = self._partitions.get(tp)
+            if state is None:
+                state = self._partitions[tp] = _Partition(self._leader(tp))
+                added.append(tp)
+            state.pending.append(Record(len(state.pending), timestamp_ms, key, value,
+                                        list(headers)))
+            state.pending_bytes += len(value or b"") + len(key or b"") + 16
+        if added:
+            self._add_partitions(added)
+        for tp, state in self._partitions.items():
+            if state.pending_bytes >= BATCH_BYTES:
+                self._send(tp, state)
+
+    def flush(self) -> Transaction:
+        """Send what is queued and wait until every batch is acknowledged by all
+        in-sync replicas; the transaction stays open."""
+        for tp, state in self._partitions.items():
+            if state.pending:
+                self._send(tp, state)
+        for leader in list(self._in_flight):
+            while self._in_flight[leader]:
+                self._receive(leader)
+        return self.transaction
+
+    def close(self) -> None:
+        self.coordinator.close()
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()
+
+    def _leader(self, tp: tuple[str, int]) -> tuple[str, int]:
+        topic, index = tp
+        count = self.partition_count(topic)
+        if not 0 <= index < count:
+            raise TransactionFailed(f"{topic} has no partition {index} ({count} partitions)")
+        return self._leaders[topic][index]
+
+    def _add_partitions(self, tps: list[tuple[str, int]]) -> None:
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in tps:
+            by_topic.setdefault(topic, []).append(index)
+        txn = self.transaction
+        body = build(add_partitions_request.AddPartitionsToTxnRequest,
+                     v3_and_below_transactional_id=txn.transactional_id,
+                     v3_and_below_producer_id=txn.producer_id,
+                     v3_and_below_producer_epoch=txn.producer_epoch,
+                     v3_and_below_topics=tuple(
+                         build(add_partitions_request.AddPartitionsToTxnTopic, name=topic,
+                               partitions=tuple(indexes))
+                         for topic, indexes in sorted(by_topic.items())))
+
+        def first_error(answer: Any) -> int:
+            return next((p.partition_error_code for t in answer.results_by_topic_v3_and_below
+                         for p in t.results_by_partition
+                         if p.partition_error_code != ErrorCode.none), ErrorCode.none)
+
+        answer = self.coordinator.request(ApiKey.ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_VERSION,
+                                          body, first_error)
+        error = ErrorCode(first_error(answer))
+        if error != ErrorCode.none:
+            raise TransactionFailed(f"AddPartitionsToTxn({txn.transactional_id}, {tps}): "
+                                    f"{error.name}")
+
+    def _send(self, tp: tuple[str, int], state: _Partition) -> None:
+        txn = self.transaction
+        batch = encode_batch(state.pending, producer_id=txn.producer_id,
+                             producer_epoch=txn.producer_epoch, base_sequence=state.sequence,
+                             is_transactional=True)
+        state.sequence += len(state.pending)
+        self.records += len(state.pending)
+        state.pending = []
+        state.pending_bytes = 0
+        topic, index = tp
+        body = build(produce_request.ProduceRequest, transactional_id=txn.transactional_id,
+                     acks=ACKS_ALL, timeout=PRODUCE_TIMEOUT,
+                     topic_data=(build(produce_request.TopicProduceData, name=topic,
+                                       partition_data=(build(
+                                           produce_request.PartitionProduceData, index=index,
+                                           records=batch),)),))
+        leader = state.leader
+        while self._in_flight.get(leader, 0) >= MAX_IN_FLIGHT:
+            self._receive(leader)
+        if leader not in self._connections:
+            self._connections[leader] = LeaderConnection(leader, self.settings)
+        self._connections[leader].send(ApiKey.PRODUCE, PRODUCE_VERSION, body)
+        self._in_flight[leader] = self._in_flight.get(leader, 0) + 1
+
+    def _receive(self, leader: tuple[str, int]) -> None:
+        answer = self._connections[leader].receive()
+        self._in_flight[leader] -= 1
+        for topic in answer.responses:
+            for p in topic.partition_responses:
+                if p.error_code != ErrorCode.none:
+                    raise TransactionFailed(
+                        f"{self.transaction.transactional_id}: produce to {topic.name}-"
+                        f"{p.index} refused: {ErrorCode(p.error_code).name} "
+                        f"{p.error_message or ''}".rstrip())
