@@ -226,6 +226,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("transaction.state.log.replication.factor", ConfigType.SHORT, 3,
                   "replicas of __transaction_state (capped at the live brokers when it is "
                   "created)", minimum=1),
+        ConfigDef("transaction.state.log.min.isr", ConfigType.INT, 2,
+                  "min.insync.replicas of __transaction_state (capped at its replication "
+                  "factor)", minimum=1),
+        ConfigDef("request.timeout.ms", ConfigType.INT, 30000,
+                  "how long a partition leader waits for its followers on WriteTxnMarkers, "
+                  "and the transaction coordinator for the leader's answer", minimum=1),
         ConfigDef("transaction.max.timeout.ms", ConfigType.INT, 900000,
                   "largest transaction.timeout.ms a transactional producer may ask for",
                   minimum=1),

@@ -105,13 +105,14 @@ def find_anomalies(acked: list[Acked], read: Read) -> Anomalies:
 
 
 def read_partitions(bootstrap: str, topic: str, partitions: int,
-                    timeout: float = 60.0) -> Read:
+                    timeout: float = 60.0, isolation: str = "read_uncommitted") -> Read:
     """Every record of every partition, from its log start to the high watermark it had
-    when the read began, in the order the consumer delivered them."""
+    when the read began, in the order the consumer delivered them (read_committed: the
+    committed ones, once every transaction below that watermark has ended)."""
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"checker-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False, "auto.offset.reset": "earliest",
-        "enable.partition.eof": True, "isolation.level": "read_uncommitted",
+        "enable.partition.eof": True, "isolation.level": isolation,
         "log_level": 0})
     read: Read = {p: [] for p in range(partitions)}
     try:

@@ -34,6 +34,7 @@ from gregor.storage.checkpoint_file import write_atomically
 from gregor.storage.cleaner import LogCleaner
 from gregor.storage.log_manager import LogManager
 from gregor.transactions.coordinator import TransactionCoordinator
+from gregor.transactions.state_log import TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +75,10 @@ class Broker:
             self.metrics_server = MetricsServer(self, self.metrics, metrics_listener)
         self.group_coordinator = GroupCoordinator(config, self.controller, self.replica_manager)
         group_routes.register(self.router)
-        # Alone, the broker writes transaction markers itself; a cluster would need
-        # WriteTxnMarkers between brokers, which is not implemented yet.
-        self.transaction_coordinator: TransactionCoordinator | None = None
-        if self.cluster is None:
-            self.transaction_coordinator = TransactionCoordinator(
-                config, self.controller, self.replica_manager, self.group_coordinator)
-            transactions.register(self.router)
+        self.transaction_coordinator = TransactionCoordinator(
+            config, self.controller, self.replica_manager, self.group_coordinator,
+            self.cluster.broker_address if self.cluster is not None else _no_address)
+        transactions.register(self.router)
         self.advertised_address = config.advertised_address()
         self.bound_address = self.advertised_address  # the first listener, once bound
         self._servers: list[asyncio.Server] = []
@@ -111,6 +109,9 @@ class Broker:
                 if topic.name == OFFSETS_TOPIC:
                     self.group_coordinator.leadership_changed(
                         index, state.leader == self.broker_id)
+                elif topic.name == TRANSACTION_STATE_TOPIC:
+                    self.transaction_coordinator.leadership_changed(
+                        index, state.leader == self.broker_id, state.leader_epoch)
         elif self.replica_manager.get(topic.name, index) is not None:
             self.replica_manager.remove_partition(topic.name, index)
 
@@ -129,8 +130,7 @@ class Broker:
                 topic_deleted=lambda topic: self.replica_manager.remove_topic(topic.name),
                 topic_config_changed=self.replica_manager.update_config)
         self.group_coordinator.start()
-        if self.transaction_coordinator is not None:
-            await self.transaction_coordinator.start()
+        await self.transaction_coordinator.start()
         for server in self._servers:
             await server.start_serving()
             host, port = server.sockets[0].getsockname()[:2]
@@ -153,14 +153,13 @@ class Broker:
             self._every(_CHECKPOINT_INTERVAL_S, self._checkpoint),
             self._every(self.config["offsets.retention.check.interval.ms"] / 1000,
                         self.group_coordinator.expire_offsets),
-        ]
-        if self.transaction_coordinator is not None:
-            self._tasks.append(self._every(
+            self._every(
                 self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
-                / 1000, self.transaction_coordinator.abort_timed_out))
-            self._tasks.append(self._every(
+                / 1000, self.transaction_coordinator.abort_timed_out),
+            self._every(
                 self.config["transaction.remove.expired.transaction.cleanup.interval.ms"]
-                / 1000, self.transaction_coordinator.expire_transactional_ids))
+                / 1000, self.transaction_coordinator.expire_transactional_ids),
+        ]
         if self.cluster is not None:
             self._tasks.append(asyncio.create_task(self.replica_manager.run_isr_checks()))
         if self.config["log.cleaner.enable"]:
@@ -204,6 +203,7 @@ class Broker:
         for server in self._servers:
             await server.wait_closed()
         await self.group_coordinator.shutdown()
+        await self.transaction_coordinator.shutdown()
         await self.replica_manager.stop()
         await self.log_flusher.drain()
         self.log_flusher.close()
@@ -294,6 +294,11 @@ class Broker:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _no_address(broker_id: int) -> None:
+    """Alone, there is no other broker to reach."""
+    return None
 
 
 async def run_broker(config: BrokerConfig, ready_file: str | None = None) -> None:

@@ -2,8 +2,7 @@
 partition, every transactional id's the leader of its __transaction_state partition.
 
 The first lookup creates the topic, as in Kafka, so a broker whose clients never
-use groups or transactions carries none of its partitions. Transactions have a
-coordinator only on a broker running alone for now.
+use groups or transactions carries none of its partitions.
 """
 
 from __future__ import annotations
@@ -54,19 +53,15 @@ async def _lookup(broker: Broker, key_type: int, key: str) -> dict:
 async def _transaction_coordinator(broker: Broker, transactional_id: str) -> dict:
     coordinator = broker.transaction_coordinator
     error, message, node = ErrorCode.none, None, None
-    if coordinator is None:
-        error, message = (ErrorCode.coordinator_not_available,
-                          "transactions are not supported in a cluster yet")
+    try:
+        await coordinator.ensure_state_log()
+    except StateLogError as exc:
+        error, message = exc.error, str(exc)
     else:
-        try:
-            await coordinator.state_log.ensure_topic()
-        except StateLogError as exc:
-            error, message = exc.error, str(exc)
-        else:
-            node = coordinator.state_log.coordinator_for(transactional_id)
-            if node is None:
-                error, message = (ErrorCode.coordinator_not_available,
-                                  "the transactional id's partition has no leader")
+        node = coordinator.state_log.coordinator_for(transactional_id)
+        if node is None:
+            error, message = (ErrorCode.coordinator_not_available,
+                              "the transactional id's partition has no leader")
     if node is None:
         return {"error_code": error, "error_message": message, "node_id": -1, "host": "",
                 "port": -1}

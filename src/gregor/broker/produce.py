@@ -8,7 +8,7 @@ high watermark moves with the append, so nothing waits.
 
 A request naming a transactional id may write transactional batches, into the
 partitions its producer's ongoing transaction added (checked with the transaction
-coordinator, which exists on a broker alone only for now).
+coordinator when it is this broker).
 """
 
 from __future__ import annotations
@@ -46,9 +46,6 @@ class _PartitionResult:
 
 def _refusal(broker: Broker, body) -> tuple[ErrorCode, str] | None:
     """An error that refuses every partition of the request, or None."""
-    if body.transactional_id is not None and broker.transaction_coordinator is None:
-        return (ErrorCode.transactional_id_authorization_failed,
-                "transactions are not supported in a cluster yet")
     if body.acks not in _VALID_ACKS:
         return ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {body.acks}"
     return None
@@ -99,7 +96,6 @@ def _unverified(broker: Broker, transactional_id: str, topic: str, data
                 ) -> _PartitionResult | None:
     """Refuse transactional batches into a partition their transaction has not added:
     no marker would ever end them there, and the partition's LSO would stall."""
-    assert broker.transaction_coordinator is not None  # refused before otherwise
     try:
         header = record_batch.read_header(data.records)
     except InvalidRecordBatch as exc:

@@ -1,5 +1,5 @@
 """InitProducerId: hand idempotent producers an id and epoch; transactional ones get
-theirs from the transaction coordinator (a broker alone only, for now)."""
+theirs from the transaction coordinator."""
 
 from __future__ import annotations
 
@@ -38,18 +38,13 @@ async def handle(broker: Broker, request: Request):
 async def _transactional(broker: Broker, request: Request, producer_id: int, epoch: int):
     schema = response_schema(ApiKey.INIT_PRODUCER_ID, request.version)
     body = request.body
-    coordinator = broker.transaction_coordinator
     error = ErrorCode.none
-    if coordinator is None:
-        # In a cluster, markers would go to other brokers (WriteTxnMarkers): not yet.
-        error = ErrorCode.unsupported_version
-    else:
-        try:
-            producer_id, epoch = await coordinator.init_producer_id(
-                body.transactional_id, int(body.transaction_timeout.total_seconds() * 1000),
-                producer_id, epoch)
-        except TransactionError as exc:
-            error = client_error(exc.error, ApiKey.INIT_PRODUCER_ID, request.version)
+    try:
+        producer_id, epoch = await broker.transaction_coordinator.init_producer_id(
+            body.transactional_id, int(body.transaction_timeout.total_seconds() * 1000),
+            producer_id, epoch)
+    except TransactionError as exc:
+        error = client_error(exc.error, ApiKey.INIT_PRODUCER_ID, request.version)
     if error != ErrorCode.none:
         producer_id, epoch = -1, -1
     return build(schema, throttle_time=datetime.timedelta(0), error_code=error,

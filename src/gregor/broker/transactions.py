@@ -1,11 +1,7 @@
 """Transactional producers' requests: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-TxnOffsetCommit (InitProducerId with a transactional id is in producer_ids); and the
-admin's DescribeTransactions and ListTransactions.
-
-Routed only on a broker running alone, where the transaction coordinator writes
-markers itself; in a cluster they would need WriteTxnMarkers, not implemented
-yet, so these APIs are not advertised there and FindCoordinator finds no
-transaction coordinator.
+TxnOffsetCommit (InitProducerId with a transactional id is in producer_ids); the
+admin's DescribeTransactions and ListTransactions; and WriteTxnMarkers, which
+coordinators send to partition leaders (write_txn_markers).
 """
 
 from __future__ import annotations
@@ -14,6 +10,7 @@ import datetime
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
+from gregor.broker import write_txn_markers
 from gregor.broker.request import Request
 from gregor.broker.router import Route, Router
 from gregor.groups.coordinator import now_ms
@@ -22,20 +19,13 @@ from gregor.groups.offsets_store import OFFSETS_TOPIC
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
-from gregor.transactions.coordinator import (
-    TransactionCoordinator,
-    TransactionError,
-    client_error,
-)
+from gregor.transactions.coordinator import TransactionError, client_error
 from gregor.transactions.metadata import TransactionState
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
 
 _NO_THROTTLE = datetime.timedelta(0)
-def coordinator(broker: Broker) -> TransactionCoordinator:
-    assert broker.transaction_coordinator is not None  # routed only when there is one
-    return broker.transaction_coordinator
 
 
 async def _error_of(api_key: ApiKey, version: int, action: Awaitable[None]) -> ErrorCode:
@@ -60,7 +50,7 @@ async def handle_add_partitions(broker: Broker, request: Request):
         errors = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
                   else ErrorCode.operation_not_attempted for tp in asked}
     else:
-        error = await _error_of(key, version, coordinator(broker).add_partitions(
+        error = await _error_of(key, version, broker.transaction_coordinator.add_partitions(
             body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
             body.v3_and_below_producer_epoch, asked))
         errors = dict.fromkeys(asked, error)
@@ -82,7 +72,7 @@ async def handle_add_offsets(broker: Broker, request: Request):
     error = await broker.group_coordinator.ensure_store()
     if error is None:
         group_partition = broker.group_coordinator.store.partition_for(body.group_id)
-        error = await _error_of(key, version, coordinator(broker).add_partitions(
+        error = await _error_of(key, version, broker.transaction_coordinator.add_partitions(
             body.transactional_id, body.producer_id, body.producer_epoch,
             [(OFFSETS_TOPIC, group_partition)]))
     return build(response_schema(key, version), throttle_time=_NO_THROTTLE, error_code=error)
@@ -90,7 +80,7 @@ async def handle_add_offsets(broker: Broker, request: Request):
 
 async def handle_end_txn(broker: Broker, request: Request):
     key, version, body = ApiKey.END_TXN, request.version, request.body
-    error = await _error_of(key, version, coordinator(broker).end_transaction(
+    error = await _error_of(key, version, broker.transaction_coordinator.end_transaction(
         body.transactional_id, body.producer_id, body.producer_epoch, body.committed))
     return build(response_schema(key, version), throttle_time=_NO_THROTTLE, error_code=error)
 
@@ -111,7 +101,7 @@ async def handle_txn_offset_commit(broker: Broker, request: Request):
                     metadata=p.committed_metadata or "", commit_timestamp=now)
             else:
                 errors[tp] = ErrorCode.unknown_topic_or_partition
-    error = await groups.ensure_store() or coordinator(broker).check_offsets_producer(
+    error = await groups.ensure_store() or broker.transaction_coordinator.check_offsets_producer(
         body.transactional_id, body.producer_id, body.producer_epoch,
         groups.store.partition_for(body.group_id))
     if error is None:
@@ -143,7 +133,7 @@ async def handle_describe(broker: Broker, request: Request):
     answers = []
     for transactional_id in request.body.transactional_ids:
         try:
-            meta = coordinator(broker).describe(transactional_id)
+            meta = broker.transaction_coordinator.describe(transactional_id)
         except TransactionError as exc:
             answers.append(build(state_cls, error_code=exc.error,
                                  transactional_id=transactional_id, transaction_state="",
@@ -179,7 +169,7 @@ async def handle_list(broker: Broker, request: Request):
     key, version, body = ApiKey.LIST_TRANSACTIONS, request.version, request.body
     unknown = tuple(name for name in body.state_filters if name not in _STATES)
     states = {_STATES[name] for name in body.state_filters if name in _STATES}
-    listed = coordinator(broker).list(states if body.state_filters else None,
+    listed = broker.transaction_coordinator.list(states if body.state_filters else None,
                                       set(body.producer_id_filters),
                                       getattr(body, "duration_filter", -1))
     state_cls = nested(key, version, "TransactionState")
@@ -200,6 +190,9 @@ ROUTES: dict[int, Route] = {
     ApiKey.DESCRIBE_TRANSACTIONS: Route(handle_describe, 0, 0),
     # v2's transactional id pattern is a Java regular expression: not offered.
     ApiKey.LIST_TRANSACTIONS: Route(handle_list, 0, 1),
+    # v0 is not in kio (Kafka's brokers have sent v1 since 2.8); v2's transaction
+    # version (KIP-890's epoch bump per transaction) is not implemented.
+    ApiKey.WRITE_TXN_MARKERS: Route(write_txn_markers.handle, 1, 1),
 }
 
 

@@ -1,12 +1,16 @@
 """TransactionCoordinator: transactional ids, their producer epochs and their transactions.
 
-One broker alone coordinates every transactional id (in a cluster, transactions
-are refused until the coordinator can send markers to other brokers with
-WriteTxnMarkers). Each change of a transaction's state is written to
-``__transaction_state`` before it takes effect, and ending a transaction goes
-through Prepare{Commit,Abort} (durable), then a marker in every partition the
-transaction wrote to, then Complete{Commit,Abort}: a broker restarted between the
-two finishes the markers from the log.
+A transactional id is coordinated by the leader of its ``__transaction_state``
+partition: a broker loads a partition's ids when it becomes its leader (until
+then they answer COORDINATOR_LOAD_IN_PROGRESS), forgets them when it stops leading
+it (NOT_COORDINATOR; the new leader reads them from its replica), and stamps the
+partition's leader epoch on its markers as the coordinator epoch. Each change of a
+transaction's state is written to ``__transaction_state`` before it takes effect,
+and ending a transaction goes through Prepare{Commit,Abort} (durable), then a
+marker in every partition the transaction wrote to, sent to each partition's
+leader (the marker channel), then Complete{Commit,Abort} once all of them are
+acknowledged: a coordinator that restarts or takes over between the two finishes
+the markers from the log.
 
 A new producer with the same transactional id (InitProducerId) bumps the epoch,
 which fences the old one, and aborts what that one left open; a transaction open
@@ -19,7 +23,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from gregor.cluster.controller import ClusterAdmin
 from gregor.cluster.replica_manager import ReplicaManager
@@ -27,9 +31,8 @@ from gregor.config import BrokerConfig
 from gregor.groups.coordinator import GroupCoordinator
 from gregor.groups.offsets_store import OFFSETS_TOPIC
 from gregor.protocol.api_keys import ApiKey
-from gregor.protocol.control_record import encode_marker
 from gregor.protocol.errors import ErrorCode
-from gregor.storage.log import AppendOrigin, LogAppendError
+from gregor.transactions.marker_channel import CoordinatorFenced, TransactionMarkerChannel
 from gregor.transactions.metadata import (
     NO_START,
     TopicPartition,
@@ -46,6 +49,8 @@ log = logging.getLogger(__name__)
 
 # Kafka bumps to a new producer id rather than reach the largest epoch.
 _MAX_EPOCH = 32767 - 1
+# Kafka's retry.backoff.ms: the pause before markers are resent.
+_MARKER_RETRY_BACKOFF_S = 0.1
 
 
 # PRODUCER_FENCED exists from these versions on (KIP-588); older ones say
@@ -76,51 +81,146 @@ def _now_ms() -> int:
 
 class TransactionCoordinator:
     def __init__(self, config: BrokerConfig, controller: ClusterAdmin,
-                 replica_manager: ReplicaManager, groups: GroupCoordinator) -> None:
+                 replica_manager: ReplicaManager, groups: GroupCoordinator,
+                 broker_address: Callable[[int], tuple[str, int] | None]) -> None:
         self.controller = controller
         self.replica_manager = replica_manager
-        self.groups = groups
         self.state_log = TransactionStateLog(config, controller, replica_manager)
+        self.markers = TransactionMarkerChannel(
+            config.node_id, lambda: controller.image, replica_manager, groups, broker_address,
+            config["request.timeout.ms"] / 1000, _MARKER_RETRY_BACKOFF_S,
+            config.source_address)
         self.max_timeout_ms = config["transaction.max.timeout.ms"]
         self.expiration_ms = config["transactional.id.expiration.ms"]
+        self._in_cluster = config.zookeeper_mode
         self.transactions: dict[str, TransactionMetadata] = {}
+        # __transaction_state partitions coordinated here, by the coordinator epoch
+        # (their leader epoch) they were loaded at; those still being read.
+        self.epochs: dict[int, int] = {}
+        self.loading: set[int] = set()
         self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task] = set()
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        """Load every transactional id from the log, and finish the transactions a
-        stop left between Prepare and Complete (their markers may be missing)."""
-        for txn_id, meta in self.state_log.read_all():
-            if meta is None:
-                self.transactions.pop(txn_id, None)
-            else:
-                self.transactions[txn_id] = meta
-        for meta in list(self.transactions.values()):
-            if meta.state.is_prepare:
-                log.info("completing transaction of %s left in %s", meta.transactional_id,
-                         meta.state.name)
+        """Alone, the broker leads every partition of the log: load them all, and
+        finish the transactions a stop left between Prepare and Complete, before
+        serving. In a cluster partitions load as their leadership arrives."""
+        if self._in_cluster or not self.state_log.exists():
+            return
+        for index in range(self.state_log.num_partitions):
+            partition = self.replica_manager.get(TRANSACTION_STATE_TOPIC, index)
+            if partition is not None:
+                self.epochs[index] = partition.leader_epoch
+                self.loading.add(index)
+                await self._load(index, partition.leader_epoch)
+
+    def leadership_changed(self, index: int, leading: bool, leader_epoch: int) -> None:
+        """This broker started or stopped leading ``__transaction_state`` partition
+        ``index`` (Kafka's onElection / onResignation)."""
+        if leading and self.epochs.get(index) == leader_epoch:
+            return  # an ISR change
+        if index in self.epochs:
+            self._unload(index)
+        if leading:
+            self.epochs[index] = leader_epoch
+            self.loading.add(index)
+            task = asyncio.get_running_loop().create_task(self._load(index, leader_epoch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _unload(self, index: int) -> None:
+        del self.epochs[index]
+        self.loading.discard(index)
+        for txn_id in [t for t in self.transactions if self.state_log.partition_for(t) == index]:
+            del self.transactions[txn_id]
+        log.info("no longer coordinating the transactions of %s-%d", TRANSACTION_STATE_TOPIC,
+                 index)
+
+    async def _load(self, index: int, epoch: int) -> None:
+        """Read the partition's ids, then complete its prepared transactions (their
+        markers may be missing: the previous coordinator died or moved meanwhile)."""
+        loaded: dict[str, TransactionMetadata | None] = {}
+        try:
+            async for txn_id, meta in self.state_log.read_partition(index):
+                loaded[txn_id] = meta
+        except Exception:
+            log.exception("loading %s-%d failed", TRANSACTION_STATE_TOPIC, index)
+            if self.epochs.get(index) == epoch:
+                self._unload(index)
+            return
+        if self.epochs.get(index) != epoch:
+            return  # leadership moved on while reading
+        self.transactions.update((t, m) for t, m in loaded.items() if m is not None)
+        self.loading.discard(index)
+        log.info("coordinating %d transactional ids of %s-%d at epoch %d",
+                 sum(m is not None for m in loaded.values()), TRANSACTION_STATE_TOPIC, index,
+                 epoch)
+        for meta in loaded.values():
+            if meta is None or not meta.state.is_prepare:
+                continue
+            log.info("completing transaction of %s left in %s", meta.transactional_id,
+                     meta.state.name)
+            try:
                 async with self._lock(meta.transactional_id):
-                    await self._complete(meta)
+                    current = self.transactions.get(meta.transactional_id)
+                    if current is not None and current.state.is_prepare:
+                        await self._complete(current)
+            except TransactionError as exc:
+                log.warning("transaction of %s not completed: %s", meta.transactional_id, exc)
+
+    async def shutdown(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.markers.close()
 
     def _lock(self, transactional_id: str) -> asyncio.Lock:
         return self._locks.setdefault(transactional_id, asyncio.Lock())
 
+    def _epoch_of(self, transactional_id: str) -> int:
+        """The coordinator epoch of the id's partition; NOT_COORDINATOR if not led here."""
+        epoch = self.epochs.get(self.state_log.partition_for(transactional_id))
+        if epoch is None:
+            raise TransactionError(ErrorCode.not_coordinator)
+        return epoch
+
     async def _write(self, meta: TransactionMetadata) -> TransactionMetadata:
+        index = self.state_log.partition_for(meta.transactional_id)
+        epoch = self._epoch_of(meta.transactional_id)
         try:
-            await self.state_log.write(meta)
+            await self.state_log.write(meta, epoch)
         except StateLogError as exc:
             raise TransactionError(exc.error, str(exc)) from exc
+        if self.epochs.get(index) != epoch:
+            # Unloaded while the write waited for the replicas: the new coordinator
+            # decides what became of it.
+            raise TransactionError(ErrorCode.not_coordinator)
         self.transactions[meta.transactional_id] = meta
         return meta
+
+    async def ensure_state_log(self) -> None:
+        """Create ``__transaction_state`` on first use (FindCoordinator, or a request
+        sent straight here); alone, its new partitions are led here at once."""
+        if await self.state_log.ensure_topic():
+            await self.start()
+
+    def _coordinates(self, transactional_id: str) -> bool:
+        """Whether the id's partition is led and loaded here."""
+        index = self.state_log.partition_for(transactional_id)
+        return index in self.epochs and index not in self.loading
 
     async def _check_coordinator(self, transactional_id: str) -> None:
         if not transactional_id:
             raise TransactionError(ErrorCode.invalid_request, "empty transactional id")
         try:
-            await self.state_log.ensure_topic()
+            await self.ensure_state_log()
         except StateLogError as exc:
             raise TransactionError(exc.error, str(exc)) from exc
-        if not self.state_log.leads(transactional_id):
+        index = self.state_log.partition_for(transactional_id)
+        if index in self.loading:
+            raise TransactionError(ErrorCode.coordinator_load_in_progress)
+        if index not in self.epochs:
             raise TransactionError(ErrorCode.not_coordinator)
 
     # ----------------------------------------------------------- InitProducerId
@@ -202,7 +302,11 @@ class TransactionCoordinator:
                          tp: TopicPartition) -> ErrorCode | None:
         """Whether a transactional produce may write to ``tp`` (KIP-890's check): only
         into a partition its ongoing transaction added, or the LSO would stall for
-        want of a marker."""
+        want of a marker. Checked only where the id is coordinated: elsewhere the
+        write is taken as Kafka before 3.6 takes it (KIP-890 asks the coordinator
+        with AddPartitionsToTxn v4, which gregor does not serve)."""
+        if not self._coordinates(transactional_id):
+            return None
         meta = self.transactions.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             return ErrorCode.invalid_producer_id_mapping
@@ -215,7 +319,11 @@ class TransactionCoordinator:
 
     def check_offsets_producer(self, transactional_id: str, producer_id: int,
                                producer_epoch: int, group_partition: int) -> ErrorCode | None:
-        """TxnOffsetCommit: the producer holds the id and added the group's offsets."""
+        """TxnOffsetCommit: the producer holds the id and added the group's offsets
+        (known only where the id is coordinated; the group's coordinator may be another
+        broker, which takes the offsets as Kafka's does, on the producer's word)."""
+        if not self._coordinates(transactional_id):
+            return None
         try:
             meta = self._current(transactional_id, producer_id, producer_epoch)
         except TransactionError as exc:
@@ -253,44 +361,26 @@ class TransactionCoordinator:
         return await self._complete(prepared)
 
     async def _complete(self, meta: TransactionMetadata) -> TransactionMetadata:
-        """Write the markers of a prepared transaction, then record it complete."""
+        """Have every marker of a prepared transaction written, then record it complete."""
         commit = meta.state == TransactionState.PREPARE_COMMIT
-        self._write_markers(meta, commit)
+        index = self.state_log.partition_for(meta.transactional_id)
+        epoch = self._epoch_of(meta.transactional_id)
+        try:
+            await self.markers.write(meta.producer_id, meta.producer_epoch, commit, epoch,
+                                     meta.partitions, lambda: self.epochs.get(index) == epoch)
+        except CoordinatorFenced as exc:
+            raise TransactionError(ErrorCode.not_coordinator, str(exc)) from exc
         return await self._write(dataclasses.replace(
             meta, partitions=frozenset(), last_update_ms=_now_ms(),
             state=TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT))
 
-    def _write_markers(self, meta: TransactionMetadata, commit: bool) -> None:
-        now = _now_ms()
-        coordinator_epoch = self._coordinator_epoch(meta.transactional_id)
-        for topic, index in sorted(meta.partitions):
-            partition = self.replica_manager.get(topic, index)
-            if partition is None:
-                log.warning("transaction of %s: %s-%d is gone; no marker written",
-                            meta.transactional_id, topic, index)
-                continue
-            marker = encode_marker(meta.producer_id, meta.producer_epoch, commit,
-                                   coordinator_epoch, now)
-            try:
-                partition.append_as_leader(marker, required_acks=-1,
-                                           origin=AppendOrigin.COORDINATOR)
-            except LogAppendError as exc:
-                log.error("transaction of %s: marker not written to %s-%d: %s",
-                          meta.transactional_id, topic, index, exc)
-                continue
-            self.replica_manager.notify((topic, index))
-        if any(topic == OFFSETS_TOPIC for topic, _ in meta.partitions):
-            self.groups.complete_transactional_offsets(meta.producer_id, commit)
-
-    def _coordinator_epoch(self, transactional_id: str) -> int:
-        partition = self.replica_manager.get(TRANSACTION_STATE_TOPIC,
-                                             self.state_log.partition_for(transactional_id))
-        return 0 if partition is None else partition.leader_epoch
-
     # ------------------------------------------------------------- describing
     def describe(self, transactional_id: str) -> TransactionMetadata:
         """DescribeTransactions: one transactional id's state, as coordinated here."""
-        if not self.state_log.leads(transactional_id):
+        index = self.state_log.partition_for(transactional_id)
+        if index in self.loading:
+            raise TransactionError(ErrorCode.coordinator_load_in_progress)
+        if index not in self.epochs:
             raise TransactionError(ErrorCode.not_coordinator)
         meta = self.transactions.get(transactional_id)
         if meta is None:
@@ -324,8 +414,9 @@ class TransactionCoordinator:
                 if self.transactions.get(meta.transactional_id) != meta:
                     continue
                 try:
-                    await self.state_log.write_tombstone(meta.transactional_id)
-                except StateLogError as exc:
+                    await self.state_log.write_tombstone(
+                        meta.transactional_id, self._epoch_of(meta.transactional_id))
+                except (StateLogError, TransactionError) as exc:
                     log.warning("cannot expire %s: %s", meta.transactional_id, exc)
                     continue
                 del self.transactions[meta.transactional_id]
@@ -347,6 +438,12 @@ class TransactionCoordinator:
                     continue
                 log.info("aborting transaction of %s: open for %d ms, timeout %d ms",
                          meta.transactional_id, now - meta.start_ms, meta.timeout_ms)
-                await self._end(meta, commit=False, epoch=self._next_epoch(meta))
+                try:
+                    await self._end(meta, commit=False, epoch=self._next_epoch(meta))
+                except TransactionError as exc:
+                    # No longer coordinated here, or its state not written: the next
+                    # round (or the new coordinator) tries again.
+                    log.warning("transaction of %s not aborted: %s", meta.transactional_id, exc)
+                    continue
                 aborted += 1
         return aborted

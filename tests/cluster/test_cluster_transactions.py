@@ -1,0 +1,243 @@
+"""Transactions in a replicated cluster: a confluent-kafka transactional producer whose
+coordinator (the leader of its ``__transaction_state`` partition) writes markers, with
+WriteTxnMarkers, into partitions led by the other brokers; a coordinator killed while a
+commit waits for its markers, and a partition leader killed while the commit's marker
+is on its way to it. A transaction is seen by a read_committed reader exactly once if
+its commit returned, never if it was aborted, and whole or not at all otherwise.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from checker import read_partitions
+from clients import WireConnection, advertised_versions, versioned_request
+from confluent_kafka import Producer
+from harness import WAIT_S, Cluster
+
+from gregor.cluster.zookeeper_server import ZooKeeperServer
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
+
+pytestmark = pytest.mark.timeout(240)
+
+PARTITIONS = 6
+SETTINGS = {
+    "transaction.state.log.num.partitions": "3",
+    "transaction.state.log.replication.factor": "3",
+    # A marker to an unreachable leader is given up on (and resent) within seconds.
+    "request.timeout.ms": "3000",
+}
+
+
+@pytest.fixture
+def txn_cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[Cluster]:
+    started = Cluster(zookeeper, tmp_path, **SETTINGS).start()
+    yield started
+    started.stop()
+
+
+def _producer(cluster: Cluster, transactional_id: str) -> Producer:
+    producer = Producer({"bootstrap.servers": cluster.bootstrap,
+                         "transactional.id": transactional_id, "acks": "all",
+                         "linger.ms": 5, "transaction.timeout.ms": 60000,
+                         "topic.metadata.refresh.interval.ms": 500, "log_level": 0})
+    producer.init_transactions(WAIT_S)
+    return producer
+
+
+def _write(producer: Producer, topic: str, name: str) -> None:
+    """One record of transaction ``name`` in every partition."""
+    for partition in range(PARTITIONS):
+        producer.produce(topic, f"{name}-{partition}".encode(), partition=partition)
+
+
+def _coordinator(cluster: Cluster, transactional_id: str, asked: int = 1) -> int:
+    """FindCoordinator (key type 1) as broker ``asked`` answers it (-1: the partition
+    has no leader right now)."""
+    with WireConnection(cluster.brokers[asked].bootstrap) as connection:
+        answer = connection.request(ApiKey.FIND_COORDINATOR, 4, versioned_request(
+            ApiKey.FIND_COORDINATOR, 4, "FindCoordinatorRequest", key_type=1,
+            coordinator_keys=(transactional_id,)))
+    (found,) = answer.coordinators
+    assert found.error_code in (ErrorCode.none, ErrorCode.coordinator_not_available), found
+    return found.node_id
+
+
+def _state(cluster: Cluster, coordinator: int, transactional_id: str) -> str:
+    with WireConnection(cluster.brokers[coordinator].bootstrap) as connection:
+        answer = connection.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, versioned_request(
+            ApiKey.DESCRIBE_TRANSACTIONS, 0, "DescribeTransactionsRequest",
+            transactional_ids=(transactional_id,)))
+    (described,) = answer.transaction_states
+    assert described.error_code == 0, described
+    return described.transaction_state
+
+
+def _wait(condition, what: str, timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _committed_view(cluster: Cluster, topic: str) -> Counter[str]:
+    """How many times a read_committed reader sees each transaction's records, by name."""
+    read = read_partitions(cluster.bootstrap, topic, PARTITIONS, isolation="read_committed")
+    return Counter(value.decode().rsplit("-", 1)[0] for records in read.values()
+                   for _, value in records)
+
+
+def _leaders(cluster: Cluster, topic: str) -> dict[int, int]:
+    return {p: cluster.leader(topic, p) for p in range(PARTITIONS)}
+
+
+def test_commits_and_aborts_across_brokers(txn_cluster: Cluster) -> None:
+    cluster = txn_cluster
+    topic = "txn-spread"
+    cluster.create_topic(topic, partitions=PARTITIONS)
+    for broker in cluster.brokers.values():
+        with WireConnection(broker.bootstrap) as connection:
+            assert advertised_versions(connection, ApiKey.WRITE_TXN_MARKERS) == range(1, 2)
+    transactional_id = f"spread-{uuid.uuid4().hex[:8]}"
+    producer = _producer(cluster, transactional_id)
+    coordinator = _coordinator(cluster, transactional_id)
+    assert set(_leaders(cluster, topic).values()) - {coordinator}, \
+        "some partition must be led by a broker other than the coordinator"
+    outcomes = {}
+    for i in range(12):
+        producer.begin_transaction()
+        _write(producer, topic, f"t{i}")
+        if i % 3 == 1:
+            assert producer.flush(WAIT_S) == 0  # written, not purged from the queue
+            producer.abort_transaction(WAIT_S)
+            outcomes[f"t{i}"] = 0
+        else:
+            producer.commit_transaction(WAIT_S)
+            outcomes[f"t{i}"] = PARTITIONS
+    assert _state(cluster, coordinator, transactional_id) == "CompleteCommit"
+    seen = _committed_view(cluster, topic)
+    assert {name: seen[name] for name in outcomes} == outcomes
+    # Read uncommitted, the aborted records are there: it is the markers that hide them.
+    everything = read_partitions(cluster.bootstrap, topic, PARTITIONS)
+    assert sum(len(records) for records in everything.values()) == 12 * PARTITIONS
+
+
+def _cut_a_leader_and_commit(cluster: Cluster, topic: str, producer: Producer,
+                             transactional_id: str, coordinator: int
+                             ) -> tuple[int, threading.Thread, list[BaseException]]:
+    """Write a transaction, cut the coordinator off from a data partition's leader, and
+    start the commit in a thread; return once the coordinator is in PrepareCommit,
+    which it stays in: its marker to that leader cannot be delivered."""
+    cut = next(leader for leader in _leaders(cluster, topic).values() if leader != coordinator)
+    producer.begin_transaction()
+    _write(producer, topic, "doomed-leader")
+    assert producer.flush(WAIT_S) == 0
+    cluster.cut(coordinator, cut)
+    failures: list[BaseException] = []
+
+    def commit() -> None:
+        try:
+            producer.commit_transaction(120)
+        except BaseException as exc:  # reported by the test
+            failures.append(exc)
+
+    committing = threading.Thread(target=commit, daemon=True)
+    committing.start()
+    _wait(lambda: _state(cluster, coordinator, transactional_id) == "PrepareCommit",
+          "the commit to be prepared")
+    return cut, committing, failures
+
+
+def test_partition_leader_killed_during_commit(txn_cluster: Cluster) -> None:
+    cluster = txn_cluster
+    topic = "txn-leader-dies"
+    cluster.create_topic(topic, partitions=PARTITIONS)
+    transactional_id = f"leader-dies-{uuid.uuid4().hex[:8]}"
+    producer = _producer(cluster, transactional_id)
+    coordinator = _coordinator(cluster, transactional_id)
+    producer.begin_transaction()
+    _write(producer, topic, "before")
+    producer.commit_transaction(WAIT_S)
+
+    cut, committing, failures = _cut_a_leader_and_commit(
+        cluster, topic, producer, transactional_id, coordinator)
+    cluster.brokers[cut].kill()
+    committing.join(120)
+    assert not committing.is_alive() and not failures, failures
+    assert _state(cluster, coordinator, transactional_id) == "CompleteCommit"
+    producer.begin_transaction()
+    _write(producer, topic, "aborted")
+    assert producer.flush(WAIT_S) == 0
+    producer.abort_transaction(WAIT_S)
+    producer.begin_transaction()
+    _write(producer, topic, "after")
+    producer.commit_transaction(WAIT_S)
+
+    seen = _committed_view(cluster, topic)
+    assert dict(seen) == {"before": PARTITIONS, "doomed-leader": PARTITIONS,
+                          "after": PARTITIONS}
+
+
+def test_coordinator_killed_during_commit(txn_cluster: Cluster) -> None:
+    """The coordinator dies in PrepareCommit with a marker unwritten: the new leader of
+    its __transaction_state partition loads the transaction and finishes it."""
+    cluster = txn_cluster
+    topic = "txn-coordinator-dies"
+    cluster.create_topic(topic, partitions=PARTITIONS)
+    transactional_id = f"coordinator-dies-{uuid.uuid4().hex[:8]}"
+    producer = _producer(cluster, transactional_id)
+    coordinator = _coordinator(cluster, transactional_id)
+    producer.begin_transaction()
+    _write(producer, topic, "before")
+    producer.commit_transaction(WAIT_S)
+
+    cut, committing, failures = _cut_a_leader_and_commit(
+        cluster, topic, producer, transactional_id, coordinator)
+    (third,) = set(cluster.brokers) - {coordinator, cut}
+    cluster.brokers[coordinator].kill()
+    cluster.heal(coordinator, cut)
+    committing.join(120)
+    assert not committing.is_alive() and not failures, failures
+    successor = _coordinator(cluster, transactional_id, third)
+    assert successor == third, "the coordinator's in-sync follower took over"
+    assert _state(cluster, successor, transactional_id) == "CompleteCommit"
+    producer.begin_transaction()
+    _write(producer, topic, "aborted")
+    assert producer.flush(WAIT_S) == 0
+    producer.abort_transaction(WAIT_S)
+
+    seen = _committed_view(cluster, topic)
+    assert dict(seen) == {"before": PARTITIONS, "doomed-leader": PARTITIONS}
+
+
+def test_coordinator_killed_mid_transaction(txn_cluster: Cluster) -> None:
+    """The coordinator dies with a transaction open: the new one loads it Ongoing, and
+    the producer's commit (sent to it) commits it once, everywhere."""
+    cluster = txn_cluster
+    topic = "txn-open-coordinator-dies"
+    cluster.create_topic(topic, partitions=PARTITIONS)
+    transactional_id = f"open-coordinator-dies-{uuid.uuid4().hex[:8]}"
+    producer = _producer(cluster, transactional_id)
+    coordinator = _coordinator(cluster, transactional_id)
+    producer.begin_transaction()
+    _write(producer, topic, "aborted")
+    assert producer.flush(WAIT_S) == 0
+    producer.abort_transaction(WAIT_S)
+    producer.begin_transaction()
+    _write(producer, topic, "open")
+    assert producer.flush(WAIT_S) == 0
+    cluster.brokers[coordinator].kill()
+    producer.commit_transaction(120)
+    asked = min(set(cluster.brokers) - {coordinator})
+    successor = _coordinator(cluster, transactional_id, asked)
+    assert successor != coordinator
+    assert _state(cluster, successor, transactional_id) == "CompleteCommit"
+    seen = _committed_view(cluster, topic)
+    assert dict(seen) == {"open": PARTITIONS}
