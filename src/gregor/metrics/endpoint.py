@@ -7,9 +7,9 @@ path), then renders the copy on the loop too. A worker thread rendering it costs
 than it saves: while it holds the interpreter lock, the loop, which lets go of the lock
 at every send, waits up to a switch interval (5 ms) to get it back after each one, and
 1 KiB consumes ran 12-16% slower with a scrape every second
-(``bench.metrics_bench``); on the loop a scrape holds clients up once, for as long as
-it renders (25 ms for 1,000 partitions). The server speaks just what a scraper needs: GET (or
-HEAD) of the metrics path, one request per connection.
+(``bench.metrics_bench``). On the loop a scrape holds clients up once, for as long as it
+renders, so it is made cheap (:mod:`.exposition`). The server speaks just what a scraper
+needs: GET (or HEAD) of the metrics path, one request per connection.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_LATEST
 from prometheus_client.process_collector import ProcessCollector
 
-from gregor.metrics import snapshot
+from gregor.metrics import collector, snapshot
 from gregor.metrics.broker_metrics import BrokerMetrics
-from gregor.metrics.collector import SnapshotCollector
+from gregor.metrics.exposition import Exposition, LineStarts
 from gregor.metrics.loop_monitor import LoopMonitor
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 _MAX_HEAD_BYTES = 16 * 1024
 _READ_TIMEOUT_S = 10.0
+OPENMETRICS = OPENMETRICS_LATEST.split(";")[0]  # application/openmetrics-text
 
 
 class MetricsServer:
@@ -49,6 +51,11 @@ class MetricsServer:
         self.metrics = metrics
         self.loop_monitor = LoopMonitor()
         self._server: asyncio.Server | None = None
+        # The process's own figures (CPU, memory, file descriptors), as
+        # prometheus_client reads and renders them.
+        self._process = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self._process)
+        self._line_starts = LineStarts()
 
     @property
     def url(self) -> str:
@@ -101,17 +108,17 @@ class MetricsServer:
             headers[name.strip().lower()] = value.strip()
         encoder, content_type = choose_encoder(headers.get("accept", ""))
         taken = snapshot.take(self.broker, self.metrics, self.loop_monitor)
-        body = _render(taken, encoder)
+        body = self._render(taken, encoder, content_type.startswith(OPENMETRICS))
         return _response(200, content_type, b"" if parts[0] == "HEAD" else body, len(body))
 
-
-def _render(taken: snapshot.Snapshot, encoder: Callable[[CollectorRegistry], bytes]) -> bytes:
-    """The text of one scrape: the broker's snapshot and the process's own figures
-    (CPU, memory, file descriptors)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(taken))
-    ProcessCollector(registry=registry)
-    return encoder(registry)
+    def _render(self, taken: snapshot.Snapshot,
+                encoder: Callable[[CollectorRegistry], bytes], openmetrics: bool) -> bytes:
+        """The text of one scrape: the broker's snapshot, then the process's figures
+        (which end an OpenMetrics text with its ``# EOF``)."""
+        out = Exposition(openmetrics, self._line_starts)
+        collector.write(taken, out)
+        self._line_starts = out.kept
+        return out.text().encode() + encoder(self._process)
 
 
 def _response(status: int, content_type: str, body: bytes, length: int | None = None) -> bytes:

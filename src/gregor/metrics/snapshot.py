@@ -1,13 +1,7 @@
 """What a scrape reports, copied from the broker on its event loop in one go.
 
-Rendering thousands of series takes tens of milliseconds of Python (a thousand
-partitions: about 5,000 lines, 25 ms); done on the event loop, every scrape would
-hold up every client that long. So the loop only copies the numbers into plain
-immutable values (3.5 ms for a thousand partitions), and a worker thread turns those
-into Prometheus' text while the loop goes on serving (sharing the interpreter with
-it, so slowed down meanwhile, but never stopped for more than the GIL's switch
-interval). The copy is one consistent moment of the broker: the loop does nothing
-else while it is taken.
+The copy is one consistent moment of the broker (the loop does nothing else while it
+is taken), made of plain immutable values that :mod:`.collector` then writes out.
 """
 
 from __future__ import annotations
@@ -49,6 +43,7 @@ class PartitionView:
     leader: bool
     under_replicated: bool
     under_min_isr: bool
+    labels: tuple[str, str]  # topic, partition: its series' labels, made once per scrape
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +98,7 @@ def take(broker: Broker, metrics: BrokerMetrics, loop: LoopMonitor) -> Snapshot:
             topic, index, log.size, log.log_start_offset, log.log_end_offset,
             len(log.segments), partition.high_watermark, leader,
             leader and len(partition.isr) < len(partition.replicas),
-            partition.is_under_min_isr))
+            partition.is_under_min_isr, (topic, str(index))))
     cluster = broker.cluster
     # Alone, a broker is its cluster's controller.
     active = cluster is None or cluster.controller.is_active
