@@ -17,13 +17,13 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
+from time import perf_counter
 from typing import TYPE_CHECKING, NoReturn
 
 from gregor.broker import api_versions
 from gregor.broker.frame_protocol import ClientGone, FrameProtocol, FrameSizeError
 from gregor.broker.request import RawResponse, Request
-from gregor.metrics.broker_metrics import BrokerMetrics
+from gregor.metrics.broker_metrics import FETCH, BrokerMetrics
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import MalformedRequest, decode_request, encode_response, peek_api
 from gregor.storage.segment import FileRegion
@@ -65,12 +65,17 @@ class Connection:
         try:
             while True:
                 frame = await self._read_frame()
-                if metrics is not None:
-                    await self._serve_measured(frame, metrics)
+                if metrics is None:
+                    response = await self.dispatch(frame)
+                    if response is not None:
+                        await self.send(response)
                     continue
+                # Measured here rather than in a coroutine of its own: one fewer per request.
+                started = perf_counter()
                 response = await self.dispatch(frame)
                 if response is not None:
                     await self.send(response)
+                self._count(metrics, frame, started, perf_counter())
         except (ConnectionError, TimeoutError, ConnectionClosed):
             pass  # the client left (possibly mid-frame), or was refused and that was logged
         except asyncio.CancelledError:
@@ -81,18 +86,15 @@ class Connection:
         finally:
             self.transport.close()
 
-    async def _serve_measured(self, frame: bytes | memoryview, metrics: BrokerMetrics) -> None:
-        """Serve one request and count it as Kafka's RequestMetrics do: its time from
-        arrival to its answer sent, of which the wait behind earlier requests."""
-        started = time.perf_counter()
+    def _count(self, metrics: BrokerMetrics, frame: bytes | memoryview, started: float,
+               done: float) -> None:
+        """Count one request served as Kafka's RequestMetrics do: its time from arrival
+        to its answer sent, of which the wait behind earlier requests."""
         api_key, version, _ = peek_api(frame)
-        response = await self.dispatch(frame)
-        if response is not None:
-            await self.send(response)
-        follower = (api_key == ApiKey.FETCH and self.request is not None
+        follower = (api_key == FETCH and self.request is not None
                     and getattr(self.request.body, "replica_id", -1) >= 0)
         metrics.request_completed(api_key, version, follower, self.frames.received_at,
-                                  started, time.perf_counter())
+                                  started, done)
 
     async def _read_frame(self) -> bytes | memoryview:
         try:

@@ -19,15 +19,19 @@ from gregor.protocol.errors import ErrorCode
 # Errors Kafka does not count as failed produce or fetch requests (ReplicaManager's
 # appendToLocalLog and readFromLog): the client's to handle (a moved leader, an unknown
 # partition, an offset out of range), not the broker's failures.
-PRODUCE_NOT_FAILED = frozenset({
+# Plain ints, as the hot path's keys and codes are (an enum member's hash and equality
+# go through Python code).
+PRODUCE_NOT_FAILED = frozenset(map(int, (
     ErrorCode.none, ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower,
     ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.corrupt_message,
-    ErrorCode.kafka_storage_error, ErrorCode.invalid_topic_exception})
-FETCH_NOT_FAILED = frozenset({
+    ErrorCode.kafka_storage_error, ErrorCode.invalid_topic_exception)))
+FETCH_NOT_FAILED = frozenset(map(int, (
     ErrorCode.none, ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower,
     ErrorCode.unknown_leader_epoch, ErrorCode.fenced_leader_epoch,
     ErrorCode.replica_not_available, ErrorCode.kafka_storage_error,
-    ErrorCode.offset_out_of_range, ErrorCode.inconsistent_topic_id})
+    ErrorCode.offset_out_of_range, ErrorCode.inconsistent_topic_id)))
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
 
 # Kafka's request times run from well under a millisecond (metadata) to the
 # max.wait of a long-polling fetch (500 ms by default) and the timeouts of joins.
@@ -99,6 +103,9 @@ class BrokerMetrics:
         self._by_key: dict[int, RequestCounters] = {}
         self._fetch_consumer = self.requests[names.FETCH_CONSUMER]
         self._fetch_follower = self.requests[names.FETCH_FOLLOWER]
+        # Counted per partition: their own references, looked up once.
+        self._produce_errors = self.for_api(PRODUCE).errors
+        self._fetch_errors = self.for_api(FETCH).errors
 
     def for_api(self, api_key: int) -> RequestCounters:
         counters = self._by_key.get(api_key)
@@ -115,7 +122,7 @@ class BrokerMetrics:
         queue_ms, total_ms = (started_s - received_s) * 1000, (done_s - received_s) * 1000
         (self._by_key.get(api_key) or self.for_api(api_key)).completed(
             version, queue_ms, total_ms)
-        if api_key == ApiKey.FETCH:
+        if api_key == FETCH:
             (self._fetch_follower if follower_fetch else self._fetch_consumer).completed(
                 version, queue_ms, total_ms)
 
@@ -125,11 +132,10 @@ class BrokerMetrics:
 
     def produce_answered(self, topic: str, error_code: int) -> None:
         """One partition of a produce request answered."""
-        (self._by_key.get(ApiKey.PRODUCE) or self.for_api(ApiKey.PRODUCE)).errors[
-            error_code] += 1
+        self._produce_errors[error_code] += 1
         counters = self.topics[topic]
         counters.produce_requests += 1
-        if error_code not in PRODUCE_NOT_FAILED:
+        if error_code and error_code not in PRODUCE_NOT_FAILED:
             counters.failed_produces += 1
 
     # ---------------------------------------------------------- produce, fetch
@@ -149,10 +155,10 @@ class BrokerMetrics:
 
     def fetch_answered(self, topic: str, error_code: int, size: int, follower: bool) -> None:
         """One partition of a fetch request answered, with ``size`` bytes of records."""
-        (self._by_key.get(ApiKey.FETCH) or self.for_api(ApiKey.FETCH)).errors[error_code] += 1
+        self._fetch_errors[error_code] += 1
         counters = self.topics[topic]
         counters.fetch_requests += 1
-        if error_code not in FETCH_NOT_FAILED:
+        if error_code and error_code not in FETCH_NOT_FAILED:
             counters.failed_fetches += 1
         if follower:
             self.replication_bytes_out += size

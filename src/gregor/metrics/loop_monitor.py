@@ -13,6 +13,7 @@ import asyncio
 import selectors
 import time
 from collections import deque
+from time import perf_counter
 from typing import Any
 
 PROBE_INTERVAL_S = 0.5
@@ -26,13 +27,19 @@ class _TimedSelector:
     def __init__(self, selector: selectors.BaseSelector) -> None:
         self.wrapped = selector
         self.idle_s = 0.0
+        self._select = selector.select
+        # The calls the loop makes besides select, found without __getattr__.
+        self.get_key = selector.get_key
+        self.register = selector.register
+        self.modify = selector.modify
+        self.unregister = selector.unregister
 
     def select(self, timeout: float | None = None) -> Any:
-        start = time.perf_counter()
-        try:
-            return self.wrapped.select(timeout)
-        finally:
-            self.idle_s += time.perf_counter() - start
+        """Runs once per turn of the loop: kept to two clock reads and an addition."""
+        start = perf_counter()
+        ready = self._select(timeout)
+        self.idle_s += perf_counter() - start
+        return ready
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.wrapped, name)
