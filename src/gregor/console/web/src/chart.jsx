@@ -1,6 +1,15 @@
 import { useEffect, useRef } from 'preact/hooks';
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
+import { formatClock } from './format.js';
+
+// The time axis writes each tick on one line, far enough apart for a phone: uPlot's own
+// labels put the date and the hour on a second line under some ticks, and at a phone's
+// width those ran into each other.
+const TIME_AXIS = {
+  space: 64,
+  values: (u, ticks) => ticks.map((t) => formatClock(t, ticks.length > 1 && ticks[1] - ticks[0] < 60)),
+};
 
 const COLORS = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '#0891b2', '#ca8a04',
   '#db2777', '#4b5563', '#65a30d'];
@@ -25,7 +34,7 @@ export function Chart({ times, series, label, height = 180, format = null }) {
       // Names only: values under the cursor would jump the layout on a phone.
       legend: { show: series.length > 1, live: false },
       scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(max, 1)] } },
-      axes: [{}, format ? { label, size: 80, values: (u, ticks) => ticks.map(format) } : { label, size: 60 }],
+      axes: [TIME_AXIS, format ? { label, size: 80, values: (u, ticks) => ticks.map(format) } : { label, size: 60 }],
       series: [{}, ...series.map((s, i) => ({
         label: s.label,
         stroke: COLORS[i % COLORS.length],

@@ -21,6 +21,14 @@ export function parseTime(text) {
   return Number.isNaN(ms) ? null : ms;
 }
 
+// A chart's time tick, on one line: hours and minutes, with seconds when the ticks are
+// less than a minute apart.
+export function formatClock(seconds, withSeconds) {
+  const d = new Date(seconds * 1000);
+  const clock = `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+  return withSeconds ? `${clock}:${pad(d.getSeconds())}` : clock;
+}
+
 export function formatNumber(n) {
   if (n === null || n === undefined) return '–';
   return n.toLocaleString('en-US');
