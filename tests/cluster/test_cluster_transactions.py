@@ -8,6 +8,8 @@ its commit returned, never if it was aborted, and whole or not at all otherwise.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -185,36 +187,62 @@ def test_partition_leader_killed_during_commit(txn_cluster: Cluster) -> None:
                           "after": PARTITIONS}
 
 
+# The application of test_coordinator_killed_during_commit: commits "before", writes
+# "doomed-coordinator" in a second transaction, and commits it when told to.
+_APPLICATION = """
+import sys
+from confluent_kafka import Producer
+bootstrap, topic, transactional_id, partitions = sys.argv[1:5]
+producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                     "acks": "all", "linger.ms": 5, "log_level": 0})
+producer.init_transactions(30)
+for name in ("before", "doomed-coordinator"):
+    producer.begin_transaction()
+    for partition in range(int(partitions)):
+        producer.produce(topic, f"{name}-{partition}".encode(), partition=partition)
+    if name == "before":
+        producer.commit_transaction(30)
+assert producer.flush(30) == 0
+print("written", flush=True)
+sys.stdin.readline()
+producer.commit_transaction(120)
+"""
+
+
 def test_coordinator_killed_during_commit(txn_cluster: Cluster) -> None:
-    """The coordinator dies in PrepareCommit with a marker unwritten: the new leader of
-    its __transaction_state partition loads the transaction and finishes it."""
+    """The coordinator dies in PrepareCommit with a marker unwritten, and so does the
+    application that asked for the commit: the new leader of the id's
+    __transaction_state partition loads the transaction and finishes it by itself."""
     cluster = txn_cluster
     topic = "txn-coordinator-dies"
     cluster.create_topic(topic, partitions=PARTITIONS)
     transactional_id = f"coordinator-dies-{uuid.uuid4().hex[:8]}"
-    producer = _producer(cluster, transactional_id)
-    coordinator = _coordinator(cluster, transactional_id)
-    producer.begin_transaction()
-    _write(producer, topic, "before")
-    producer.commit_transaction(WAIT_S)
-
-    cut, committing, failures = _cut_a_leader_and_commit(
-        cluster, topic, producer, transactional_id, coordinator)
-    (third,) = set(cluster.brokers) - {coordinator, cut}
+    application = subprocess.Popen(
+        [sys.executable, "-c", _APPLICATION, cluster.bootstrap, topic, transactional_id,
+         str(PARTITIONS)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert application.stdout is not None and application.stdin is not None
+        assert application.stdout.readline() == "written\n"
+        coordinator = _coordinator(cluster, transactional_id)
+        cut = next(leader for leader in _leaders(cluster, topic).values()
+                   if leader != coordinator)
+        (third,) = set(cluster.brokers) - {coordinator, cut}
+        cluster.cut(coordinator, cut)
+        application.stdin.write("commit\n")
+        application.stdin.flush()
+        _wait(lambda: _state(cluster, coordinator, transactional_id) == "PrepareCommit",
+              "the commit to be prepared")
+    finally:
+        application.kill()
+        application.wait()
     cluster.brokers[coordinator].kill()
     cluster.heal(coordinator, cut)
-    committing.join(120)
-    assert not committing.is_alive() and not failures, failures
-    successor = _coordinator(cluster, transactional_id, third)
-    assert successor == third, "the coordinator's in-sync follower took over"
-    assert _state(cluster, successor, transactional_id) == "CompleteCommit"
-    producer.begin_transaction()
-    _write(producer, topic, "aborted")
-    assert producer.flush(WAIT_S) == 0
-    producer.abort_transaction(WAIT_S)
-
+    _wait(lambda: _coordinator(cluster, transactional_id, third) == third,
+          "the coordinator's in-sync follower to take over")
+    _wait(lambda: _state(cluster, third, transactional_id) == "CompleteCommit",
+          "the new coordinator to complete the commit")
     seen = _committed_view(cluster, topic)
-    assert dict(seen) == {"before": PARTITIONS, "doomed-leader": PARTITIONS}
+    assert dict(seen) == {"before": PARTITIONS, "doomed-coordinator": PARTITIONS}
 
 
 def test_coordinator_killed_mid_transaction(txn_cluster: Cluster) -> None:

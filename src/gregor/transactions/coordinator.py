@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 # Kafka bumps to a new producer id rather than reach the largest epoch.
 _MAX_EPOCH = 32767 - 1
-# Kafka's retry.backoff.ms: the pause before markers are resent.
+# Kafka's retry.backoff.ms: the pause before markers, or a completion, are written again.
 _MARKER_RETRY_BACKOFF_S = 0.1
 
 
@@ -370,9 +370,21 @@ class TransactionCoordinator:
                                      meta.partitions, lambda: self.epochs.get(index) == epoch)
         except CoordinatorFenced as exc:
             raise TransactionError(ErrorCode.not_coordinator, str(exc)) from exc
-        return await self._write(dataclasses.replace(
+        complete = dataclasses.replace(
             meta, partitions=frozenset(), last_update_ms=_now_ms(),
-            state=TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT))
+            state=TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT)
+        while True:
+            # As Kafka's marker channel: the markers are out, so the completion is
+            # written however long the ISR stays short (a coordinator that took over
+            # has no producer waiting to retry it), until the partition moves away.
+            try:
+                return await self._write(complete)
+            except TransactionError as exc:
+                if exc.error != ErrorCode.coordinator_not_available:
+                    raise
+                log.info("transaction of %s: completion not written yet (%s); retrying",
+                         meta.transactional_id, exc)
+            await asyncio.sleep(_MARKER_RETRY_BACKOFF_S)
 
     # ------------------------------------------------------------- describing
     def describe(self, transactional_id: str) -> TransactionMetadata:
