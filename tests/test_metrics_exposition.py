@@ -43,7 +43,7 @@ def test_kept_line_starts_change_nothing_and_gone_series_are_dropped() -> None:
 def test_both_formats_parse_to_the_values_written() -> None:
     topics = ['odd "topic"\\\n', "plain"]
     text = _scrape(False, LineStarts(), topics).text()
-    openmetrics = _scrape(True, LineStarts(), topics).text() + "# EOF\n"
+    openmetrics = _scrape(True, LineStarts(), topics).text()
     for families in (list(text_string_to_metric_families(text)),
                      list(openmetrics_families(openmetrics))):
         samples = {(s.name, tuple(sorted(s.labels.items()))): s.value

@@ -17,10 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_LATEST
 from prometheus_client.process_collector import ProcessCollector
@@ -52,9 +50,8 @@ class MetricsServer:
         self.loop_monitor = LoopMonitor()
         self._server: asyncio.Server | None = None
         # The process's own figures (CPU, memory, file descriptors), as
-        # prometheus_client reads and renders them.
-        self._process = CollectorRegistry(auto_describe=False)
-        ProcessCollector(registry=self._process)
+        # prometheus_client reads them.
+        self._process = ProcessCollector(registry=None)
         self._line_starts = LineStarts()
 
     @property
@@ -106,19 +103,22 @@ class MetricsServer:
         for line in header_lines:
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
-        encoder, content_type = choose_encoder(headers.get("accept", ""))
+        _, content_type = choose_encoder(headers.get("accept", ""))
         taken = snapshot.take(self.broker, self.metrics, self.loop_monitor)
-        body = self._render(taken, encoder, content_type.startswith(OPENMETRICS))
+        body = self._render(taken, content_type.startswith(OPENMETRICS))
         return _response(200, content_type, b"" if parts[0] == "HEAD" else body, len(body))
 
-    def _render(self, taken: snapshot.Snapshot,
-                encoder: Callable[[CollectorRegistry], bytes], openmetrics: bool) -> bytes:
-        """The text of one scrape: the broker's snapshot, then the process's figures
-        (which end an OpenMetrics text with its ``# EOF``)."""
+    def _render(self, taken: snapshot.Snapshot, openmetrics: bool) -> bytes:
+        """The text of one scrape: the broker's snapshot, then the process's figures."""
         out = Exposition(openmetrics, self._line_starts)
         collector.write(taken, out)
+        for family in self._process.collect():
+            out.family(family.name, family.documentation, family.type)
+            for sample in family.samples:
+                out.sample(sample.name, tuple(sample.labels), tuple(sample.labels.values()),
+                           sample.value)
         self._line_starts = out.kept
-        return out.text().encode() + encoder(self._process)
+        return out.text().encode()
 
 
 def _response(status: int, content_type: str, body: bytes, length: int | None = None) -> bytes:

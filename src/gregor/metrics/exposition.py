@@ -97,6 +97,9 @@ class Exposition:
         out.append(f"{starts[-2]}{_number(running)}\n{starts[-1]}{_number(total)}\n")
 
     def text(self) -> str:
+        """All that was written, closed by ``# EOF`` in OpenMetrics."""
+        if self.openmetrics:
+            self._out.append("# EOF\n")
         return "".join(self._out)
 
 
