@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from clients import PRODUCE_VERSION, make_batch, produce_request
 from confluent_kafka import Producer
 from kio.schema.fetch.v12 import request as fetch_request
 from kio.schema.list_offsets.v7 import request as offsets_request
@@ -29,6 +30,7 @@ from gregor.cluster.partition import Partition
 from gregor.cluster.replica_manager import ReplicaManager
 from gregor.config import BrokerConfig
 from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.codec import decode_response, encode_request
 from gregor.protocol.errors import ErrorCode
 from gregor.storage.log_manager import LogManager
 
@@ -142,13 +144,61 @@ async def _epoch_query(channel: BrokerChannel, current: int, epoch: int,
     return result.error_code, result.leader_epoch, result.end_offset
 
 
-async def _latest_offset(channel: BrokerChannel, replica_id: int) -> tuple[ErrorCode, int]:
-    answer = await channel.request(ApiKey.LIST_OFFSETS, 7, offsets_request.ListOffsetsRequest(
+def _latest_offset_request(replica_id: int) -> offsets_request.ListOffsetsRequest:
+    return offsets_request.ListOffsetsRequest(
         replica_id=replica_id, isolation_level=0, topics=(offsets_request.ListOffsetsTopic(
             name="t", partitions=(offsets_request.ListOffsetsPartition(
-                partition_index=0, current_leader_epoch=-1, timestamp=-1),)),)))
+                partition_index=0, current_leader_epoch=-1, timestamp=-1),)),))
+
+
+async def _latest_offset(channel: BrokerChannel, replica_id: int) -> tuple[ErrorCode, int]:
+    answer = await channel.request(ApiKey.LIST_OFFSETS, 7, _latest_offset_request(replica_id))
     result = answer.topics[0].partitions[0]
     return result.error_code, result.offset
+
+
+def test_acks_all_produces_in_flight_are_appended_at_once_and_answered_in_order(
+        tmp_path: Path) -> None:
+    """A producer's acks=all requests in flight on one connection: each is appended as it
+    arrives, not after the one before was replicated, and answered once replicated, in
+    request order; a request of another kind is handled after them and sees what they
+    did (here: a consumer's latest offset, the high watermark they moved)."""
+    async def scenario() -> None:
+        async with leading_broker(tmp_path) as (broker, _):
+            leader = broker.replica_manager.get("t", 0)
+            assert leader is not None
+            reader, writer = await asyncio.open_connection(*broker.bound_address)
+            try:
+                for correlation_id, values in ((1, [b"a", b"b"]), (2, [b"c", b"d"])):
+                    writer.write(encode_request(ApiKey.PRODUCE, PRODUCE_VERSION, correlation_id,
+                                                "tests", produce_request("t", 0,
+                                                                         make_batch(values))))
+                writer.write(encode_request(ApiKey.LIST_OFFSETS, 7, 3, "tests",
+                                            _latest_offset_request(-1)))
+                # Follower 2 has fetched nothing yet: both requests wait, appended.
+                await until(lambda: leader.log_end_offset == 4)
+                assert leader.high_watermark == 0
+                broker.replica_manager.record_follower_fetch(leader, 2, 4, 0, 4)
+                answers = [await _answer(reader, api) for api in (
+                    ApiKey.PRODUCE, ApiKey.PRODUCE, ApiKey.LIST_OFFSETS)]
+                assert [correlation_id for correlation_id, _ in answers] == [1, 2, 3]
+                produced = [answer.responses[0].partition_responses[0]
+                            for _, answer in answers[:2]]
+                assert [(p.error_code, p.base_offset) for p in produced] == [
+                    (ErrorCode.none, 0), (ErrorCode.none, 2)]
+                assert answers[2][1].topics[0].partitions[0].offset == 4
+            finally:
+                writer.close()
+
+    asyncio.run(scenario())
+
+
+async def _answer(reader: asyncio.StreamReader, api_key: ApiKey) -> tuple[int, object]:
+    """The next response on the connection: its correlation id and body."""
+    async with asyncio.timeout(TIMEOUT_S):
+        size = int.from_bytes(await reader.readexactly(4), "big")
+        return decode_response(api_key, PRODUCE_VERSION if api_key == ApiKey.PRODUCE else 7,
+                               await reader.readexactly(size))
 
 
 async def _fetch(channel: BrokerChannel, replica_id: int, current: int, offset: int,

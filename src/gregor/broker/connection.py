@@ -1,10 +1,17 @@
 """One client connection: read size-prefixed frames, dispatch in order, write responses.
 
-Requests on a connection are handled one at a time, in order, as Kafka does, so
-responses never need reordering. The socket is read only a bounded distance ahead
-of the handler (:mod:`gregor.broker.frame_protocol`), so a client that sends without
-reading is held back by TCP flow control instead of making the broker buffer its
-requests or its answers.
+Requests on a connection are handled one at a time, in order, as Kafka does, and
+answered in that order. One exception: an acks=all produce whose records are
+appended and only wait for the followers lets the client's next produce be
+handled meanwhile (up to :data:`MAX_WAITING_ANSWERS` waiting), or a producer with
+several requests in flight to one partition would have the whole replication
+round trip of each between two appends. Any other request is handled only once
+every earlier one has been answered, so it sees what they did.
+
+The socket is read only a bounded distance ahead of the handler
+(:mod:`gregor.broker.frame_protocol`), so a client that sends without reading is
+held back by TCP flow control instead of making the broker buffer its requests or
+its answers.
 
 Whatever a client sends, the worst outcome is that its own connection is
 closed: every other client keeps being served. Refusals are logged through the
@@ -17,12 +24,14 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections import deque
+from collections.abc import Awaitable, Callable
 from time import perf_counter
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from gregor.broker import api_versions
 from gregor.broker.frame_protocol import ClientGone, FrameProtocol, FrameSizeError
-from gregor.broker.request import RawResponse, Request
+from gregor.broker.request import DelayedResponse, RawResponse, Request
 from gregor.metrics.broker_metrics import FETCH, BrokerMetrics
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import MalformedRequest, decode_request, encode_response, peek_api
@@ -38,6 +47,11 @@ MIN_REQUEST_SIZE = 8
 # Below this, copying a region through user space is cheaper than sendfile's
 # pause-drain-resume dance on the transport.
 SENDFILE_THRESHOLD = 64 * 1024
+# acks=all produce answers a connection may have waiting for replication while it
+# handles the next produce (Kafka's idempotent producers keep up to 5 in flight).
+MAX_WAITING_ANSWERS = 5
+
+Response = bytes | RawResponse | DelayedResponse | None
 
 
 class ConnectionClosed(Exception):
@@ -54,6 +68,9 @@ class Connection:
         peer = self.transport.get_extra_info("peername") or ("?", 0)
         self.client_host, self.client_port = peer[0], peer[1]
         self.request: Request | None = None  # the latest request decoded
+        # Answers still to send, oldest first, while acks=all produces wait: each a
+        # task that sends its answer once ready and once the one before it went out.
+        self._answers: deque[asyncio.Task[None]] = deque()
 
     async def run(self) -> None:
         """Serve requests until the client leaves, is refused, or the broker stops.
@@ -65,14 +82,22 @@ class Connection:
         try:
             while True:
                 frame = await self._read_frame()
+                if self._answers:
+                    produce = peek_api(frame)[0] == ApiKey.PRODUCE
+                    await self._answered(MAX_WAITING_ANSWERS - 1 if produce else 0)
                 if metrics is None:
                     response = await self.dispatch(frame)
-                    if response is not None:
+                    if isinstance(response, DelayedResponse) or self._answers:
+                        self._answer_later(response, None)
+                    elif response is not None:
                         await self.send(response)
                     continue
                 # Measured here rather than in a coroutine of its own: one fewer per request.
                 started = perf_counter()
                 response = await self.dispatch(frame)
+                if isinstance(response, DelayedResponse) or self._answers:
+                    self._answer_later(response, self._counter(metrics, frame, started))
+                    continue
                 if response is not None:
                     await self.send(response)
                 self._count(metrics, frame, started, perf_counter())
@@ -84,6 +109,8 @@ class Connection:
             self.broker.warn_once(f"send-{type(exc).__name__}", "closing %s:%s: sending failed",
                                   self.client_host, self.client_port, exc_info=exc)
         finally:
+            for task in self._answers:
+                task.cancel()
             self.transport.close()
 
     def _count(self, metrics: BrokerMetrics, frame: bytes | memoryview, started: float,
@@ -96,6 +123,51 @@ class Connection:
         metrics.request_completed(api_key, version, follower, self.frames.received_at,
                                   started, done)
 
+    def _counter(self, metrics: BrokerMetrics, frame: bytes | memoryview, started: float
+                 ) -> Callable[[], None]:
+        """``_count`` for an answer sent later: what it reads of this request, read now."""
+        api_key, version, _ = peek_api(frame)
+        received = self.frames.received_at
+        return lambda: metrics.request_completed(api_key, version, False, received, started,
+                                                 perf_counter())
+
+    def _answer_later(self, response: Response, sent: Callable[[], None] | None) -> None:
+        """Send ``response`` once it is ready and the answers before it went out; then
+        call ``sent``."""
+        previous = self._answers[-1] if self._answers else None
+        task = asyncio.get_running_loop().create_task(self._send_later(response, previous, sent))
+        self._answers.append(task)
+        task.add_done_callback(self._answers.remove)
+
+    async def _send_later(self, response: Response, previous: asyncio.Task[None] | None,
+                          sent: Callable[[], None] | None) -> None:
+        # A failure ends the connection, as it would have in ``run``.
+        try:
+            if isinstance(response, DelayedResponse):
+                response = await response.answer
+                assert not isinstance(response, DelayedResponse)  # _encoded's answer
+            if previous is not None:
+                await asyncio.wait([previous])
+            if self.transport.is_closing():
+                return
+            if response is not None:
+                await self.send(response)
+            if sent is not None:
+                sent()
+        except (ConnectionError, TimeoutError, ConnectionClosed):
+            self.transport.close()
+        except Exception as exc:
+            self.broker.warn_once(f"send-{type(exc).__name__}", "closing %s:%s: sending failed",
+                                  self.client_host, self.client_port, exc_info=exc)
+            self.transport.close()
+
+    async def _answered(self, keep: int) -> None:
+        """Wait until at most ``keep`` answers are still to be sent."""
+        while len(self._answers) > keep:
+            await asyncio.wait([self._answers[0]])
+        if self.transport.is_closing():
+            raise ConnectionClosed
+
     async def _read_frame(self) -> bytes | memoryview:
         try:
             return await self.frames.read_frame()
@@ -104,7 +176,7 @@ class Connection:
             self._refuse("frame-size", "request size %d outside [%d, socket.request.max.bytes=%d]",
                          exc.size, self.frames.min_frame, self.frames.max_frame)
 
-    async def dispatch(self, frame: bytes | memoryview) -> bytes | RawResponse | None:
+    async def dispatch(self, frame: bytes | memoryview) -> Response:
         """Handle one request frame; return the response to send, if any."""
         api_key, version, correlation_id = peek_api(frame)
         router = self.broker.router
@@ -124,8 +196,17 @@ class Connection:
             log.debug("malformed frame starts %s", frame[:512].hex())
             self._refuse(f"malformed-{api_key}", "%s", exc)
         request = self.request = Request(header, body, self.client_host, self.client_port)
+        return await self._encoded(api_key, version, correlation_id,
+                                   route.handler(self.broker, request))
+
+    async def _encoded(self, api_key: int, version: int, correlation_id: int,
+                       handled: Awaitable[Any]) -> Response:
+        """The handler's answer, encoded; a delayed one is encoded when it comes."""
         try:
-            result = await route.handler(self.broker, request)
+            result = await handled
+            if isinstance(result, DelayedResponse):
+                return DelayedResponse(self._encoded(api_key, version, correlation_id,
+                                                     result.answer))
             if result is None or isinstance(result, RawResponse):
                 return result
             metrics = self.broker.metrics

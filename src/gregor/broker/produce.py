@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gregor.broker.connection import ConnectionClosed
-from gregor.broker.request import Request
+from gregor.broker.request import DelayedResponse, Request
 from gregor.protocol import record_batch
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
@@ -113,23 +113,26 @@ def _unverified(broker: Broker, transactional_id: str, topic: str, data
                                    f"producer {header.producer_id} epoch {header.producer_epoch}")
 
 
-async def _wait_for_replicas(broker: Broker,
-                             waits: list[tuple[_PartitionResult, Partition, int]],
-                             timeout_s: float) -> None:
-    """acks=all: every partition's answer, once each high watermark covers its append
-    (or the request times out); on one broker they all do at once, without waiting."""
-    errors = await broker.replica_manager.delayed_produce.wait(
-        [(partition, required) for _, partition, required in waits], timeout_s)
+def _settle(waits: list[tuple[_PartitionResult, Partition, int]], errors: list[ErrorCode]
+            ) -> None:
     for (result, _, _), error in zip(waits, errors, strict=True):
         if error != ErrorCode.none:
             result.error, result.message = error, None
 
 
+async def _answer_when_replicated(broker: Broker, version: int,
+                                  appended: list[tuple[str, list[tuple[int, _PartitionResult]]]],
+                                  waits: list[tuple[_PartitionResult, Partition, int]],
+                                  timeout_s: float):
+    """acks=all: the answer once each partition's high watermark covers its append (or
+    the request timed out)."""
+    _settle(waits, await broker.replica_manager.delayed_produce.wait(
+        [(partition, required) for _, partition, required in waits], timeout_s))
+    return _response(broker, version, -1, appended)
+
+
 async def handle(broker: Broker, request: Request):
-    version = request.version
     body = request.body
-    partition_cls = nested(_KEY, version, "PartitionProduceResponse")
-    topic_cls = nested(_KEY, version, "TopicProduceResponse")
     refusal = _refusal(broker, body)
     appended: list[tuple[str, list[tuple[int, _PartitionResult]]]] = []
     waits = []
@@ -145,7 +148,21 @@ async def handle(broker: Broker, request: Request):
             results.append((data.index, result))
         appended.append((topic.name, results))
     if waits:
-        await _wait_for_replicas(broker, waits, body.timeout.total_seconds())
+        settled = broker.replica_manager.delayed_produce.settled(
+            [(partition, required) for _, partition, required in waits])
+        if settled is None:
+            # Appended: what is left is waiting for the followers, and the connection
+            # may append the producer's next request meanwhile.
+            return DelayedResponse(_answer_when_replicated(
+                broker, request.version, appended, waits, body.timeout.total_seconds()))
+        _settle(waits, settled)  # on one broker, always at once
+    return _response(broker, request.version, body.acks, appended)
+
+
+def _response(broker: Broker, version: int, acks: int,
+              appended: list[tuple[str, list[tuple[int, _PartitionResult]]]]):
+    partition_cls = nested(_KEY, version, "PartitionProduceResponse")
+    topic_cls = nested(_KEY, version, "TopicProduceResponse")
     failed = False
     responses = []
     metrics = broker.metrics
@@ -162,7 +179,7 @@ async def handle(broker: Broker, request: Request):
                 error_message=result.message))
         responses.append(build(topic_cls, name=name,
                                partition_responses=tuple(partition_responses)))
-    if body.acks == 0:
+    if acks == 0:
         # acks=0 producers read no response; sending one would desync their stream.
         # An error is signalled as Kafka does, by closing the connection: the client
         # notices, refreshes its metadata (a moved leader, a deleted topic) and goes on.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,3 +27,16 @@ class RawResponse:
     """A response already framed by its handler, possibly with file regions (Fetch)."""
 
     chunks: list[Chunk]
+
+
+@dataclass(frozen=True, slots=True)
+class DelayedResponse:
+    """A response that waits on other brokers (acks=all replication), not on this
+    connection: the handler has done everything the request asked, and ``answer``
+    only waits, then returns what the handler would have returned.
+
+    The connection may read and handle the client's next produce meanwhile; the
+    answers still go out in the order the requests came.
+    """
+
+    answer: Coroutine[Any, Any, Any]

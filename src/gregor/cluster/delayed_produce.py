@@ -59,6 +59,12 @@ class DelayedProducePurgatory:
         self._lookup = lookup
         self._watchers: defaultdict[TopicPartition, list[DelayedProduce]] = defaultdict(list)
 
+    def settled(self, parts: Sequence[tuple[Partition, int]]) -> list[ErrorCode] | None:
+        """Each partition's answer if all are settled already (on one broker, always),
+        else None."""
+        operation = DelayedProduce(parts)
+        return operation.result() if operation.try_complete(self._lookup) else None
+
     async def wait(self, parts: Sequence[tuple[Partition, int]],
                    timeout_s: float) -> list[ErrorCode]:
         """Each partition's answer to an acks=all request, in ``parts`` order, once all
