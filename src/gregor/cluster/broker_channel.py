@@ -4,19 +4,27 @@ Followers fetch from leaders over it with Kafka's own requests (Fetch with a
 replica id, OffsetForLeaderEpoch), encoded and decoded by kio like any client's.
 One request is in flight at a time, which is all a fetcher needs; a failed
 connection is dropped and opened again by the next request.
+
+Answers are read as the broker reads requests (:class:`FrameProtocol`): a fetch
+answer of a megabyte is received straight into a buffer reused from one answer to
+the next, and kio copies the records out of it once. asyncio's streams copied it
+three times more (``recv`` into new ``bytes``, into the reader's buffer, out of it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import struct
 from collections.abc import Callable
 from typing import Any
 
+from gregor.broker.frame_protocol import FrameProtocol, FrameSizeError
 from gregor.protocol.codec import decode_response, encode_request
 
-_SIZE = struct.Struct(">i")
 CLIENT_ID = "gregor-replica-fetcher"
+# An answer's size prefix: at least its correlation id, at most what the prefix can say
+# (a fetch answer's first batch may exceed every limit the request set, as in Kafka).
+_MIN_ANSWER_BYTES = 4
+_MAX_ANSWER_BYTES = 2**31 - 1
 
 
 class ChannelError(Exception):
@@ -30,8 +38,7 @@ class BrokerChannel:
         self._address = address
         self._local = None if source_address is None else (source_address, 0)
         self.timeout_s = timeout_s
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._protocol: FrameProtocol | None = None
         self._correlation_id = 0
 
     async def request(self, api_key: int, version: int, body: Any) -> Any:
@@ -41,29 +48,35 @@ class BrokerChannel:
             # cannot be stopped.
             async with asyncio.timeout(self.timeout_s):
                 return await self._exchange(api_key, version, body)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
+        except (OSError, TimeoutError, FrameSizeError, ValueError) as exc:
             self.close()
             raise ChannelError(f"broker {self.broker_id}: {exc or type(exc).__name__}") from exc
 
     async def _exchange(self, api_key: int, version: int, body: Any) -> Any:
-        if self._writer is None:
+        protocol = self._protocol
+        if protocol is None:
             address = self._address(self.broker_id)
             if address is None:
                 raise ChannelError(f"broker {self.broker_id} is not live")
-            self._reader, self._writer = await asyncio.open_connection(
+            _, protocol = await asyncio.get_running_loop().create_connection(
+                lambda: FrameProtocol(_MIN_ANSWER_BYTES, _MAX_ANSWER_BYTES, _connected),
                 *address, local_addr=self._local)
-        assert self._reader is not None
+            self._protocol = protocol
+        assert protocol.transport is not None
         self._correlation_id += 1
-        self._writer.write(encode_request(api_key, version, self._correlation_id, CLIENT_ID,
-                                          body))
-        (size,) = _SIZE.unpack(await self._reader.readexactly(_SIZE.size))
-        frame = await self._reader.readexactly(size)
-        correlation_id, answer = decode_response(api_key, version, frame)
+        protocol.transport.write(encode_request(api_key, version, self._correlation_id,
+                                                CLIENT_ID, body))
+        # The frame's buffer is reused by the next answer: decoding copies what it keeps.
+        correlation_id, answer = decode_response(api_key, version, await protocol.read_frame())
         if correlation_id != self._correlation_id:
             raise ValueError(f"answer {correlation_id} to request {self._correlation_id}")
         return answer
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
+        if self._protocol is not None and self._protocol.transport is not None:
+            self._protocol.transport.close()
+        self._protocol = None
+
+
+def _connected(_: FrameProtocol) -> None:
+    """Nothing to start: the channel reads its answers itself."""
