@@ -16,9 +16,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pyspark import TaskContext
 from pyspark.sql.datasource import WriterCommitMessage
@@ -27,6 +26,7 @@ from gregor.spark.options import SinkOptions
 from gregor.spark.partition_leader import FetchSettings
 from gregor.spark.sink_commit_log import BatchDecision, last_decision, log_topic, write_decision
 from gregor.spark.transactional_producer import (
+    Headers,
     Transaction,
     TransactionalProducer,
     end_transactions,
@@ -38,8 +38,15 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 """Local properties Spark's MicroBatchExecution sets for every task of a micro-batch."""
 
-Row = tuple[str, bytes | None, bytes | None, int | None, list[tuple[str, bytes | None]]]
-"""``(topic, key, value, partition, headers)``; partition None lets the sink choose."""
+RecordColumns = tuple[
+    str | Sequence[str],
+    Sequence[bytes | None] | None,
+    Sequence[bytes | None],
+    Sequence[int | None] | None,
+    Sequence[Headers | None] | None,
+]
+"""A batch's ``(topics, keys, values, partitions, headers)`` as
+:meth:`TransactionalProducer.add` takes them."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,7 @@ def job_prefix() -> str:
     return f"gregor-spark-write-{uuid.uuid4()}"
 
 
-def write_in_transaction(row_batches: Iterable[Iterable[Row]], options: SinkOptions,
+def write_in_transaction(batches: Iterable[RecordColumns], options: SinkOptions,
                          write_prefix: str | None) -> WriterCommitMessage:
     """Phase one, in a task: every row in one open transaction, flushed.
 
@@ -88,12 +95,12 @@ def write_in_transaction(row_batches: Iterable[Iterable[Row]], options: SinkOpti
     transactional_id = f"{prefix}-{context.partitionId()}"
     producer: TransactionalProducer | None = None
     try:
-        for rows in row_batches:
+        for columns in batches:
             # Opened with the first rows: an empty task leaves no transaction behind.
             if producer is None:
                 producer = TransactionalProducer(settings, transactional_id,
                                                  options.transaction_timeout_ms)
-            producer.add(rows, int(time.time() * 1000))
+            producer.add(*columns, int(time.time() * 1000))
         if producer is None:
             return PreparedTransaction(None, 0, topic)
         return PreparedTransaction(producer.flush(), producer.records, topic)
@@ -153,19 +160,3 @@ def abort(messages: Sequence[WriterCommitMessage | None], batch_id: int | None,
 def _prepared(messages: Iterable[WriterCommitMessage | None]) -> list[Transaction]:
     return [m.transaction for m in messages
             if isinstance(m, PreparedTransaction) and m.transaction is not None]
-
-
-def encoded(rows: Iterator[tuple[Any, ...]]) -> Iterator[Row]:
-    """Rows as the wire needs them: text as UTF-8, header values too, ``-1`` partitions
-    (the at-least-once sink's "let the partitioner choose") as None."""
-    for topic, value, key, partition, headers in rows:
-        yield (topic, _bytes(key), _bytes(value), None if partition < 0 else partition,
-               [(k, _bytes(v)) for k, v in headers] if headers else [])
-
-
-def _bytes(value: object) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    return bytes(value)  # type: ignore[call-overload]

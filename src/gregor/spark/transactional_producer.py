@@ -28,8 +28,8 @@ from kio.schema.produce.v9 import request as produce_request
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build
 from gregor.protocol.errors import ErrorCode
-from gregor.protocol.record_codec import Record, encode_batch
 from gregor.spark.partition_leader import FetchSettings, LeaderConnection, LeaderUnavailable
+from gregor.spark.record_encoder import BatchBuilder
 
 FIND_COORDINATOR_VERSION = 3
 INIT_PRODUCER_ID_VERSION = 4
@@ -46,6 +46,8 @@ sequence numbers per producer, enough to tell a retry from a gap."""
 BATCH_BYTES = 512 * 1024
 """A partition's records are sent once they reach this size: below Kafka's default
 ``message.max.bytes`` (1 MiB), large enough that a request carries many records."""
+RECORD_OVERHEAD = 64
+"""Bytes counted per record besides its key and value (headers, varints), generously."""
 RETRIES = 50
 """Attempts at a coordinator request answered with a retriable error (Kafka's clients
 retry until their timeout; ``retry.backoff.ms`` apart this is several seconds)."""
@@ -54,6 +56,9 @@ _RETRIABLE = frozenset({
     ErrorCode.not_coordinator, ErrorCode.concurrent_transactions,
 })
 _REFIND = frozenset({ErrorCode.coordinator_not_available, ErrorCode.not_coordinator})
+
+
+Headers = Sequence[tuple[str, bytes | None]]
 
 
 class TransactionFailed(Exception):
@@ -75,8 +80,7 @@ class _Partition:
 
     leader: tuple[str, int]
     sequence: int = 0
-    pending: list[Record] = field(default_factory=list)
-    pending_bytes: int = 0
+    batch: BatchBuilder = field(default_factory=BatchBuilder)
 
 
 def bootstrap_connection(settings: FetchSettings) -> LeaderConnection:
@@ -291,32 +295,59 @@ class TransactionalProducer:
             sticky[topic] = random.randrange(count)
         return sticky[topic]
 
-    def add(self, rows: Iterable[tuple[str, bytes | None, bytes | None, int | None,
-                                       Sequence[tuple[str, bytes | None]]]],
-            timestamp_ms: int) -> None:
-        """Queue rows ``(topic, key, value, partition, headers)``; full batches are sent."""
+    def add(self, topics: str | Sequence[str], keys: Sequence[bytes | None] | None,
+            values: Sequence[bytes | None], partitions: Sequence[int | None] | None,
+            headers: Sequence[Headers | None] | None, timestamp_ms: int) -> None:
+        """Queue a column of records (``topics`` one name for all, ``keys``,
+        ``partitions`` and ``headers`` None when no record has one); full batches are
+        sent."""
         sticky: dict[str, int] = {}
-        added: list[tuple[str, int]] = []
-        for topic, key, value, partition, headers in rows:
-            tp = (topic, self.choose_partition(topic, key, partition, sticky))
-            state = self._partitions.get(tp)
-            if state is None:
-                state = self._partitions[tp] = _Partition(self._leader(tp))
-                added.append(tp)
-            state.pending.append(Record(len(state.pending), timestamp_ms, key, value,
-                                        list(headers)))
-            state.pending_bytes += len(value or b"") + len(key or b"") + 16
-        if added:
-            self._add_partitions(added)
-        for tp, state in self._partitions.items():
-            if state.pending_bytes >= BATCH_BYTES:
+        if isinstance(topics, str) and keys is None and partitions is None:
+            tp = (topics, self.choose_partition(topics, None, None, sticky))
+            self._append(tp, None, values, headers, timestamp_ms)
+            return
+        rows: dict[tuple[str, int], list[int]] = {}
+        for index in range(len(values)):
+            topic = topics if isinstance(topics, str) else topics[index]
+            tp = (topic, self.choose_partition(
+                topic, None if keys is None else keys[index],
+                None if partitions is None else partitions[index], sticky))
+            rows.setdefault(tp, []).append(index)
+        for tp, indexes in rows.items():
+            self._append(tp, None if keys is None else [keys[i] for i in indexes],
+                         [values[i] for i in indexes],
+                         None if headers is None else [headers[i] for i in indexes],
+                         timestamp_ms)
+
+    def _append(self, tp: tuple[str, int], keys: Sequence[bytes | None] | None,
+                values: Sequence[bytes | None], headers: Sequence[Headers | None] | None,
+                timestamp_ms: int) -> None:
+        """Records of one partition, in slices that keep each batch near
+        :data:`BATCH_BYTES`, guessed from the sizes of the records before."""
+        state = self._partitions.get(tp)
+        if state is None:
+            self._add_partitions([tp])
+            state = self._partitions[tp] = _Partition(self._leader(tp))
+        start = 0
+        while start < len(values):
+            batch = state.batch
+            if batch.count:
+                estimate = batch.size / batch.count
+            else:
+                estimate = (len(values[start] or b"") + RECORD_OVERHEAD
+                            + (len(keys[start] or b"") if keys is not None else 0))
+            end = min(len(values), start + max(1, int((BATCH_BYTES - batch.size) / estimate)))
+            batch.add(None if keys is None else keys[start:end], values[start:end],
+                      None if headers is None else headers[start:end], timestamp_ms)
+            start = end
+            if batch.size + estimate > BATCH_BYTES:
                 self._send(tp, state)
 
     def flush(self) -> Transaction:
         """Send what is queued and wait until every batch is acknowledged by all
         in-sync replicas; the transaction stays open."""
         for tp, state in self._partitions.items():
-            if state.pending:
+            if state.batch.count:
                 self._send(tp, state)
         for leader in list(self._in_flight):
             while self._in_flight[leader]:
@@ -364,13 +395,10 @@ class TransactionalProducer:
 
     def _send(self, tp: tuple[str, int], state: _Partition) -> None:
         txn = self.transaction
-        batch = encode_batch(state.pending, producer_id=txn.producer_id,
-                             producer_epoch=txn.producer_epoch, base_sequence=state.sequence,
-                             is_transactional=True)
-        state.sequence += len(state.pending)
-        self.records += len(state.pending)
-        state.pending = []
-        state.pending_bytes = 0
+        batch = state.batch.build(txn.producer_id, txn.producer_epoch, state.sequence)
+        state.sequence += state.batch.count
+        self.records += state.batch.count
+        state.batch = BatchBuilder()
         topic, index = tp
         body = build(produce_request.ProduceRequest, transactional_id=txn.transactional_id,
                      acks=ACKS_ALL, timeout=PRODUCE_TIMEOUT,

@@ -151,7 +151,7 @@ def write_batches(batches: Iterator[pa.RecordBatch], options: SinkOptions,
     if not options.exactly_once:
         return produce_batches(batches, options, columns)
     return exactly_once_sink.write_in_transaction(
-        (exactly_once_sink.encoded(_rows(batch, options, columns)) for batch in batches),
+        (_record_columns(batch, options, columns) for batch in batches if batch.num_rows),
         options, write_prefix)
 
 
@@ -229,6 +229,37 @@ def _rows(batch: pa.RecordBatch, options: SinkOptions, columns: SinkColumns) -> 
         if record[0] is None:
             raise ValueError("a row has a null 'topic' and no 'topic' option is set")
         yield record
+
+
+def _record_columns(batch: pa.RecordBatch, options: SinkOptions,
+                    columns: SinkColumns) -> exactly_once_sink.RecordColumns:
+    """Whole columns for the exactly-once sink: text cast to UTF-8 bytes by Arrow, and
+    None where no row has a key, partition or header."""
+
+    def binary(name: str | None) -> list | None:
+        if name is None:
+            return None
+        column = batch.column(name)
+        return (column.cast(pa.binary()) if pa.types.is_string(column.type) else column
+                ).to_pylist()
+
+    topics: str | list[str] = options.topic or ""
+    if columns.topic is not None:
+        topics = batch.column(columns.topic).to_pylist()
+        if None in topics:
+            raise ValueError("a row has a null 'topic' and no 'topic' option is set")
+    partitions = None
+    if columns.partition is not None:
+        partitions = [None if p is None or p < 0 else p
+                      for p in batch.column(columns.partition).to_pylist()]
+    headers = None
+    if columns.headers is not None:
+        headers = [None if hs is None else [
+            (h["key"], h["value"].encode() if isinstance(h["value"], str) else h["value"])
+            for h in hs if h is not None] for hs in batch.column(columns.headers).to_pylist()]
+    values = binary(columns.value)
+    assert values is not None
+    return topics, binary(columns.key), values, partitions, headers
 
 
 def _produce(
