@@ -6,7 +6,10 @@ Run with ``python -m bench.spark_bench`` (``--help`` for sizes).  For 100-byte a
 * source: a topic aggregated by Spark (count and bytes per partition) through the source;
 * parquet: the same records, first copied to Parquet by Spark, aggregated the same way;
   the source/parquet ratio says what reading a broker costs next to reading local files;
-* sink: a Spark-generated DataFrame written to a new topic through the sink.
+* sink: a Spark-generated DataFrame written to a new topic through the sink;
+* sink exactly-once: the same with ``deliveryGuarantee=exactly-once`` (each task writes in
+  a transaction, the driver commits them all), whose rate should be at least 70% of the
+  at-least-once sink's; its last write is counted again at read_committed.
 
 Every aggregation is checked against what was produced, and the sink's output against
 the topic's end offsets, so losing records fails the run instead of looking fast.  CPU
@@ -184,20 +187,34 @@ def bench_size(
     generated.count()
     lookup = OffsetLookup({"bootstrap.servers": bootstrap})
 
-    def write() -> None:
+    targets: list[str] = []
+
+    def write(guarantee: str = "at-least-once") -> None:
         target = f"spark-bench-sink-{size}-{uuid.uuid4().hex[:8]}"
+        targets.append(target)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(target, PARTITIONS, 1)])[target].result(30)
         generated.write.format("gregor").mode("append").option(
             "kafka.bootstrap.servers", bootstrap
-        ).option("topic", target).save()
+        ).option("topic", target).option("deliveryGuarantee", guarantee).save()
         written = sum(
             lookup.latest(lookup.partitions(Subscription(topics=frozenset({target})))).values()
         )
-        if written != records:
+        # A committed transaction leaves one marker in each partition it wrote to.
+        markers = 0 if guarantee == "at-least-once" else 2 * PARTITIONS
+        if not records <= written <= records + markers:
             raise AssertionError(f"sink wrote {written} records, expected {records}")
 
     results.append(measure("sink", size, records, args.repeat, watch, write, broker_known))
+    results.append(measure("sink exactly-once", size, records, args.repeat, watch,
+                           partial(write, "exactly-once"), broker_known))
+    committed = (
+        spark.read.format("gregor").option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", targets[-1]).option("kafka.isolation.level", "read_committed")
+        .load().count()
+    )
+    if committed != records:
+        raise AssertionError(f"exactly-once sink: {committed} records committed, not {records}")
     generated.unpersist()
     return results
 
@@ -245,6 +262,9 @@ def print_table(results: list[Measurement]) -> None:
                 f"{label}: source / parquet = {rate['source'] / rate['parquet']:.2f} "
                 "(1.00 = a topic reads as fast as local Parquet)"
             )
+        if "sink" in rate and "sink exactly-once" in rate:
+            print(f"{label}: sink exactly-once / at-least-once = "
+                  f"{rate['sink exactly-once'] / rate['sink']:.2f} (target: at least 0.70)")
     one, two = (next((m.records_per_s for m in results if m.path == f"source on {n}"), None)
                 for n in ("1 worker", "2 workers"))
     if one and two:
@@ -252,11 +272,12 @@ def print_table(results: list[Measurement]) -> None:
 
 
 def plot(results: list[Measurement], path: Path) -> None:
-    paths = ["source", "parquet", "sink"]
+    paths = ["source", "parquet", "sink", "sink exactly-once"]
     labels = {
         "source": "topic → Spark agg",
         "parquet": "Parquet → Spark agg",
         "sink": "Spark → topic",
+        "sink exactly-once": "Spark → topic, exactly-once",
     }
     fig, ax = plt.subplots(figsize=(8, 4.5))
     width = 0.8 / len(paths)
