@@ -29,6 +29,15 @@ Tombstones follow KIP-534: the first pass that keeps a tombstone stamps its batc
 with a delete horizon, now + delete.retention.ms; passes after the horizon drop it.
 A log whose latest horizon has passed gets a pass even if it is not dirty enough.
 Records without a key (written before the topic became compacted) are dropped.
+
+Transactions as in Kafka's cleaner: an aborted transaction's records are dropped
+(they never enter the offset map either); a marker stays while any batch of its
+transaction is left in the log (batches are read from the log start, so a pass sees
+them all), then is treated like a tombstone: stamped with a delete horizon by the
+first pass that finds its transaction's records gone, dropped by the first pass after
+it. An abort's entry in the transaction index goes with its records: it is kept only
+in the pass that removes them. A producer's last marker stays when it is the newest
+trace of the producer's epoch (fencing needs the epoch after a restart).
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gregor.protocol.control_record import is_commit
 from gregor.protocol.record_batch import HEADER_SIZE, BatchHeader, InvalidRecordBatch, read_header
 from gregor.protocol.record_codec import Record, decode_records, encode_batch, iter_batches
 from gregor.storage.checkpoint_file import read_checkpoint, write_checkpoint
@@ -57,7 +67,7 @@ from gregor.storage.segment import (
     LogSegment,
     segment_file_name,
 )
-from gregor.storage.transaction_index import TXN_INDEX_SUFFIX
+from gregor.storage.transaction_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -159,14 +169,17 @@ class CleaningPlan:
     max_index_size: int
     # Producer id -> last offset of its last batch: that batch must survive, if empty.
     producer_last_offsets: dict[int, int]
-    # Producer id -> (first offset, abort marker offset) of its aborted transactions in
-    # the range: their records are dropped and never enter the offset map.
-    aborted: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    # Producer id -> the epoch of a producer whose current epoch has no data batch (its
+    # newest trace is a marker, which must then survive).
+    producer_marker_epochs: dict[int, int] = field(default_factory=dict)
+    # Producer id -> its aborted transactions in the range, in marker order: their
+    # records are dropped and never enter the offset map.
+    aborted: dict[int, list[AbortedTxn]] = field(default_factory=dict)
 
     def is_aborted(self, header: BatchHeader) -> bool:
         return header.is_transactional and not header.is_control and any(
-            first <= header.base_offset < marker
-            for first, marker in self.aborted.get(header.producer_id, ()))
+            txn.first_offset <= header.base_offset < txn.last_offset
+            for txn in self.aborted.get(header.producer_id, ()))
 
     def close(self) -> None:
         for source in self.sources:
@@ -201,6 +214,53 @@ class CleaningResult:
 def _discard(segment: LogSegment) -> None:
     segment.close()
     segment.delete()
+
+
+class TransactionsSeen:
+    """What a pass has seen of each producer's transactions, read in offset order from
+    the log start (Kafka's CleanedTransactionMetadata): whether a marker's transaction
+    still has batches in the log, so whether the marker may go."""
+
+    def __init__(self, aborted: dict[int, list[AbortedTxn]]) -> None:
+        self._pending = sorted((txn for txns in aborted.values() for txn in txns),
+                               key=lambda txn: txn.first_offset, reverse=True)
+        # Producer id -> its aborted transaction under way, and whether a batch of it
+        # was read.
+        self._aborting: dict[int, tuple[AbortedTxn, bool]] = {}
+        # Producers whose committed (or not yet ended) transaction had a batch read.
+        self._committing: set[int] = set()
+
+    def _start_aborts(self, offset: int) -> None:
+        while self._pending and self._pending[-1].first_offset <= offset:
+            txn = self._pending.pop()
+            self._aborting[txn.producer_id] = (txn, False)
+
+    def data_batch(self, header: BatchHeader) -> None:
+        self._start_aborts(header.last_offset)
+        if not header.is_transactional:
+            return
+        aborting = self._aborting.get(header.producer_id)
+        if aborting is not None:
+            self._aborting[header.producer_id] = (aborting[0], True)
+        else:
+            self._committing.add(header.producer_id)
+
+    def marker(self, header: BatchHeader, raw: memoryview | bytes
+               ) -> tuple[bool, AbortedTxn | None]:
+        """Whether the marker ``raw`` may go (no batch of its transaction is left), and
+        the abort to keep indexed with it when it stays."""
+        self._start_aborts(header.last_offset)
+        if header.records_count == 0:
+            return True, None  # a marker already emptied
+        if is_commit(raw):
+            if header.producer_id in self._committing:
+                self._committing.discard(header.producer_id)
+                return False, None
+            return True, None
+        aborting = self._aborting.pop(header.producer_id, None)
+        if aborting is not None and aborting[1]:
+            return False, aborting[0]
+        return True, None
 
 
 # ----------------------------------------------------------------- the worker side
@@ -255,6 +315,7 @@ class Cleaner:
         segment.bytes, so one pass already merges what compaction made small.
         """
         group: _GroupWriter | None = None
+        seen = TransactionsSeen(self.plan.aborted)
         try:
             for source in self.plan.sources:
                 if source.end_offset > result.mapped_end_offset:
@@ -268,8 +329,12 @@ class Cleaner:
                 result.bytes_read += source.size
                 for raw, header, records in self._read_batches(source):
                     result.records_read += len(records)
-                    group.write(raw, header,
-                                self._filter_batch(raw, header, records, offset_map, result))
+                    if header.is_control:
+                        out = self._filter_marker(raw, header, records, seen, group, result)
+                    else:
+                        seen.data_batch(header)
+                        out = self._filter_batch(raw, header, records, offset_map, result)
+                    group.write(raw, header, out)
             if group is not None:
                 result.groups.append(group.finish(result))
         except BaseException:
@@ -281,10 +346,6 @@ class Cleaner:
                       offset_map: OffsetMap, result: CleaningResult
                       ) -> memoryview | bytes | None:
         """The batch to write in place of ``raw`` (``raw`` itself if unchanged), or None."""
-        if header.is_control:
-            # Markers are kept (Kafka drops them once their transaction's records are
-            # gone and delete.retention.ms has passed), with their transaction index.
-            return raw
         now_ms = self.plan.now_ms
         horizon = header.delete_horizon_ms
         kept = []
@@ -322,6 +383,35 @@ class Cleaner:
             is_transactional=header.is_transactional, last_offset=header.last_offset,
             delete_horizon_ms=horizon)
 
+    def _filter_marker(self, raw: memoryview, header: BatchHeader, records: list[Record],
+                       seen: TransactionsSeen, group: _GroupWriter, result: CleaningResult
+                       ) -> memoryview | bytes | None:
+        """A marker stays while its transaction has batches in the log; then, like a
+        tombstone, until its delete horizon has passed."""
+        may_go, abort = seen.marker(header, raw)
+        if abort is not None:
+            group.aborts.append(abort)
+        if not may_go or self.plan.producer_marker_epochs.get(
+                header.producer_id) == header.producer_epoch:
+            result.records_kept += len(records)
+            return raw
+        horizon = header.delete_horizon_ms
+        if horizon is not None and self.plan.now_ms >= horizon:
+            return None
+        result.records_kept += len(records)
+        stamped = (self.plan.now_ms + self.plan.delete_retention_ms if horizon is None
+                   else horizon)
+        if result.latest_delete_horizon is None or stamped > result.latest_delete_horizon:
+            result.latest_delete_horizon = stamped
+        if horizon is not None:
+            return raw
+        return encode_batch(
+            records, base_offset=header.base_offset, producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch,
+            partition_leader_epoch=header.partition_leader_epoch,
+            timestamp_type_log_append=header.is_log_append_time, is_transactional=True,
+            is_control=True, last_offset=header.last_offset, delete_horizon_ms=stamped)
+
     def _read_batches(self, source: SourceSegment
                       ) -> Iterator[tuple[memoryview, BatchHeader, list[Record]]]:
         """Every batch of ``source``, validated (CRC) and decoded, read in large chunks."""
@@ -350,7 +440,15 @@ class Cleaner:
 
 
 def _empty_batch(header: BatchHeader) -> bytes:
-    """Header-only stand-in for a batch whose records are all gone (Kafka's RETAIN_EMPTY)."""
+    """Header-only stand-in for a batch whose records are all gone (Kafka's RETAIN_EMPTY).
+
+    A dropped marker's stand-in (the last batch of a group) names no producer: replayed
+    on recovery, a transactional one would open a transaction that nothing ends."""
+    if header.is_control:
+        return encode_batch([], base_offset=header.base_offset, last_offset=header.last_offset,
+                            partition_leader_epoch=header.partition_leader_epoch,
+                            timestamp_type_log_append=header.is_log_append_time,
+                            empty_max_timestamp=header.max_timestamp)
     return encode_batch(
         [], base_offset=header.base_offset, last_offset=header.last_offset,
         producer_id=header.producer_id, producer_epoch=header.producer_epoch,
@@ -376,6 +474,8 @@ class _GroupWriter:
         self._dropped: BatchHeader | None = None
         self._buffer = bytearray()
         self._placed: list[tuple[int, int, int, int, int]] = []
+        # The aborts to index in the cleaned segment: those whose records it still holds.
+        self.aborts: list[AbortedTxn] = []
 
     def fits(self, source: SourceSegment, max_bytes: int) -> bool:
         """Whether ``source`` may join: its uncleaned size bounds what it adds (an empty
@@ -416,10 +516,11 @@ class _GroupWriter:
         if self._dropped is not None:
             self._append(_empty_batch(self._dropped))
         self._flush_buffer()
-        # The markers stay at their offsets, and so do their aborted-transaction entries.
-        for source in self.sources:
-            for txn in source.segment.txn_index.entries:
-                self.segment.txn_index.append(txn)
+        for txn in self.aborts:
+            self.segment.txn_index.append(txn)
+        if self.aborts != [txn for source in self.sources
+                           for txn in source.segment.txn_index.entries]:
+            self._changed = True
         if not self._changed and len(self.sources) == 1:
             self.abandon()
             result.bytes_kept += self.sources[0].size
@@ -525,12 +626,11 @@ class LogCleaner:
                                  following.base_offset)
                    for segment, following in zip(lg.segments, lg.segments[1:], strict=False)
                    if following.base_offset <= candidate.first_uncleanable_offset]
-        producers = {pid: entry.batches[-1].last_offset
-                     for pid, entry in lg.producer_state.producers.items() if entry.batches}
-        aborted: dict[int, list[tuple[int, int]]] = {}
+        producers = lg.producer_state.producers
+        aborted: dict[int, list[AbortedTxn]] = {}
         for txn in lg.aborted_transactions(lg.log_start_offset,
                                            candidate.first_uncleanable_offset):
-            aborted.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+            aborted.setdefault(txn.producer_id, []).append(txn)
         return CleaningPlan(
             directory=lg.directory, name=lg.name, sources=sources,
             first_dirty_offset=candidate.first_dirty_offset, now_ms=now_ms,
@@ -538,7 +638,11 @@ class LogCleaner:
             segment_bytes=lg.config["segment.bytes"],
             index_interval_bytes=lg.config["index.interval.bytes"],
             max_index_size=lg.config["segment.index.bytes"],
-            producer_last_offsets=producers, aborted=aborted)
+            producer_last_offsets={pid: entry.batches[-1].last_offset
+                                   for pid, entry in producers.items() if entry.batches},
+            producer_marker_epochs={pid: entry.epoch for pid, entry in producers.items()
+                                    if not entry.batches},
+            aborted=aborted)
 
     def swap(self, candidate: LogToClean, result: CleaningResult) -> bool:
         """Swap every cleaned group in for its originals, or none if any original changed.
