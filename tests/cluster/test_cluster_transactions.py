@@ -8,6 +8,7 @@ its commit returned, never if it was aborted, and whole or not at all otherwise.
 
 from __future__ import annotations
 
+import datetime
 import subprocess
 import sys
 import threading
@@ -20,12 +21,14 @@ from pathlib import Path
 import pytest
 from checker import read_partitions
 from clients import WireConnection, advertised_versions, versioned_request
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from harness import WAIT_S, Cluster
 
 from gregor.cluster.zookeeper_server import ZooKeeperServer
+from gregor.groups.offsets_store import partition_for
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
+from gregor.transactions.state_log import TRANSACTION_STATE_TOPIC
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -110,12 +113,28 @@ def test_commits_and_aborts_across_brokers(txn_cluster: Cluster) -> None:
     transactional_id = f"spread-{uuid.uuid4().hex[:8]}"
     producer = _producer(cluster, transactional_id)
     coordinator = _coordinator(cluster, transactional_id)
+    state_partitions = int(SETTINGS["transaction.state.log.num.partitions"])
+    assert coordinator == cluster.leader(TRANSACTION_STATE_TOPIC,
+                                         partition_for(transactional_id, state_partitions))
     assert set(_leaders(cluster, topic).values()) - {coordinator}, \
         "some partition must be led by a broker other than the coordinator"
+    for broker_id in set(cluster.brokers) - {coordinator}:
+        with WireConnection(cluster.brokers[broker_id].bootstrap) as connection:
+            answer = connection.request(ApiKey.INIT_PRODUCER_ID, 4, versioned_request(
+                ApiKey.INIT_PRODUCER_ID, 4, "InitProducerIdRequest",
+                transactional_id=transactional_id,
+                transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1,
+                producer_epoch=-1))
+        assert answer.error_code == ErrorCode.not_coordinator
+    # The group's offsets go with each transaction: its coordinator (the leader of its
+    # __consumer_offsets partition) takes them from the commit marker on.
+    group = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "txn-offsets"})
     outcomes = {}
-    for i in range(12):
+    for i in range(11):
         producer.begin_transaction()
         _write(producer, topic, f"t{i}")
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, i + 1)],
+                                             group.consumer_group_metadata(), WAIT_S)
         if i % 3 == 1:
             assert producer.flush(WAIT_S) == 0  # written, not purged from the queue
             producer.abort_transaction(WAIT_S)
@@ -123,12 +142,18 @@ def test_commits_and_aborts_across_brokers(txn_cluster: Cluster) -> None:
         else:
             producer.commit_transaction(WAIT_S)
             outcomes[f"t{i}"] = PARTITIONS
-    assert _state(cluster, coordinator, transactional_id) == "CompleteCommit"
+    assert _state(cluster, coordinator, transactional_id) == "CompleteAbort"
     seen = _committed_view(cluster, topic)
     assert {name: seen[name] for name in outcomes} == outcomes
     # Read uncommitted, the aborted records are there: it is the markers that hide them.
     everything = read_partitions(cluster.bootstrap, topic, PARTITIONS)
-    assert sum(len(records) for records in everything.values()) == 12 * PARTITIONS
+    assert sum(len(records) for records in everything.values()) == len(outcomes) * PARTITIONS
+    try:
+        # The last transaction (t10) aborted: t9's offset stands.
+        (committed,) = group.committed([TopicPartition(topic, 0)], WAIT_S)
+        assert committed.offset == 10
+    finally:
+        group.close()
 
 
 def _cut_a_leader_and_commit(cluster: Cluster, topic: str, producer: Producer,
@@ -191,7 +216,7 @@ def test_partition_leader_killed_during_commit(txn_cluster: Cluster) -> None:
 # "doomed-coordinator" in a second transaction, and commits it when told to.
 _APPLICATION = """
 import sys
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 bootstrap, topic, transactional_id, partitions = sys.argv[1:5]
 producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
                      "acks": "all", "linger.ms": 5, "log_level": 0})
