@@ -15,6 +15,7 @@ from gregor.broker import (
     api_versions,
     cluster_info,
     configs,
+    describe_producers,
     fetch,
     list_offsets,
     metadata,
@@ -59,6 +60,7 @@ ROUTES: dict[int, Route] = {
     ApiKey.CREATE_PARTITIONS: Route(topics.handle_create_partitions, 0, 3),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: Route(configs.handle_incremental_alter, 0, 1),
     ApiKey.DESCRIBE_CLUSTER: Route(cluster_info.handle, 0, 1),
+    ApiKey.DESCRIBE_PRODUCERS: Route(describe_producers.handle, 0, 0),
 }
 
 

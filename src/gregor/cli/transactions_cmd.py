@@ -1,8 +1,10 @@
-"""``gregor transactions``: list and describe transactions, as kafka-transactions.sh does.
+"""``gregor transactions``: list and describe transactions, and describe a partition's
+producers, as kafka-transactions.sh does.
 
-confluent-kafka has no admin call for ListTransactions or DescribeTransactions, so
-this command speaks them itself (with FindCoordinator for the transactional id's
-coordinator), one blocking request at a time. ``list`` asks every broker, as each
+confluent-kafka has no admin call for ListTransactions, DescribeTransactions or
+DescribeProducers, so this command speaks them itself (with FindCoordinator for the
+transactional id's coordinator, Metadata for a partition's leader), one blocking
+request at a time. ``list`` asks every broker, as each
 coordinates its own share of the transactional ids.
 
 DescribeTransactions' answer is read here rather than by kio, whose decoder
@@ -20,6 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kio.index import load_request_schema
+from kio.schema.describe_producers.v0 import request as producers_request
+from kio.schema.metadata.v1 import request as metadata_request
+from kio.static.primitive import i32
 
 from gregor.cli.client_config import BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP
 from gregor.cli.errors import CliError
@@ -44,7 +49,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                          "start time and timeout")
     describe.add_argument("transactional_id", metavar="ID")
     describe.set_defaults(run=run_describe)
-    for parser in (listing, describe):
+    producers = actions.add_parser(
+        "describe-producers", help="a partition's producers: id, epoch, last sequence and "
+                                   "timestamp, coordinator epoch, open transaction's start")
+    producers.add_argument("--topic", required=True)
+    producers.add_argument("--partition", type=int, required=True)
+    producers.add_argument("--broker-id", type=int, default=None,
+                           help="ask this broker (a replica) instead of the leader")
+    producers.set_defaults(run=run_describe_producers)
+    for parser in (listing, describe, producers):
         parser.add_argument(
             "--bootstrap-server", "-b", metavar="HOST:PORT",
             default=os.environ.get(BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP),
@@ -188,4 +201,33 @@ def run_describe(args: argparse.Namespace) -> int:
                   state.timeout_ms, state.start_ms if begun else "None",
                   int(time.time() * 1000) - state.start_ms if begun else "None",
                   ",".join(state.partitions))])
+    return 0
+
+
+def run_describe_producers(args: argparse.Namespace) -> int:
+    topic, index = args.topic, args.partition
+    metadata = _request(args.bootstrap_server, ApiKey.METADATA, 1,
+                        metadata_request.MetadataRequest(
+                            topics=(metadata_request.MetadataRequestTopic(name=topic),)))
+    brokers = {b.node_id: f"{b.host}:{b.port}" for b in metadata.brokers}
+    leaders = {p.partition_index: p.leader_id for t in metadata.topics if t.name == topic
+               for p in t.partitions}
+    broker_id = leaders.get(index, -1) if args.broker_id is None else args.broker_id
+    if broker_id not in brokers:
+        raise CliError(f"{topic}-{index}: no such partition, or no leader now"
+                       if args.broker_id is None else f"no broker {broker_id}")
+    answer = _request(brokers[broker_id], ApiKey.DESCRIBE_PRODUCERS, 0,
+                      producers_request.DescribeProducersRequest(topics=(
+                          producers_request.TopicRequest(name=topic,
+                                                         partition_indexes=(i32(index),)),)))
+    (partition,) = answer.topics[0].partitions
+    if partition.error_code != ErrorCode.none:
+        raise CliError(f"{topic}-{index} on broker {broker_id}: "
+                       f"{ErrorCode(partition.error_code).name.upper()}")
+    print_table(("ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
+                 "LastTimestamp", "CurrentTransactionStartOffset"),
+                [(p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
+                  p.last_timestamp,
+                  "None" if p.current_txn_start_offset < 0 else p.current_txn_start_offset)
+                 for p in partition.active_producers])
     return 0

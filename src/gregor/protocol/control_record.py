@@ -33,10 +33,19 @@ def encode_marker(producer_id: int, producer_epoch: int, commit: bool, coordinat
 
 def is_commit(batch: bytes | bytearray | memoryview) -> bool:
     """Whether a control batch is a commit marker (else an abort marker)."""
+    return read_marker(batch)[0]
+
+
+def read_marker(batch: bytes | bytearray | memoryview) -> tuple[bool, int]:
+    """Whether a control batch is a commit marker, and the coordinator epoch it carries
+    (-1 if it has none)."""
     _, records = decode_records(batch)
     if not records or records[0].key is None:
         raise InvalidRecordBatch("control batch without a control record key")
-    return is_commit_key(records[0].key)
+    value = records[0].value
+    epoch = _VALUE.unpack_from(value)[1] if value is not None and len(value) >= _VALUE.size \
+        else -1
+    return is_commit_key(records[0].key), epoch
 
 
 def is_commit_key(key: bytes) -> bool:

@@ -387,14 +387,17 @@ class Log:
                          batch: bytes | bytearray | memoryview | None) -> None:
         """Record an appended (or replayed) batch of a producer; ``batch`` is read for
         markers only, to tell a commit from an abort."""
-        self.producer_state.update(header, base, last)
         transactions = self.producer_state.transactions
         if header.is_control:
             assert batch is not None
+            commit, coordinator_epoch = control_record.read_marker(batch)
+            self.producer_state.update(header, base, last, coordinator_epoch)
             ended = transactions.complete(header.producer_id, base)
-            if ended is not None and not control_record.is_commit(batch):
+            if ended is not None and not commit:
                 segment.txn_index.append(ended)
-        elif header.is_transactional:
+            return
+        self.producer_state.update(header, base, last)
+        if header.is_transactional:
             transactions.begin(header.producer_id, base)
 
     def _restart_active_segment_at(self, offset: int) -> LogSegment:

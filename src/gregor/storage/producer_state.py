@@ -47,6 +47,10 @@ class BatchMetadata:
 class ProducerStateEntry:
     epoch: int = NO_PRODUCER_EPOCH
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    # The epoch of the transaction coordinator that wrote the producer's last marker,
+    # and the max timestamp of its last batch or marker (DescribeProducers shows both).
+    coordinator_epoch: int = -1
+    last_timestamp: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -107,14 +111,20 @@ class ProducerStateManager:
                 f"at sequence {header.base_sequence}, not 0")
         return None
 
-    def update(self, header: BatchHeader, first_offset: int, last_offset: int) -> None:
-        """Record a batch that has been appended (or replayed from the log)."""
+    def update(self, header: BatchHeader, first_offset: int, last_offset: int,
+               coordinator_epoch: int | None = None) -> None:
+        """Record a batch that has been appended (or replayed from the log);
+        ``coordinator_epoch``: a marker's."""
         if header.producer_id < 0:
             return
         entry = self.producers.get(header.producer_id)
         if entry is None or header.producer_epoch > entry.epoch:
-            entry = ProducerStateEntry(epoch=header.producer_epoch)
+            entry = ProducerStateEntry(epoch=header.producer_epoch, coordinator_epoch=(
+                -1 if entry is None else entry.coordinator_epoch))
             self.producers[header.producer_id] = entry
+        entry.last_timestamp = header.max_timestamp
+        if coordinator_epoch is not None:
+            entry.coordinator_epoch = coordinator_epoch
         if header.base_sequence >= 0:
             entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence,
                                                first_offset, last_offset, header.max_timestamp))
@@ -136,7 +146,9 @@ class ProducerStateManager:
         payload: dict[str, dict] = {
             str(pid): {"epoch": entry.epoch,
                        "batches": [[b.first_seq, b.last_seq, b.first_offset, b.last_offset,
-                                    b.timestamp] for b in entry.batches]}
+                                    b.timestamp] for b in entry.batches],
+                       "coordinator_epoch": entry.coordinator_epoch,
+                       "last_timestamp": entry.last_timestamp}
             for pid, entry in self.producers.items()
         }
         for pid, first in self.transactions.first_offsets.items():
@@ -204,7 +216,10 @@ def _parse_snapshot(text: str) -> tuple[dict[int, ProducerStateEntry], dict[int,
     producers = {}
     transactions = {}
     for pid, raw in json.loads(text).items():
-        entry = ProducerStateEntry(epoch=int(raw["epoch"]))
+        # Snapshots written before these were kept lack them.
+        entry = ProducerStateEntry(epoch=int(raw["epoch"]),
+                                   coordinator_epoch=int(raw.get("coordinator_epoch", -1)),
+                                   last_timestamp=int(raw.get("last_timestamp", -1)))
         entry.batches.extend(BatchMetadata(*(int(x) for x in b)) for b in raw["batches"])
         producers[int(pid)] = entry
         if "txn_first_offset" in raw:
