@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from checker import read_partitions
 from clients import WireConnection, advertised_versions, versioned_request
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from harness import WAIT_S, Cluster
 
 from gregor.cluster.zookeeper_server import ZooKeeperServer
@@ -216,7 +216,7 @@ def test_partition_leader_killed_during_commit(txn_cluster: Cluster) -> None:
 # "doomed-coordinator" in a second transaction, and commits it when told to.
 _APPLICATION = """
 import sys
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 bootstrap, topic, transactional_id, partitions = sys.argv[1:5]
 producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
                      "acks": "all", "linger.ms": 5, "log_level": 0})
@@ -294,3 +294,108 @@ def test_coordinator_killed_mid_transaction(txn_cluster: Cluster) -> None:
     assert _state(cluster, successor, transactional_id) == "CompleteCommit"
     seen = _committed_view(cluster, topic)
     assert dict(seen) == {"open": PARTITIONS}
+
+
+class TransactionalLoad:
+    """Transactions one after another in a thread, one record in every partition each,
+    every third aborted; records how each ended as the producer learnt it: committed,
+    aborted, or unknown (the producer failed fatally and was replaced, whose
+    init_transactions then ended it one way or the other)."""
+
+    def __init__(self, cluster: Cluster, topic: str) -> None:
+        self.cluster = cluster
+        self.topic = topic
+        self.transactional_id = f"load-{uuid.uuid4().hex[:8]}"
+        self.outcomes: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> TransactionalLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def committed(self) -> int:
+        return sum(outcome == "committed" for outcome in list(self.outcomes.values()))
+
+    def _new_producer(self) -> Producer:
+        while True:
+            try:
+                return _producer(self.cluster, self.transactional_id)
+            except KafkaException:
+                if self._stop.is_set():
+                    raise
+
+    def _run(self) -> None:
+        producer = self._new_producer()
+        count = 0
+        while not self._stop.is_set():
+            name, count = f"t{count}", count + 1
+            abort = count % 3 == 0
+            try:
+                producer.begin_transaction()
+                _write(producer, self.topic, name)
+                if abort:
+                    producer.flush(WAIT_S)
+                    producer.abort_transaction(WAIT_S)
+                else:
+                    producer.commit_transaction(WAIT_S)
+                self.outcomes[name] = "aborted" if abort else "committed"
+            except KafkaException as exc:
+                self.outcomes[name] = self._recover(producer, exc.args[0])
+                if self.outcomes[name] == "unknown":
+                    producer = self._new_producer()
+
+    @staticmethod
+    def _recover(producer: Producer, error: KafkaError) -> str:
+        """Abort what can be aborted, as an application does; "unknown" otherwise."""
+        if not error.txn_requires_abort():
+            return "unknown"
+        try:
+            producer.abort_transaction(WAIT_S)
+        except KafkaException:
+            return "unknown"
+        return "aborted"
+
+    def wait_for_commits(self, count: int) -> None:
+        target = self.committed() + count
+        _wait(lambda: self.committed() >= target, f"{count} more commits", timeout=90)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(WAIT_S * 4)
+        assert not self._thread.is_alive(), "the transactional load did not stop"
+
+
+def test_kills_under_transactional_load(txn_cluster: Cluster) -> None:
+    """Transactions keep committing across a kill -9 of the coordinator's broker and
+    then of a partition leader: every committed one is seen exactly once, no aborted
+    one at all, and one whose end the producer never learnt is whole or absent."""
+    cluster = txn_cluster
+    topic = "txn-load"
+    cluster.create_topic(topic, partitions=PARTITIONS)
+    with TransactionalLoad(cluster, topic) as load:
+        load.wait_for_commits(5)
+        coordinator = _coordinator(cluster, load.transactional_id)
+        cluster.brokers[coordinator].kill()
+        load.wait_for_commits(5)
+        cluster.brokers[coordinator].start()
+        cluster.wait_for(lambda m: all(
+            len(p.isrs) == 3 for name in (topic, TRANSACTION_STATE_TOPIC)
+            for p in m.topics[name].partitions.values()), "every replica back in sync")
+        asked = min(set(cluster.brokers) - {coordinator})
+        now_coordinating = _coordinator(cluster, load.transactional_id, asked)
+        victim = next(leader for leader in _leaders(cluster, topic).values()
+                      if leader != now_coordinating)
+        cluster.brokers[victim].kill()
+        load.wait_for_commits(5)
+    outcomes = dict(load.outcomes)
+    seen = _committed_view(cluster, topic)
+    assert set(seen) <= set(outcomes), "records of no transaction the producer began"
+    wrong = {name: (outcome, seen[name]) for name, outcome in outcomes.items()
+             if seen[name] not in {"committed": (PARTITIONS,), "aborted": (0,),
+                                   "unknown": (0, PARTITIONS)}[outcome]}
+    assert not wrong, wrong
+    assert Counter(outcomes.values())["committed"] >= 15
