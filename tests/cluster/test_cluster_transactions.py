@@ -110,6 +110,12 @@ def test_commits_and_aborts_across_brokers(txn_cluster: Cluster) -> None:
     for broker in cluster.brokers.values():
         with WireConnection(broker.bootstrap) as connection:
             assert advertised_versions(connection, ApiKey.WRITE_TXN_MARKERS) == range(1, 2)
+    # Markers go to a partition's leader: a follower refuses them, and an unknown
+    # partition is named as such.
+    follower = min(set(cluster.brokers) - {cluster.leader(topic, 0)})
+    assert _write_markers(cluster, follower, topic, 0) == ErrorCode.not_leader_or_follower
+    assert _write_markers(cluster, follower, "no-such-topic", 0) == (
+        ErrorCode.unknown_topic_or_partition)
     transactional_id = f"spread-{uuid.uuid4().hex[:8]}"
     producer = _producer(cluster, transactional_id)
     coordinator = _coordinator(cluster, transactional_id)
@@ -154,6 +160,22 @@ def test_commits_and_aborts_across_brokers(txn_cluster: Cluster) -> None:
         assert committed.offset == 10
     finally:
         group.close()
+
+
+def _write_markers(cluster: Cluster, broker_id: int, topic: str, partition: int) -> int:
+    """A WriteTxnMarkers (abort, producer 0) for one partition, sent to ``broker_id``:
+    the error it answers."""
+    key = ApiKey.WRITE_TXN_MARKERS
+    marker = versioned_request(key, 1, "WritableTxnMarker", producer_id=0, producer_epoch=0,
+                               transaction_result=False, coordinator_epoch=0, topics=(
+                                   versioned_request(key, 1, "WritableTxnMarkerTopic",
+                                                     name=topic, partition_indexes=(partition,)),))
+    with WireConnection(cluster.brokers[broker_id].bootstrap) as connection:
+        answer = connection.request(key, 1, versioned_request(
+            key, 1, "WriteTxnMarkersRequest", markers=(marker,)))
+    ((result,),) = [topic.partitions for topic in answer.markers[0].topics]
+    assert result.partition_index == partition
+    return result.error_code
 
 
 def _cut_a_leader_and_commit(cluster: Cluster, topic: str, producer: Producer,
