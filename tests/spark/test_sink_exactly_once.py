@@ -1,0 +1,241 @@
+"""The sink's ``deliveryGuarantee=exactly-once``: a micro-batch's records become visible to
+read_committed readers (librdkafka) at once, when the driver commits; a task killed
+mid-write and a driver killed in the middle of its commits each leave every record
+exactly once; keys land where the at-least-once sink (librdkafka's murmur2) puts them.
+
+Spark runs ``local[2,4]``: two cores, and a failed task is retried (plain ``local`` never
+retries), as on a cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.functions import col, udf
+from pyspark.sql.types import BinaryType
+
+from gregor.spark.options import parse_sink_options
+from gregor.spark.session import build_session
+
+CRASH_QUERY = Path(__file__).with_name("sink_crash_query.py")
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    """Small Arrow batches, so that a task's first records reach the broker long before
+    its last ones are read."""
+    session = build_session("gregor-sink-exactly-once", master="local[2,4]", **{
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "50"})
+    yield session
+    session.stop()
+
+
+def new_topic(bootstrap: str, partitions: int = 2) -> str:
+    name = f"eos-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    return name
+
+
+def fill(bootstrap: str, topic: str, per_partition: int, size: int = 16) -> list[bytes]:
+    """``per_partition`` records in each of two partitions; their values, all distinct."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    values = []
+    for partition in range(2):
+        for i in range(per_partition):
+            value = f"{partition}-{i}-".encode().ljust(size, b"x")
+            producer.produce(topic, value, key=f"k{partition}-{i}".encode(), partition=partition)
+            values.append(value)
+    assert producer.flush(30) == 0
+    return values
+
+
+def read_all(bootstrap: str, topic: str, isolation: str) -> list[bytes]:
+    """Every value a consumer at ``isolation`` gets up to each partition's end (the last
+    stable offset at read_committed)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+                         "isolation.level": isolation, "enable.partition.eof": True,
+                         "enable.auto.commit": False})
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    values: list[bytes] = []
+    at_end: set[int] = set()
+    try:
+        while len(at_end) < len(partitions):
+            message = consumer.poll(30)
+            assert message is not None, f"no end of partitions {set(partitions) - at_end}"
+            if message.error():
+                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+                at_end.add(message.partition())
+            else:
+                values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def wait_until(condition: Any, what: str, attempts: int = 240) -> None:
+    """Polls the broker (each poll waits for the consumer to reach the end)."""
+    for _ in range(attempts):
+        if condition():
+            return
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def stream_to(spark: SparkSession, bootstrap: str, source: str, sink: str, checkpoint: Path,
+              transform: Any = None) -> Any:
+    df: DataFrame = (spark.readStream.format("gregor")
+                     .option("kafka.bootstrap.servers", bootstrap)
+                     .option("subscribe", source).option("startingOffsets", "earliest").load())
+    df = df.select("key", transform(df) if transform else col("value"))
+    return (df.writeStream.format("gregor")
+            .option("kafka.bootstrap.servers", bootstrap).option("topic", sink)
+            .option("deliveryGuarantee", "exactly-once")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True).start())
+
+
+def test_delivery_guarantee_option() -> None:
+    servers = {"kafka.bootstrap.servers": "b:9092"}
+    assert not parse_sink_options(servers).exactly_once
+    assert parse_sink_options({**servers, "deliveryGuarantee": "Exactly-Once"}).exactly_once
+    with pytest.raises(ValueError, match="deliveryGuarantee"):
+        parse_sink_options({**servers, "deliveryGuarantee": "exactly_once_v2"})
+
+
+def test_a_micro_batch_becomes_visible_only_when_the_driver_commits(
+        spark: SparkSession, broker: Any, tmp_path: Path) -> None:
+    """One task has written and flushed; the other is held at its last row: read_uncommitted
+    sees the first task's records, read_committed nothing until the micro-batch commits."""
+    source, sink = new_topic(broker.bootstrap), new_topic(broker.bootstrap)
+    values = fill(broker.bootstrap, source, 100)
+    release = tmp_path / "release"
+
+    @udf(BinaryType())
+    def hold_last_row(partition: int, offset: int, value: bytes) -> bytes:
+        import time
+        while partition == 1 and offset == 99 and not os.path.exists(release):
+            time.sleep(0.05)
+        return value
+
+    query = stream_to(spark, broker.bootstrap, source, sink, tmp_path / "checkpoint",
+                      lambda df: hold_last_row("partition", "offset", "value").alias("value"))
+    try:
+        wait_until(lambda: len(read_all(broker.bootstrap, sink, "read_uncommitted")) >= 100,
+                   "the first task's records")
+        assert read_all(broker.bootstrap, sink, "read_committed") == []
+    finally:
+        release.touch()
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    assert Counter(read_all(broker.bootstrap, sink, "read_committed")) == Counter(values)
+
+
+def test_a_task_killed_mid_write_leaves_each_record_once(
+        spark: SparkSession, broker: Any, tmp_path: Path) -> None:
+    """A UDF kills its Python worker once, when the task has sent records of its
+    transaction; the retried attempt fences it, aborting them."""
+    source, sink = new_topic(broker.bootstrap), new_topic(broker.bootstrap)
+    values = fill(broker.bootstrap, source, 400, size=8192)
+    killed = tmp_path / "killed"
+
+    @udf(BinaryType())
+    def kill_once(partition: int, offset: int, value: bytes) -> bytes:
+        if partition == 0 and offset == 300:
+            try:
+                os.close(os.open(killed, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return value
+            os.kill(os.getpid(), signal.SIGKILL)
+        return value
+
+    query = stream_to(spark, broker.bootstrap, source, sink, tmp_path / "checkpoint",
+                      lambda df: kill_once("partition", "offset", "value").alias("value"))
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    assert killed.exists()
+    assert len(read_all(broker.bootstrap, sink, "read_uncommitted")) > len(values), \
+        "the killed attempt sent nothing: nothing was there to abort"
+    assert Counter(read_all(broker.bootstrap, sink, "read_committed")) == Counter(values)
+
+
+CRASH_HOOK = '''
+import os, signal
+from pathlib import Path
+if os.environ.get("GREGOR_TEST_CRASH_DIR"):
+    from gregor.spark import exactly_once_sink
+    _end = exactly_once_sink.end_transactions
+    _dir = Path(os.environ["GREGOR_TEST_CRASH_DIR"])
+
+    def end_transactions(settings, transactions, commit):
+        """Commit the first transaction only, then kill -9 the driver and its JVM."""
+        transactions = list(transactions)
+        if not commit or len(transactions) < 2:
+            return _end(settings, transactions, commit)
+        try:
+            os.close(os.open(_dir / "crashed", os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return _end(settings, transactions, commit)
+        _end(settings, transactions[:1], commit)
+        for pid in (_dir / "pids").read_text().split():
+            os.kill(int(pid), signal.SIGKILL)
+        os._exit(1)
+
+    exactly_once_sink.end_transactions = end_transactions
+'''
+
+
+def test_a_driver_killed_amid_its_commits_leaves_each_record_once(
+        broker: Any, tmp_path: Path) -> None:
+    """The driver records the micro-batch's two transactions, commits one and is killed
+    (with its JVM); restarted from its checkpoint, the query replays the micro-batch,
+    which writes nothing and commits the other."""
+    source, sink = new_topic(broker.bootstrap), new_topic(broker.bootstrap)
+    values = fill(broker.bootstrap, source, 300)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(CRASH_HOOK)
+    env = {**os.environ, "GREGOR_TEST_CRASH_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(hook),
+                                                       os.environ.get("PYTHONPATH")]))}
+    args = [sys.executable, str(CRASH_QUERY), broker.bootstrap, source, sink,
+            str(tmp_path / "checkpoint"), str(tmp_path / "pids")]
+
+    first = subprocess.run(args, env=env, capture_output=True, timeout=300)
+    assert (tmp_path / "crashed").exists(), first.stderr.decode()[-3000:]
+    assert first.returncode != 0
+    assert len(read_all(broker.bootstrap, sink, "read_committed")) < len(values)
+
+    second = subprocess.run(args, env=env, capture_output=True, timeout=300)
+    assert second.returncode == 0, second.stderr.decode()[-3000:]
+    assert Counter(read_all(broker.bootstrap, sink, "read_committed")) == Counter(values)
+
+
+def test_keys_land_where_the_at_least_once_sink_puts_them(
+        spark: SparkSession, broker: Any) -> None:
+    rows = spark.range(2000, numPartitions=2).selectExpr(
+        "CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")
+    placed = {}
+    for guarantee in ("at-least-once", "exactly-once"):
+        topic = new_topic(broker.bootstrap, partitions=5)
+        (rows.write.format("gregor").mode("append")
+         .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic)
+         .option("deliveryGuarantee", guarantee).save())
+        back = (spark.read.format("gregor").option("kafka.bootstrap.servers", broker.bootstrap)
+                .option("subscribe", topic).option("kafka.isolation.level", "read_committed")
+                .load().select("key", "partition").collect())
+        placed[guarantee] = {bytes(r.key): r.partition for r in back}
+    assert len(placed["exactly-once"]) == 2000
+    assert placed["exactly-once"] == placed["at-least-once"]
