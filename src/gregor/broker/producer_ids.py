@@ -15,24 +15,26 @@ from gregor.transactions.coordinator import TransactionError, client_error
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
 
-_MAX_EPOCH = 32767
+_NO_PRODUCER = -1
 
 
 async def handle(broker: Broker, request: Request):
     body = request.body
     schema = response_schema(ApiKey.INIT_PRODUCER_ID, request.version)
-    producer_id = getattr(body, "producer_id", -1)
-    epoch = getattr(body, "producer_epoch", -1)
+    producer_id = getattr(body, "producer_id", _NO_PRODUCER)
+    epoch = getattr(body, "producer_epoch", _NO_PRODUCER)
+    if (producer_id == _NO_PRODUCER) != (epoch == _NO_PRODUCER):
+        # As Kafka answers (KafkaApis): an id without an epoch, or the reverse.
+        return build(schema, throttle_time=datetime.timedelta(0),
+                     error_code=ErrorCode.invalid_request, producer_id=_NO_PRODUCER,
+                     producer_epoch=_NO_PRODUCER)
     if body.transactional_id is not None:
         return await _transactional(broker, request, producer_id, epoch)
-    if producer_id >= 0 and 0 <= epoch < _MAX_EPOCH:
-        # KIP-360: a producer that lost track of its sequences asks for an epoch bump
-        # of the id it has, so the broker can tell its new batches from old retries.
-        producer_id, epoch = producer_id, epoch + 1
-    else:
-        producer_id, epoch = await broker.controller.allocate_producer_id(), 0
+    # Without a transactional id Kafka hands out a new id at epoch 0, whatever id and
+    # epoch the producer names (KIP-360's bump of a named id is the coordinator's, for
+    # transactional ids): the new id's sequences start afresh, clear of old retries.
     return build(schema, throttle_time=datetime.timedelta(0), error_code=ErrorCode.none,
-                 producer_id=producer_id, producer_epoch=epoch)
+                 producer_id=await broker.controller.allocate_producer_id(), producer_epoch=0)
 
 
 async def _transactional(broker: Broker, request: Request, producer_id: int, epoch: int):
