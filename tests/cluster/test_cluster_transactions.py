@@ -8,6 +8,7 @@ its commit returned, never if it was aborted, and whole or not at all otherwise.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import subprocess
 import sys
@@ -19,10 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from checker import read_partitions
 from clients import WireConnection, advertised_versions, versioned_request
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from harness import WAIT_S, Cluster
+from kafka import KafkaProducer
 
 from gregor.cluster.zookeeper_server import ZooKeeperServer
 from gregor.groups.offsets_store import partition_for
@@ -421,3 +424,47 @@ def test_kills_under_transactional_load(txn_cluster: Cluster) -> None:
                                    "unknown": (0, PARTITIONS)}[outcome]}
     assert not wrong, wrong
     assert Counter(outcomes.values())["committed"] >= 15
+
+
+def test_kafka_python_and_aiokafka_transactions(txn_cluster: Cluster) -> None:
+    """The Python clients' transactional producers find their coordinator in the
+    cluster and end transactions in partitions led by every broker."""
+    cluster = txn_cluster
+    topic = "txn-python-clients"
+    cluster.create_topic(topic, partitions=PARTITIONS)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all",
+                             transactional_id=f"kp-{uuid.uuid4().hex[:8]}")
+    try:
+        producer.init_transactions()
+        for name in ("kp_aborted", "kp_committed"):
+            producer.begin_transaction()
+            for partition in range(PARTITIONS):
+                producer.send(topic, f"{name}-{partition}".encode(), partition=partition)
+            producer.flush()
+            if name == "kp_aborted":
+                producer.abort_transaction()
+            else:
+                producer.commit_transaction()
+    finally:
+        producer.close()
+
+    async def aiokafka_transactions() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap,
+                                    transactional_id=f"ap-{uuid.uuid4().hex[:8]}")
+        await producer.start()
+        try:
+            await producer.begin_transaction()
+            for partition in range(PARTITIONS):
+                await producer.send_and_wait(topic, f"ap_aborted-{partition}".encode(),
+                                             partition=partition)
+            await producer.abort_transaction()
+            async with producer.transaction():
+                for partition in range(PARTITIONS):
+                    await producer.send(topic, f"ap_committed-{partition}".encode(),
+                                        partition=partition)
+        finally:
+            await producer.stop()
+
+    asyncio.run(aiokafka_transactions())
+    seen = _committed_view(cluster, topic)
+    assert dict(seen) == {"kp_committed": PARTITIONS, "ap_committed": PARTITIONS}
