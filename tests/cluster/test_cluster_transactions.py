@@ -88,6 +88,16 @@ def _state(cluster: Cluster, coordinator: int, transactional_id: str) -> str:
     return described.transaction_state
 
 
+def _producer_of(cluster: Cluster, coordinator: int, transactional_id: str
+                 ) -> tuple[int, int]:
+    with WireConnection(cluster.brokers[coordinator].bootstrap) as connection:
+        answer = connection.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, versioned_request(
+            ApiKey.DESCRIBE_TRANSACTIONS, 0, "DescribeTransactionsRequest",
+            transactional_ids=(transactional_id,)))
+    (described,) = answer.transaction_states
+    return described.producer_id, described.producer_epoch
+
+
 def _wait(condition, what: str, timeout: float = WAIT_S) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -165,12 +175,14 @@ def test_commits_and_aborts_across_brokers(txn_cluster: Cluster) -> None:
         group.close()
 
 
-def _write_markers(cluster: Cluster, broker_id: int, topic: str, partition: int) -> int:
-    """A WriteTxnMarkers (abort, producer 0) for one partition, sent to ``broker_id``:
-    the error it answers."""
+def _write_markers(cluster: Cluster, broker_id: int, topic: str, partition: int,
+                   producer_id: int = 0, producer_epoch: int = 0) -> int:
+    """A WriteTxnMarkers (abort, coordinator epoch 0) for one partition, sent to
+    ``broker_id``: the error it answers."""
     key = ApiKey.WRITE_TXN_MARKERS
-    marker = versioned_request(key, 1, "WritableTxnMarker", producer_id=0, producer_epoch=0,
-                               transaction_result=False, coordinator_epoch=0, topics=(
+    marker = versioned_request(key, 1, "WritableTxnMarker", producer_id=producer_id,
+                               producer_epoch=producer_epoch, transaction_result=False,
+                               coordinator_epoch=0, topics=(
                                    versioned_request(key, 1, "WritableTxnMarkerTopic",
                                                      name=topic, partition_indexes=(partition,)),))
     with WireConnection(cluster.brokers[broker_id].bootstrap) as connection:
@@ -293,6 +305,10 @@ def test_coordinator_killed_during_commit(txn_cluster: Cluster) -> None:
           "the new coordinator to complete the commit")
     seen = _committed_view(cluster, topic)
     assert dict(seen) == {"before": PARTITIONS, "doomed-coordinator": PARTITIONS}
+    # The dead coordinator's epoch is fenced where its successor wrote markers.
+    producer_id, producer_epoch = _producer_of(cluster, third, transactional_id)
+    assert _write_markers(cluster, cluster.leader(topic, 0), topic, 0, producer_id,
+                          producer_epoch) == ErrorCode.transaction_coordinator_fenced
 
 
 def test_coordinator_killed_mid_transaction(txn_cluster: Cluster) -> None:

@@ -5,7 +5,10 @@ markers another broker's coordinator sends, and the coordinator's marker channel
 for the partitions it leads itself. The append is a leader append at acks=all (it
 replicates like any record), and only once every in-sync replica has the marker is
 it acknowledged and, in ``__consumer_offsets``, are the transaction's offsets made
-the group's (as Kafka's WriteTxnMarkers completion does).
+the group's (as Kafka's WriteTxnMarkers completion does). A marker from a coordinator
+older than the one that wrote the producer's last marker here is refused with
+TRANSACTION_COORDINATOR_FENCED, as Kafka's producer state refuses it: that
+coordinator lost its partition, and its successor decides the transaction.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ async def write_marker(replica_manager: ReplicaManager, groups: GroupCoordinator
     partition = replica_manager.get(*tp)
     if partition is None:
         return ErrorCode.not_leader_or_follower
+    producer = partition.log.producer_state.producers.get(producer_id)
+    if producer is not None and producer.coordinator_epoch > coordinator_epoch:
+        return ErrorCode.transaction_coordinator_fenced
     marker = encode_marker(producer_id, producer_epoch, commit, coordinator_epoch,
                            int(time.time() * 1000))
     try:
