@@ -190,6 +190,19 @@ def test_a_dropped_marker_leaves_no_transaction_behind_for_recovery(tmp_path: Pa
     assert reopened.first_unstable_offset is None
 
 
+def test_a_marker_supersedes_no_record(tmp_path: Path) -> None:
+    """A marker's record key is its type (version 0, commit 1): a record of the topic
+    with those four bytes as its key is not an older value of the marker."""
+    manager, log = compacted_log(tmp_path)
+    commit_key = b"\x00\x00\x00\x01"
+    plain(log, [(commit_key, b"kept")])  # 0
+    txn(log, 0, [(b"a", b"a1")])  # 1
+    end(log, commit=True)  # 2
+    log.roll()
+    assert clean(LogCleaner(manager), BASE_TS)
+    assert values(log) == [b"kept", b"a1"]
+
+
 # ----------------------------------------------------------------- end to end
 def control_batches(partition_dir: Path) -> list[tuple[int, bool]] | None:
     """(offset, commit) of the markers in the partition's segment files, read while the

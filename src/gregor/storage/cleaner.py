@@ -298,7 +298,9 @@ class Cleaner:
             if offset_map.is_full and mapped_end > first_dirty:
                 break
             for _, header, records in self._read_batches(source):
-                if self.plan.is_aborted(header):
+                # A marker's key is its type, not a key of the topic's: it supersedes
+                # nothing. Nor does an aborted record.
+                if header.is_control or self.plan.is_aborted(header):
                     continue
                 for record in records:
                     if record.offset >= first_dirty and record.key is not None:
