@@ -99,17 +99,22 @@ def test_describe_producers_of_a_partition(fresh_broker: BrokerProcess, topic_na
     fresh_broker.start()
     assert producers(fresh_broker, topic_name) == committed
 
-    result = subprocess.run([sys.executable, "-m", "gregor.cli.main", "transactions",
-                             "describe-producers", "--topic", topic_name, "--partition", "0",
-                             "-b", fresh_broker.bootstrap], capture_output=True, timeout=60)
-    assert result.returncode == 0, result.stderr.decode()
-    header, *rows = [line.split() for line in result.stdout.decode().splitlines()]
-    assert header == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
-                      "LastTimestamp", "CurrentTransactionStartOffset"]
-    assert sorted(rows) == sorted(
-        [str(pid), str(e), str(c), str(s), str(t), "None" if o < 0 else str(o)]
-        for pid, (e, s, t, c, o) in committed.items())
-    missing = subprocess.run([sys.executable, "-m", "gregor.cli.main", "transactions",
-                              "describe-producers", "--topic", topic_name, "--partition", "7",
-                              "-b", fresh_broker.bootstrap], capture_output=True, timeout=60)
+    def gregor(partition: int, *more: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([sys.executable, "-m", "gregor.cli.main", "transactions",
+                               "describe-producers", "--topic", topic_name, "--partition",
+                               str(partition), *more, "-b", fresh_broker.bootstrap],
+                              capture_output=True, timeout=60)
+
+    for asked in ((), ("--broker-id", "1")):  # the leader, found or named
+        result = gregor(0, *asked)
+        assert result.returncode == 0, result.stderr.decode()
+        header, *rows = [line.split() for line in result.stdout.decode().splitlines()]
+        assert header == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch",
+                          "LastSequence", "LastTimestamp", "CurrentTransactionStartOffset"]
+        assert sorted(rows) == sorted(
+            [str(pid), str(e), str(c), str(s), str(t), "None" if o < 0 else str(o)]
+            for pid, (e, s, t, c, o) in committed.items())
+    missing = gregor(7)
     assert missing.returncode == 1 and b"no such partition" in missing.stderr
+    nobody = gregor(0, "--broker-id", "9")
+    assert nobody.returncode == 1 and b"no broker 9" in nobody.stderr
