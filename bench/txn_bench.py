@@ -18,7 +18,9 @@ broker process, in one run, with confluent-kafka (librdkafka), 1 KiB records ove
   (records delivered per second are shown too: read_committed delivers 90% of them).
 
 Runs alternate in ABBA order (A, B, B, A, ...) so drift in the machine's load falls
-on both alike; figures are medians, with the broker's CPU per record. It prints a
+on both alike, each after the page cache was written back (``sync``: a run must not
+pay for the writeback of the one before); figures are medians, with the broker's CPU
+per record. It prints a
 table, writes ``txn_bench.json`` and the plot ``txn_bench.png`` to ``bench/out/`` and,
 unless ``--quick``, ``docs/txn-benchmarks.md`` with the plot as
 ``docs/img/bench-txn.png`` and its table in a section of ``docs/benchmarks.md``.
@@ -46,6 +48,7 @@ from confluent_kafka import KafkaError, Message, Producer  # noqa: E402
 from bench.clients.kafka import PRODUCER_CONFIG, KafkaClient  # noqa: E402
 from bench.cpu import Stopwatch, Window, collector_paused  # noqa: E402
 from bench.records import RecordSet, VerificationError  # noqa: E402
+from bench.run import settle  # noqa: E402
 from bench.sections import write_section  # noqa: E402
 from gregor.broker.process import BrokerProcess  # noqa: E402
 
@@ -165,6 +168,7 @@ class Bench:
     def produce(self, records: RecordSet, transactional: bool) -> Run:
         topic = f"p-{uuid.uuid4().hex[:8]}"
         self.client.create(topic, PARTITIONS)
+        settle()
         with collector_paused():
             if transactional:
                 window = produce_in_transactions(self.broker.bootstrap, topic, records,
@@ -188,6 +192,7 @@ class Bench:
 
     def consume(self, topic: str, records: RecordSet, committed: bool) -> Run:
         expected = committed_values(records, _every_tenth) if committed else None
+        settle()
         with collector_paused():
             window = self.client.consume(topic, PARTITIONS, records, self.watch,
                                          READ_COMMITTED if committed else READ_UNCOMMITTED,
@@ -317,10 +322,10 @@ def _document(table: str, pairs: int, runs: list[Run], minutes: float) -> str:
 
 `python -m bench.txn_bench`, {when}, {minutes:.0f} minutes on this 2-core machine, one
 broker process and the load generator sharing the cores. {pairs} runs of each side per
-comparison in ABBA order, after a warm-up; figures are medians. Records: {records:,}
-of 1 KiB per run, each numbered and checked, over {PARTITIONS} partitions; client:
-confluent-kafka (librdkafka) with bench's usual settings (`linger.ms` 5, `batch.size`
-1 MB, records handed over with `produce_batch`).
+comparison in ABBA order, after a warm-up, each after `sync`; figures are medians.
+Records: {records:,} of 1 KiB per run, each numbered and checked, over {PARTITIONS}
+partitions; client: confluent-kafka (librdkafka) with bench's usual settings
+(`linger.ms` 5, `batch.size` 1 MB, records handed over with `produce_batch`).
 
 - **Produce**: one transactional producer (`transactional.id` set, transactions of
   {TRANSACTION:,} records: `begin_transaction`, the records, `commit_transaction`,
