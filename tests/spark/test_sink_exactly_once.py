@@ -26,7 +26,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.functions import col, udf
 from pyspark.sql.types import BinaryType
 
+from gregor.protocol.record_codec import decode_records
 from gregor.spark.options import parse_sink_options
+from gregor.spark.record_encoder import BatchBuilder
 from gregor.spark.session import build_session
 
 CRASH_QUERY = Path(__file__).with_name("sink_crash_query.py")
@@ -115,6 +117,38 @@ def test_delivery_guarantee_option() -> None:
         parse_sink_options({**servers, "deliveryGuarantee": "exactly_once_v2"})
 
 
+def test_record_encoder_round_trip() -> None:
+    """Null keys and values, headers, lengths past the varint table, two timestamps."""
+    builder = BatchBuilder()
+    builder.add(None, [b"a", None, b"x" * 20000], None, 1_000)
+    builder.add([b"k", None], [b"b", b""], [[("h", b"v"), ("n", None)], None], 1_250)
+    header, records = decode_records(builder.build(7, 3, 11))
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 3, 11)
+    assert header.is_transactional and header.last_offset_delta == 4
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records] == [
+        (0, 1000, None, b"a", []), (1, 1000, None, None, []), (2, 1000, None, b"x" * 20000, []),
+        (3, 1250, b"k", b"b", [("h", b"v"), ("n", None)]), (4, 1250, None, b"", []),
+    ]
+
+
+def test_partition_and_header_columns(spark: SparkSession, broker: Any) -> None:
+    topic = new_topic(broker.bootstrap, partitions=3)
+    rows = spark.createDataFrame(
+        [("a", "1", 2, [("h", "x")]), (None, "2", None, None), ("c", "3", 0, [])],
+        "key string, value string, partition int, headers array<struct<key:string,value:string>>")
+    (rows.write.format("gregor").mode("append")
+     .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic)
+     .option("deliveryGuarantee", "exactly-once").save())
+    back = (spark.read.format("gregor").option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("subscribe", topic).option("kafka.isolation.level", "read_committed")
+            .option("includeHeaders", "true").load().collect())
+    got = {bytes(r.value): (r.key and bytes(r.key), r.partition,
+                            [(h.key, bytes(h.value)) for h in r.headers or []]) for r in back}
+    assert got[b"1"] == (b"a", 2, [("h", b"x")])
+    assert got[b"2"][0] is None and got[b"2"][2] == []
+    assert got[b"3"] == (b"c", 0, [])
+
+
 def test_a_micro_batch_becomes_visible_only_when_the_driver_commits(
         spark: SparkSession, broker: Any, tmp_path: Path) -> None:
     """One task has written and flushed; the other is held at its last row: read_uncommitted
@@ -124,7 +158,7 @@ def test_a_micro_batch_becomes_visible_only_when_the_driver_commits(
     release = tmp_path / "release"
 
     @udf(BinaryType())
-    def hold_last_row(partition: int, offset: int, value: bytes) -> bytes:
+    def hold_last_row(partition, offset, value):  # type: ignore[no-untyped-def]
         import time
         while partition == 1 and offset == 99 and not os.path.exists(release):
             time.sleep(0.05)
@@ -152,7 +186,7 @@ def test_a_task_killed_mid_write_leaves_each_record_once(
     killed = tmp_path / "killed"
 
     @udf(BinaryType())
-    def kill_once(partition: int, offset: int, value: bytes) -> bytes:
+    def kill_once(partition, offset, value):  # type: ignore[no-untyped-def]
         if partition == 0 and offset == 300:
             try:
                 os.close(os.open(killed, os.O_CREAT | os.O_EXCL))
