@@ -27,9 +27,18 @@ from pyspark.sql.functions import col, udf
 from pyspark.sql.types import BinaryType
 
 from gregor.protocol.record_codec import decode_records
+from gregor.spark import exactly_once_sink
+from gregor.spark.exactly_once_sink import AlreadyDecided, PreparedTransaction
 from gregor.spark.options import parse_sink_options
+from gregor.spark.partition_leader import FetchSettings
 from gregor.spark.record_encoder import BatchBuilder
 from gregor.spark.session import build_session
+from gregor.spark.sink_commit_log import BatchDecision, log_topic, write_decision
+from gregor.spark.transactional_producer import (
+    TransactionalProducer,
+    TransactionFailed,
+    end_transactions,
+)
 
 CRASH_QUERY = Path(__file__).with_name("sink_crash_query.py")
 
@@ -273,3 +282,45 @@ def test_keys_land_where_the_at_least_once_sink_puts_them(
         placed[guarantee] = {bytes(r.key): r.partition for r in back}
     assert len(placed["exactly-once"]) == 2000
     assert placed["exactly-once"] == placed["at-least-once"]
+
+
+def open_transaction(bootstrap: str, topic: str, name: str, values: list[bytes]) -> Any:
+    """A transaction holding ``values``, flushed and left open as a task leaves it."""
+    producer = TransactionalProducer(FetchSettings.from_config({"bootstrap.servers": bootstrap}),
+                                     name, 60_000)
+    producer.add(topic, None, values, None, None, 0)
+    transaction = producer.flush()
+    producer.close()
+    return transaction
+
+
+def test_abort_after_the_decision_leaves_the_transactions_to_the_replay(broker: Any) -> None:
+    """Spark calls ``abort`` when ``commit`` failed, also after the decision was recorded:
+    the transactions stay open, and the replay's commit (every task AlreadyDecided)
+    makes them visible, twice over without harm."""
+    options = parse_sink_options({"kafka.bootstrap.servers": broker.bootstrap})
+    sink, log = new_topic(broker.bootstrap), log_topic(uuid.uuid4().hex)
+    values = [b"a", b"b", b"c"]
+    txn = open_transaction(broker.bootstrap, sink, f"eos-{uuid.uuid4().hex}", values)
+    settings = FetchSettings.from_config(options.client_config)
+    write_decision(settings, options.client_config, log, BatchDecision(7, (txn,)))
+
+    exactly_once_sink.abort([PreparedTransaction(txn, 3, log)], 7, options)
+    exactly_once_sink.commit([AlreadyDecided(log)], 7, options)
+    exactly_once_sink.commit([AlreadyDecided(log)], 7, options)
+    assert sorted(read_all(broker.bootstrap, sink, "read_committed")) == values
+
+
+def test_abort_before_the_decision_aborts(broker: Any) -> None:
+    options = parse_sink_options({"kafka.bootstrap.servers": broker.bootstrap})
+    sink, log = new_topic(broker.bootstrap), log_topic(uuid.uuid4().hex)
+    settings = FetchSettings.from_config(options.client_config)
+    decided = open_transaction(broker.bootstrap, sink, f"eos-{uuid.uuid4().hex}", [b"old"])
+    write_decision(settings, options.client_config, log, BatchDecision(6, (decided,)))
+    exactly_once_sink.commit([AlreadyDecided(log)], 6, options)
+    txn = open_transaction(broker.bootstrap, sink, f"eos-{uuid.uuid4().hex}", [b"new"])
+
+    exactly_once_sink.abort([PreparedTransaction(txn, 1, log)], 7, options)
+    with pytest.raises(TransactionFailed, match="invalid_txn_state"):
+        end_transactions(settings, [txn], commit=True)
+    assert read_all(broker.bootstrap, sink, "read_committed") == [b"old"]

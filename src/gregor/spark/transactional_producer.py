@@ -48,9 +48,9 @@ BATCH_BYTES = 512 * 1024
 ``message.max.bytes`` (1 MiB), large enough that a request carries many records."""
 RECORD_OVERHEAD = 64
 """Bytes counted per record besides its key and value (headers, varints), generously."""
-RETRIES = 50
-"""Attempts at a coordinator request answered with a retriable error (Kafka's clients
-retry until their timeout; ``retry.backoff.ms`` apart this is several seconds)."""
+RETRIES = 300
+"""Attempts at a request answered with a retriable error, ``retry.backoff.ms`` apart: 30 s
+by default, about as long as Kafka's clients keep retrying (``max.block.ms``, 60 s)."""
 _RETRIABLE = frozenset({
     ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
     ErrorCode.not_coordinator, ErrorCode.concurrent_transactions,
