@@ -64,18 +64,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             help=f"a broker (default: ${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP})")
 
 
-def _request(address: str, api_key: ApiKey, version: int, body: Any, raw: bool = False) -> Any:
-    """The decoded answer (with ``raw``, the response frame as it came)."""
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=_TIMEOUT_S) as sock:
-            sock.sendall(encode_request(api_key, version, 1, _CLIENT_ID, body))
-            (size,) = _SIZE.unpack(_read(sock, 4))
-            frame = _read(sock, size)
-            return frame if raw else decode_response(api_key, version, frame)[1]
-    except (OSError, ValueError) as exc:
-        raise CliError(f"{address}: {api_key.name} failed: {exc or type(exc).__name__} "
-                       "(transactions need a broker running alone for now)") from exc
+def _request(addresses: str, api_key: ApiKey, version: int, body: Any,
+             raw: bool = False) -> Any:
+    """The decoded answer (with ``raw``, the response frame as it came) of the first of
+    ``addresses`` (comma-separated, as a bootstrap list) that answers."""
+    failures = []
+    for address in addresses.split(","):
+        host, _, port = address.strip().rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=_TIMEOUT_S) as sock:
+                sock.sendall(encode_request(api_key, version, 1, _CLIENT_ID, body))
+                (size,) = _SIZE.unpack(_read(sock, 4))
+                frame = _read(sock, size)
+                return frame if raw else decode_response(api_key, version, frame)[1]
+        except (OSError, ValueError) as exc:
+            failures.append(f"{address}: {exc or type(exc).__name__}")
+    raise CliError(f"{api_key.name} failed: {'; '.join(failures)}")
 
 
 def _read(sock: socket.socket, size: int) -> bytes:
