@@ -250,8 +250,6 @@ class TransactionsSeen:
         """Whether the marker ``raw`` may go (no batch of its transaction is left), and
         the abort to keep indexed with it when it stays."""
         self._start_aborts(header.last_offset)
-        if header.records_count == 0:
-            return True, None  # a marker already emptied
         if is_commit(raw):
             if header.producer_id in self._committing:
                 self._committing.discard(header.producer_id)
