@@ -5,10 +5,34 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gregor.broker.process import BrokerProcess
+
+SHARED_BY_DIRECTORY = ("spark", "console")
+"""Directories whose tests share things started once per process: Spark's JVM and the
+standalone cluster; the console, its broker and the browser."""
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With pytest-xdist (scripts/test.sh runs two workers) a worker is handed whole
+    modules, so that module fixtures start once, and the whole of each directory in
+    ``SHARED_BY_DIRECTORY``, whose session fixtures are too heavy to start in both
+    workers. Modules with the most tests are handed out first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedStarts(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            parts = module.split("/")
+            if len(parts) > 2 and parts[1] in SHARED_BY_DIRECTORY:
+                return "/".join(parts[:2])
+            return module
+
+    return SharedStarts(config, log)
 
 
 @pytest.fixture(scope="session")
