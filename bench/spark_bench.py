@@ -6,6 +6,10 @@ Run with ``python -m bench.spark_bench`` (``--help`` for sizes).  For 100-byte a
 * source: a topic aggregated by Spark (count and bytes per partition) through the source;
 * parquet: the same records, first copied to Parquet by Spark, aggregated the same way;
   the source/parquet ratio says what reading a broker costs next to reading local files;
+* read_range no Spark: what the source's tasks run in their Python workers (Fetch, record
+  batches scanned into Arrow batches), here in this process over the same ranges, one
+  after another; its cores are this process's, so records/s per core is the Python
+  part's cost, and the rest of the source's CPU is Spark's (IPC to the JVM, rows);
 * sink: a Spark-generated DataFrame written to a new topic through the sink;
 * sink exactly-once: the same with ``deliveryGuarantee=exactly-once`` (each task writes in
   a transaction, the driver commits them all), whose rate should be at least 70% of the
@@ -35,14 +39,18 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+import pyarrow.compute as pc  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 
 from bench.cpu import Stopwatch, Window  # noqa: E402
 from gregor.broker.process import BrokerProcess  # noqa: E402
+from gregor.spark.batch_reader import GregorBatchReader  # noqa: E402
 from gregor.spark.offset_lookup import OffsetLookup  # noqa: E402
-from gregor.spark.options import Subscription  # noqa: E402
+from gregor.spark.options import Subscription, parse_source_options  # noqa: E402
+from gregor.spark.partition_range import PartitionRange  # noqa: E402
+from gregor.spark.partition_reader import read_range  # noqa: E402
 from gregor.spark.session import build_session  # noqa: E402
 from gregor.spark.standalone import StandaloneCluster  # noqa: E402
 
@@ -119,6 +127,23 @@ def aggregate(df: DataFrame) -> dict[int, tuple[int, int]]:
     return {r.partition: (r["count(1)"], r["sum(size)"]) for r in rows}
 
 
+def read_without_spark(bootstrap: str, topic: str,
+                       expected: dict[int, tuple[int, int]]) -> None:
+    """The source's ranges, planned and read as its tasks read them, in this process."""
+    options = parse_source_options(
+        {"kafka.bootstrap.servers": bootstrap, "subscribe": topic}, streaming=False)
+    got: dict[int, tuple[int, int]] = {}
+    for part in GregorBatchReader(options).partitions():
+        assert isinstance(part, PartitionRange)
+        for batch in read_range(part):
+            count, size = got.get(part.partition, (0, 0))
+            got[part.partition] = (
+                count + batch.num_rows,
+                size + pc.sum(pc.binary_length(batch.column("value"))).as_py())
+    if got != expected:
+        raise AssertionError(f"read_range read {got}, produced {expected}")
+
+
 def check(df: DataFrame, expected: dict[int, tuple[int, int]]) -> None:
     got = aggregate(df)
     if got != expected:
@@ -159,9 +184,11 @@ def bench_size(
     records: int,
     args: argparse.Namespace,
     watch: Stopwatch,
+    here: Stopwatch,
     broker_known: bool,
     work: Path,
 ) -> list[Measurement]:
+    """``watch`` counts Spark's CPU, ``here`` this process's."""
     topic, expected = fill_topic(bootstrap, records, size)
     source = (
         spark.read.format("gregor")
@@ -178,6 +205,8 @@ def bench_size(
                 lambda: check(source, expected), broker_known),
         measure("parquet", size, records, args.repeat, watch,
                 lambda: check(parquet, expected), broker_known),
+        measure("read_range no Spark", size, records, args.repeat, here,
+                partial(read_without_spark, bootstrap, topic, expected), broker_known),
     ]
     generated = (
         spark.range(records, numPartitions=2)
@@ -262,6 +291,15 @@ def print_table(results: list[Measurement]) -> None:
                 f"{label}: source / parquet = {rate['source'] / rate['parquet']:.2f} "
                 "(1.00 = a topic reads as fast as local Parquet)"
             )
+        alone = next((m for m in results
+                      if m.path == "read_range no Spark" and m.record_bytes == size), None)
+        source = next((m for m in results if m.path == "source" and m.record_bytes == size),
+                      None)
+        if alone and source:
+            python = alone.spark_cores / alone.records_per_s * 1e6
+            spark = source.spark_cores / source.records_per_s * 1e6
+            print(f"{label}: CPU per record: source in Spark {spark:.2f} us, of which its "
+                  f"Python part alone (read_range) {python:.2f} us")
         if "sink" in rate and "sink exactly-once" in rate:
             print(f"{label}: sink exactly-once / at-least-once = "
                   f"{rate['sink exactly-once'] / rate['sink']:.2f} (target: at least 0.70)")
@@ -316,11 +354,12 @@ def main() -> None:
             return [broker.proc.pid] if broker is not None and broker.proc is not None else []
 
         watch = Stopwatch(broker_pids, client_descendants=True)
+        here = Stopwatch(broker_pids)
         results: list[Measurement] = []
         for size in SIZES:
             records = args.records if size == 100 else args.records // 4
             results += bench_size(
-                spark, bootstrap, size, records, args, watch, broker is not None, work
+                spark, bootstrap, size, records, args, watch, here, broker is not None, work
             )
         spark.stop()
         if args.workers:
