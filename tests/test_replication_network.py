@@ -53,9 +53,9 @@ async def leading_broker(tmp_path: Path) -> AsyncIterator[tuple[Broker, TopicMet
         await broker.stop()
 
 
-def follower_manager(tmp_path: Path, leader: Broker) -> ReplicaManager:
+def follower_manager(tmp_path: Path, leader: Broker, backoff_ms: int = 50) -> ReplicaManager:
     config = BrokerConfig.from_mapping({"broker.id": "2", "log.dirs": str(tmp_path / "follower"),
-                                        "replica.fetch.backoff.ms": "50"})
+                                        "replica.fetch.backoff.ms": str(backoff_ms)})
     return ReplicaManager(config, LogManager(tmp_path / "follower"),
                           broker_address=lambda b: leader.bound_address if b == 1 else None)
 
@@ -98,6 +98,33 @@ def test_a_follower_copies_acks_all_writes_byte_for_byte(tmp_path: Path) -> None
                 assert copy.log.leader_epoch_cache.epochs == [1]
                 producers = copy.log.producer_state.producers
                 assert [p.last_seq for p in producers.values()] == [RECORDS - 1]
+            finally:
+                await follower.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_follower_ahead_of_its_leader_asks_again_soon(tmp_path: Path) -> None:
+    """The follower learned of leader epoch 2 before the leader did (each learns it from
+    ZooKeeper on its own): the leader refuses its fetch (UNKNOWN_LEADER_EPOCH) until it
+    learns it too. The follower asks again at once, not after replica.fetch.backoff.ms,
+    during which the leader's high watermark could not move."""
+    async def scenario() -> None:
+        async with leading_broker(tmp_path) as (broker, topic):
+            leader = broker.replica_manager.get("t", 0)
+            assert leader is not None
+            leader.append_as_leader(batch(3), 1)
+            follower = follower_manager(tmp_path, broker, backoff_ms=600_000)
+            follower.apply_partition_state(topic, 0, state(1, 2, (1, 2), (1, 2), 2))
+            copy = follower.get("t", 0)
+            assert copy is not None
+            try:
+                (fetcher,) = follower.fetchers.values()
+                (target,) = fetcher.targets.values()
+                await until(lambda: target.delayed_until > 0)  # refused once
+                broker.replica_manager.apply_partition_state(topic, 0,
+                                                             state(1, 2, (1, 2), (1, 2), 2))
+                await until(lambda: copy.log_end_offset == 3)
             finally:
                 await follower.stop()
 

@@ -52,6 +52,13 @@ FETCH_VERSION = 12
 _WAIT_FOR_METADATA = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
                                 ErrorCode.unknown_leader_epoch,
                                 ErrorCode.unknown_topic_or_partition})
+# After one of those the partition asks again this soon, not after
+# replica.fetch.backoff.ms: each broker learns a new leader epoch from ZooKeeper on its
+# own, and a follower that learned it first is refused by the new leader for the
+# moment the leader takes to learn it too. Until this follower fetches again, the
+# leader's high watermark stays and no acks=all write is acknowledged: with Kafka's
+# 1 s backoff, a controlled shutdown stopped producers for a second.
+_METADATA_RETRY_S = 0.05
 _WARN_INTERVAL_S = 10.0
 
 
@@ -187,8 +194,10 @@ class ReplicaFetcher:
         except TimeoutError:
             pass
 
-    def _delay(self, targets: Any) -> None:
-        until = time.monotonic() + self.settings.backoff_s
+    def _delay(self, targets: Any, seconds: float | None = None) -> None:
+        """Fetch ``targets`` again after ``seconds`` (at most replica.fetch.backoff.ms)."""
+        backoff = self.settings.backoff_s
+        until = time.monotonic() + (backoff if seconds is None else min(seconds, backoff))
         for target in targets:
             target.delayed_until = until
 
@@ -253,10 +262,12 @@ class ReplicaFetcher:
                            f"{partition.log.leader_epoch_cache.latest_epoch}")
                 self._delay([target])
             return
+        if error in _WAIT_FOR_METADATA:
+            self._delay([target], _METADATA_RETRY_S)
+            return
         if error != ErrorCode.none:
-            if error not in _WAIT_FOR_METADATA:
-                self._warn(f"error-{partition.name}",
-                           f"{partition.name}: leader {self.leader_id} answered {error.name}")
+            self._warn(f"error-{partition.name}",
+                       f"{partition.name}: leader {self.leader_id} answered {error.name}")
             self._delay([target])
             return
         if data.records:
