@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything the tests need, check lint and types, and run the whole suite.
-# Extra arguments go to pytest (e.g. -k produce -x).
+# pytest runs in two workers (pytest-xdist; tests/conftest.py hands each worker whole
+# modules, and all of tests/spark and tests/console, so shared things start once).
+# Extra arguments go to pytest (e.g. -k produce -x; -n 0 runs in one process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh test,spark,bench,console
@@ -8,4 +10,4 @@ scripts/install-zookeeper.sh tests
 scripts/install-chromium.sh
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q -n 2 "$@"
