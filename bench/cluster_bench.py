@@ -45,6 +45,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.cpu import cpu_seconds  # noqa: E402
+from bench.run import settle  # noqa: E402
 from bench.sections import write_section  # noqa: E402
 from gregor.broker.process import BrokerProcess  # noqa: E402
 from gregor.cluster.zookeeper_server import ZooKeeperServer  # noqa: E402
@@ -141,6 +142,10 @@ class CpuPerRecord:
         return [cpu_seconds([pid], descendants=False) for pid in [*self.pids, os.getpid()]]
 
     def measure(self, records: int, run: Callable[[], float]) -> float:
+        """``run``'s records/s; it starts with nothing dirty in the page cache, as
+        ``python -m bench``'s runs do (the RF=3 runs write three times the bytes, and
+        would otherwise also pay for the writeback of whatever ran before)."""
+        settle()
         before = self._sample()
         rate = run()
         after = self._sample()
