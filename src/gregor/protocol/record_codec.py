@@ -290,7 +290,7 @@ def _decode_records(data: bytes, header: BatchHeader) -> list[Record]:
     return records
 
 
-def _varint(value: int) -> bytes:
+def encode_varint(value: int) -> bytes:
     """Zigzag varint encoding of a signed 64-bit ``value``."""
     if -64 <= value < 64:
         return _ONE_BYTE[(value << 1) ^ (value >> 63)]
@@ -305,7 +305,7 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-_NULL = _varint(-1)
+_NULL = encode_varint(-1)
 
 
 def _encode_records(
@@ -325,24 +325,24 @@ def _encode_records(
         previous_offset = offset
         # Starts with the attributes byte, always 0 in v2.
         fields = bytearray(b"\x00")
-        fields += _varint(record.timestamp - base_timestamp)
-        fields += _varint(offset - base_offset)
+        fields += encode_varint(record.timestamp - base_timestamp)
+        fields += encode_varint(offset - base_offset)
         for blob in (record.key, record.value):
             if blob is None:
                 fields += _NULL
             else:
-                fields += _varint(len(blob))
+                fields += encode_varint(len(blob))
                 fields += blob
-        fields += _varint(len(record.headers))
+        fields += encode_varint(len(record.headers))
         for header_key, header_value in record.headers:
             encoded_key = header_key.encode("utf-8", _HEADER_KEY_ERRORS)
-            fields += _varint(len(encoded_key))
+            fields += encode_varint(len(encoded_key))
             fields += encoded_key
             if header_value is None:
                 fields += _NULL
             else:
-                fields += _varint(len(header_value))
+                fields += encode_varint(len(header_value))
                 fields += header_value
-        body += _varint(len(fields))
+        body += encode_varint(len(fields))
         body += fields
     return body

@@ -22,12 +22,12 @@ from gregor.protocol.record_batch import (
     TRANSACTIONAL_MASK,
     crc32c,
 )
-from gregor.protocol.record_codec import _varint
+from gregor.protocol.record_codec import encode_varint
 
 _TABLE_SIZE = 1 << 14
-_VARINTS = [_varint(n) for n in range(_TABLE_SIZE)]
+_VARINTS = [encode_varint(n) for n in range(_TABLE_SIZE)]
 """Zigzag varints of 0..16383: every delta and length of a typical record."""
-_NULL = _varint(-1)
+_NULL = encode_varint(-1)
 _NO_HEADERS = b"\x00"
 _ATTRIBUTES = b"\x00"
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -37,13 +37,13 @@ def _length_prefixed(blob: bytes | None) -> bytes:
     if blob is None:
         return _NULL
     size = len(blob)
-    return (_VARINTS[size] if size < _TABLE_SIZE else _varint(size)) + blob
+    return (_VARINTS[size] if size < _TABLE_SIZE else encode_varint(size)) + blob
 
 
 def _headers(headers: Sequence[tuple[str, bytes | None]] | None) -> bytes:
     if not headers:
         return _NO_HEADERS
-    parts = [_varint(len(headers))]
+    parts = [encode_varint(len(headers))]
     for key, value in headers:
         parts.append(_length_prefixed(key.encode("utf-8", "surrogateescape")))
         parts.append(_length_prefixed(value))
@@ -68,7 +68,8 @@ class BatchBuilder:
             self.base_timestamp = timestamp_ms
         self.max_timestamp = max(self.max_timestamp, timestamp_ms)
         delta = timestamp_ms - self.base_timestamp
-        prefix = _ATTRIBUTES + (_VARINTS[delta] if 0 <= delta < _TABLE_SIZE else _varint(delta))
+        prefix = _ATTRIBUTES + (_VARINTS[delta] if 0 <= delta < _TABLE_SIZE
+                                else encode_varint(delta))
         varints, table_size, parts = _VARINTS, _TABLE_SIZE, self.parts
         offset = self.count
         size = 0
@@ -76,13 +77,13 @@ class BatchBuilder:
             key = None if keys is None else keys[index]
             record = b"".join((
                 prefix,
-                varints[offset] if offset < table_size else _varint(offset),
+                varints[offset] if offset < table_size else encode_varint(offset),
                 _length_prefixed(key),
                 _length_prefixed(value),
                 _NO_HEADERS if headers is None else _headers(headers[index]),
             ))
             length = len(record)
-            parts.append(varints[length] if length < table_size else _varint(length))
+            parts.append(varints[length] if length < table_size else encode_varint(length))
             parts.append(record)
             size += length
             offset += 1
