@@ -189,10 +189,37 @@ def test_a_micro_batch_becomes_visible_only_when_the_driver_commits(
 def test_a_task_killed_mid_write_leaves_each_record_once(
         spark: SparkSession, broker: Any, tmp_path: Path) -> None:
     """A UDF kills its Python worker once, when the task has sent records of its
-    transaction; the retried attempt fences it, aborting them."""
+    transaction; the retried attempt fences it, aborting them.
+
+    The UDF runs in its own Python worker, the sink's writer in another, which gets the
+    rows before offset 300 while the UDF holds that one: the UDF waits until some of
+    them are in the sink topic before it kills, since how far the writer got by then
+    is otherwise a race (it was seen to have sent nothing)."""
     source, sink = new_topic(broker.bootstrap), new_topic(broker.bootstrap)
     values = fill(broker.bootstrap, source, 400, size=8192)
     killed = tmp_path / "killed"
+    bootstrap = broker.bootstrap
+
+    def wait_for_partition_0_records() -> None:
+        """Until the sink topic holds a record from source partition 0, uncommitted
+        (values start with their partition), for at most two minutes.  Imports in the
+        function: cloudpickle cannot send confluent_kafka's classes to the worker."""
+        import time
+
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+                             "isolation.level": "read_uncommitted",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(sink, p, OFFSET_BEGINNING) for p in range(2)])
+        deadline = time.monotonic() + 120
+        try:
+            while time.monotonic() < deadline:
+                message = consumer.poll(1)
+                if message is not None and not message.error() and \
+                        message.value().startswith(b"0-"):
+                    return
+        finally:
+            consumer.close()
 
     @udf(BinaryType())
     def kill_once(partition, offset, value):  # type: ignore[no-untyped-def]
@@ -201,6 +228,7 @@ def test_a_task_killed_mid_write_leaves_each_record_once(
                 os.close(os.open(killed, os.O_CREAT | os.O_EXCL))
             except FileExistsError:
                 return value
+            wait_for_partition_0_records()
             os.kill(os.getpid(), signal.SIGKILL)
         return value
 
