@@ -88,6 +88,17 @@ def compacted_log(tmp_path: Path) -> tuple[LogManager, Log]:
         delete_retention_ms=RETENTION_MS))
 
 
+def crashed_and_reopened(manager: LogManager, log: Log) -> Log:
+    """The log reopened as after a crash: no recovery point, no producer snapshots, so
+    the producer state is rebuilt from the batches compaction left."""
+    directory = log.directory
+    manager.shutdown({})
+    (directory.parent / "recovery-point-offset-checkpoint").unlink(missing_ok=True)
+    for snapshot in directory.glob("*.snapshot"):
+        snapshot.unlink()
+    return open_log(directory)
+
+
 def test_markers_go_once_their_records_are_gone_and_delete_retention_has_passed(
         tmp_path: Path) -> None:
     manager, log = compacted_log(tmp_path)
@@ -130,12 +141,7 @@ def test_markers_go_once_their_records_are_gone_and_delete_retention_has_passed(
     assert values(log) == [b"c1", b"a2", b"b2", b"d1"]
 
     # A crash: the producer state rebuilt from what is left opens no transaction.
-    directory = log.directory
-    manager.shutdown({})
-    (directory.parent / "recovery-point-offset-checkpoint").unlink(missing_ok=True)
-    for snapshot in directory.glob("*.snapshot"):
-        snapshot.unlink()
-    reopened = open_log(directory)
+    reopened = crashed_and_reopened(manager, log)
     assert reopened.first_unstable_offset is None
     assert reopened.last_stable_offset(reopened.log_end_offset) == reopened.log_end_offset
     assert reopened.aborted_transactions(0, reopened.log_end_offset) == []
@@ -181,12 +187,7 @@ def test_a_dropped_marker_leaves_no_transaction_behind_for_recovery(tmp_path: Pa
     first = batches(log)[0][0]
     assert (first.base_offset, first.last_offset, first.records_count) == (1, 1, 0)
 
-    directory = log.directory
-    manager.shutdown({})
-    (directory.parent / "recovery-point-offset-checkpoint").unlink(missing_ok=True)
-    for snapshot in directory.glob("*.snapshot"):
-        snapshot.unlink()
-    reopened = open_log(directory)
+    reopened = crashed_and_reopened(manager, log)
     assert reopened.first_unstable_offset is None
 
 
