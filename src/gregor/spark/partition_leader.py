@@ -15,6 +15,7 @@ import datetime
 import socket
 import struct
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -237,26 +238,16 @@ class PartitionLeader:
         self.forget()
 
     def _connect(self) -> LeaderConnection:
-        failures = []
-        for address in self.settings.bootstrap:
-            try:
-                connection = LeaderConnection(address, self.settings)
-            except LeaderUnavailable as exc:
-                failures.append(str(exc))
-                continue
-            try:
-                leader = self._leader(connection)
-            finally:
-                connection.close()
-            return LeaderConnection(leader, self.settings)
-        raise LeaderUnavailable("no bootstrap server answered: " + "; ".join(failures))
+        connection = bootstrap_connection(self.settings)
+        try:
+            leader = self._leader(connection)
+        finally:
+            connection.close()
+        return LeaderConnection(leader, self.settings)
 
     def _leader(self, connection: LeaderConnection) -> tuple[str, int]:
-        body = build(metadata_request.MetadataRequest,
-                     topics=(build(metadata_request.MetadataRequestTopic, topic_id=None,
-                                   name=self.topic),),
-                     allow_auto_topic_creation=False, include_topic_authorized_operations=False)
-        answer = connection.request(ApiKey.METADATA, METADATA_VERSION, body)
+        answer = connection.request(ApiKey.METADATA, METADATA_VERSION,
+                                    metadata_body([self.topic], create=False))
         brokers = {b.node_id: (b.host, int(b.port)) for b in answer.brokers}
         for topic in answer.topics:
             if topic.name != self.topic:
@@ -269,6 +260,26 @@ class PartitionLeader:
                     self.epoch = int(p.leader_epoch)
                     return brokers[p.leader_id]
         raise LeaderUnavailable(f"{self.topic}-{self.partition} has no live leader in metadata")
+
+
+def bootstrap_connection(settings: FetchSettings) -> LeaderConnection:
+    """A connection to the first bootstrap server that accepts one."""
+    failures = []
+    for address in settings.bootstrap:
+        try:
+            return LeaderConnection(address, settings)
+        except LeaderUnavailable as exc:
+            failures.append(str(exc))
+    raise LeaderUnavailable("no bootstrap server answered: " + "; ".join(failures))
+
+
+def metadata_body(topics: Sequence[str], create: bool) -> Any:
+    """A Metadata request for ``topics``, auto-creating them if ``create`` (and the
+    broker allows it)."""
+    return build(metadata_request.MetadataRequest,
+                 topics=tuple(build(metadata_request.MetadataRequestTopic, topic_id=None,
+                                    name=name) for name in topics),
+                 allow_auto_topic_creation=create, include_topic_authorized_operations=False)
 
 
 def _with_error(data: Any, error_code: int) -> Any:

@@ -22,13 +22,19 @@ from kio.schema.add_partitions_to_txn.v3 import request as add_partitions_reques
 from kio.schema.end_txn.v3 import request as end_txn_request
 from kio.schema.find_coordinator.v3 import request as find_coordinator_request
 from kio.schema.init_producer_id.v4 import request as init_producer_id_request
-from kio.schema.metadata.v12 import request as metadata_request
 from kio.schema.produce.v9 import request as produce_request
 
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build
 from gregor.protocol.errors import ErrorCode
-from gregor.spark.partition_leader import FetchSettings, LeaderConnection, LeaderUnavailable
+from gregor.spark.partition_leader import (
+    METADATA_VERSION,
+    FetchSettings,
+    LeaderConnection,
+    LeaderUnavailable,
+    bootstrap_connection,
+    metadata_body,
+)
 from gregor.spark.record_encoder import BatchBuilder
 
 FIND_COORDINATOR_VERSION = 3
@@ -36,7 +42,6 @@ INIT_PRODUCER_ID_VERSION = 4
 ADD_PARTITIONS_VERSION = 3
 END_TXN_VERSION = 3
 PRODUCE_VERSION = 9
-METADATA_VERSION = 12
 TRANSACTION_KEY_TYPE = 1
 ACKS_ALL = -1
 PRODUCE_TIMEOUT = datetime.timedelta(seconds=30)
@@ -81,17 +86,6 @@ class _Partition:
     leader: tuple[str, int]
     sequence: int = 0
     batch: BatchBuilder = field(default_factory=BatchBuilder)
-
-
-def bootstrap_connection(settings: FetchSettings) -> LeaderConnection:
-    """A connection to the first bootstrap server that accepts one."""
-    failures = []
-    for address in settings.bootstrap:
-        try:
-            return LeaderConnection(address, settings)
-        except LeaderUnavailable as exc:
-            failures.append(str(exc))
-    raise LeaderUnavailable("no bootstrap server answered: " + "; ".join(failures))
 
 
 class TransactionCoordinatorClient:
@@ -174,13 +168,10 @@ def end_transactions(settings: FetchSettings, transactions: Iterable[Transaction
 
 
 def _metadata(settings: FetchSettings, topics: Sequence[str], create: bool) -> Any:
-    body = build(metadata_request.MetadataRequest,
-                 topics=tuple(build(metadata_request.MetadataRequestTopic, topic_id=None,
-                                    name=name) for name in topics),
-                 allow_auto_topic_creation=create, include_topic_authorized_operations=False)
     connection = bootstrap_connection(settings)
     try:
-        return connection.request(ApiKey.METADATA, METADATA_VERSION, body)
+        return connection.request(ApiKey.METADATA, METADATA_VERSION,
+                                  metadata_body(topics, create))
     finally:
         connection.close()
 
