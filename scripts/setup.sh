@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install gregor with what its tests need; install Debian tools
-# the tests use (kcat); with the console extra, build the web console's front end.
+# the tests use (kcat); with the spark extra, build the Spark source's JVM jar; with the
+# console extra, build the web console's front end.
 # Safe to run again: it only installs (and builds) what is missing or changed.
 # Usage: scripts/setup.sh [extras]   e.g. scripts/setup.sh test,spark
 #
@@ -50,6 +51,11 @@ if [[ ",$extras," == *",test,"* ]] && ! command -v kcat >/dev/null 2>&1; then
   else
     echo "warning: kcat is not installed and apt-get is unavailable; kcat tests will be skipped" >&2
   fi
+fi
+
+# The Spark source's JVM read path; without a JDK this only says so (the Python source serves).
+if [[ ",$extras," == *",spark,"* ]]; then
+  scripts/build-spark-jar.sh
 fi
 
 if [[ ",$extras," == *",console,"* ]]; then

@@ -1,0 +1,30 @@
+package io.gregor.spark;
+
+import java.util.Map;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableProvider;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.sources.DataSourceRegister;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/**
+ * format("gregor") on the JVM: reads fetch record batches from partition leaders and decode them
+ * into column vectors; writes go to the Python sink (see GregorTable).
+ */
+public final class GregorProvider implements TableProvider, DataSourceRegister {
+  @Override
+  public String shortName() {
+    return "gregor";
+  }
+
+  @Override
+  public StructType inferSchema(CaseInsensitiveStringMap options) {
+    return SourceSchema.of("true".equalsIgnoreCase(options.getOrDefault("includeHeaders", "false")));
+  }
+
+  @Override
+  public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
+    return new GregorTable(schema, properties);
+  }
+}
