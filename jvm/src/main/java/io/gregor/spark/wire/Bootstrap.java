@@ -1,0 +1,94 @@
+package io.gregor.spark.wire;
+
+import io.gregor.spark.read.ReadSettings;
+import java.net.InetSocketAddress;
+import java.util.ArrayList;
+import java.util.List;
+
+/** Finding brokers from {@code bootstrap.servers}, each tried in turn as Kafka's clients do. */
+public final class Bootstrap {
+  private Bootstrap() {}
+
+  /** A connection to a partition's leader, and the leader epoch the metadata gave with it. */
+  public record Leader(KafkaConnection connection, int epoch) {}
+
+  /**
+   * host:port pairs of a bootstrap list, in order ({@code PLAINTEXT://} prefixes and IPv6
+   * brackets allowed); the same messages as parse_bootstrap in partition_leader.py.
+   */
+  public static List<InetSocketAddress> parse(String servers) {
+    List<InetSocketAddress> addresses = new ArrayList<>();
+    for (String entry : servers.split(",", -1)) {
+      String item = entry.strip();
+      int scheme = item.lastIndexOf("://");
+      if (scheme >= 0) {
+        item = item.substring(scheme + 3);
+      }
+      if (item.isEmpty()) {
+        continue;
+      }
+      int colon = item.lastIndexOf(':');
+      String port = colon < 0 ? "" : item.substring(colon + 1);
+      if (colon < 0 || port.isEmpty() || !port.chars().allMatch(Character::isDigit)) {
+        throw new IllegalArgumentException("bootstrap server '" + item + "' is not host:port");
+      }
+      String host = item.substring(0, colon).replace("[", "").replace("]", "");
+      addresses.add(InetSocketAddress.createUnresolved(host, Integer.parseInt(port)));
+    }
+    if (addresses.isEmpty()) {
+      throw new IllegalArgumentException("no bootstrap server in '" + servers + "'");
+    }
+    return addresses;
+  }
+
+  /** A connection to the first bootstrap server that accepts one. */
+  public static KafkaConnection connectAny(ReadSettings s) throws LeaderUnavailable {
+    List<String> failures = new ArrayList<>();
+    for (InetSocketAddress address : parse(s.bootstrapServers())) {
+      try {
+        return connect(s, address);
+      } catch (LeaderUnavailable e) {
+        failures.add(e.getMessage());
+      }
+    }
+    throw new LeaderUnavailable("no bootstrap server answered: " + String.join("; ", failures));
+  }
+
+  /** A connection to the broker at {@code address}, with the settings' client id and timeout. */
+  public static KafkaConnection connect(ReadSettings s, InetSocketAddress address)
+      throws LeaderUnavailable {
+    try {
+      return KafkaConnection.open(
+          address.getHostString(), address.getPort(), s.clientId(), s.socketTimeoutMs());
+    } catch (LeaderUnavailable e) {
+      throw e;
+    } catch (java.io.IOException e) {
+      throw new LeaderUnavailable("cannot connect to " + address.getHostString() + ":" + address.getPort() + ": " + e, e);
+    }
+  }
+
+  /** A connection to the partition's current leader, found through the metadata. */
+  public static KafkaConnection connectToLeader(ReadSettings s, String topic, int partition)
+      throws LeaderUnavailable {
+    return leader(s, topic, partition).connection();
+  }
+
+  /** The partition's leader, connected, with its epoch (for Fetch's current leader epoch). */
+  public static Leader leader(ReadSettings s, String topic, int partition)
+      throws LeaderUnavailable {
+    ClusterMetadata metadata;
+    try (KafkaConnection any = connectAny(s)) {
+      metadata = ClusterMetadata.fetch(any, List.of(topic));
+    }
+    short error = metadata.topicError(topic);
+    if (error != ErrorCodes.NONE) {
+      throw new LeaderUnavailable(topic + ": metadata says " + ErrorCodes.name(error));
+    }
+    InetSocketAddress address = metadata.brokers().get(metadata.leader(topic, partition));
+    if (address == null) {
+      throw new LeaderUnavailable(
+          topic + "-" + partition + " has no live leader in metadata");
+    }
+    return new Leader(connect(s, address), metadata.leaderEpoch(topic, partition));
+  }
+}
