@@ -2,24 +2,20 @@
 
 Run with ``python -m bench.metrics_bench`` (``--quick`` for a smoke run). Two broker
 processes run side by side, one with ``metrics.listener`` set and scraped every
-:data:`SCRAPE_INTERVAL_S` (more often than Prometheus' usual 10 to 15 s, so a scrape's
-own cost shows), one without. Runs alternate between them in ABBA order (off, on,
-on, off, ...) so that drift in the machine's load falls on both alike; each run
-produces a fresh topic of 8 partitions with librdkafka at acks=1 (bench's usual
-producer settings) and reads it back with a librdkafka consumer, every record
-checked. Each off run and the on run beside it make a pair.
+:data:`SCRAPE_INTERVAL_S` by a process of its own (more often than Prometheus' usual
+10 to 15 s, so a scrape's own cost shows), one without. Both are pinned to one core
+and the load (``bench.saturate``: client processes on the other core, writing prebuilt
+Produce and Fetch requests) keeps the broker under test busy, so that records/s is
+the broker's capacity rather than the client's pace. Runs alternate between the two
+brokers in ABBA order (off, on, on, off, ...) so that drift in the machine's load falls
+on both alike; each off run and the on run beside it make a pair. A run measures a
+window of :data:`RUN_S` after :data:`WARMUP_S` of the same load.
 
-The target: throughput with metrics on within 3% of off. Records/s here is set by the
-librdkafka client sharing the two cores with the broker (the broker uses a fraction of
-a core), so it moves by several percent from run to run whatever the broker does. The
-verdict is therefore taken on the broker's own cost: the records/s a broker can serve
-once it, not its client, is the bottleneck, one core's worth of CPU over its CPU per
-record, less with metrics on the share of the core its scrapes take (measured after the
-runs, :func:`scrape_cost`). Per pair, that capacity on over off, minus one; the verdict
-is the median over pairs, with a distribution-free 95% confidence interval (order
-statistics of the paired changes): within 3% when the interval's lower end is above
--3%, over when its upper end is below, otherwise undecided. Records/s is reported alike,
-paired, beside it.
+The target: throughput with metrics on within 3% of off. Per pair, records/s on over
+off, minus one; the verdict is the median over pairs with a distribution-free
+confidence interval (order statistics of the paired changes): within 3% when the
+interval's lower end is above -3%, over when its upper end is below, otherwise
+undecided. The broker's CPU per record is shown beside it, paired the same way.
 
 It prints a table, writes ``metrics_bench.json`` to ``bench/out/`` and, unless
 ``--quick``, ``docs/metrics-benchmarks.md`` with its plot ``docs/img/bench-metrics.png``.
@@ -49,8 +45,18 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 
 from bench.clients.kafka import KafkaClient  # noqa: E402
-from bench.cpu import Stopwatch, Window, collector_paused, cpu_seconds  # noqa: E402
-from bench.records import RecordSet  # noqa: E402
+from bench.cpu import cpu_seconds  # noqa: E402
+from bench.saturate import (  # noqa: E402
+    BATCH_BYTES,
+    BROKER_CPU,
+    CLIENT_CPU,
+    IN_FLIGHT,
+    WORKERS,
+    Job,
+    Load,
+    pin,
+    records_per_batch,
+)
 from gregor.broker.process import BrokerProcess  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -61,8 +67,18 @@ TARGET = 0.03
 SCRAPE_COST_SAMPLES = 50
 CONFIDENCE = 0.95
 PAIRS = 12
-# (record size, records per run, quick records per run)
-WORKLOADS = ((100, 2_000_000, 50_000), (1024, 400_000, 20_000))
+WARMUP_S = 1.0
+RUN_S = 3.0
+SIZES = (100, 1024)
+# What each consumed topic holds (the runs read it again and again), in produce requests
+# per load worker: 16 MiB a partition.
+FILL_REQUESTS = 16 * 1024 * 1024 // BATCH_BYTES
+# Produced data is deleted a second or two after it is written (both brokers alike): a
+# run writes gigabytes, which the kernel would otherwise start writing back to disk
+# during later runs, on the same two cores.
+BROKER_CONFIG = {"log.segment.bytes": str(32 * 1024 * 1024),
+                 "log.retention.bytes": str(64 * 1024 * 1024),
+                 "log.retention.check.interval.ms": "1000"}
 
 
 @dataclass
@@ -112,23 +128,23 @@ class Row:
     off_us: float
     on_us: float
     off_broker_cores: float
+    on_broker_cores: float
     client_cores: float
     pairs: int
-    # on against off, per pair: records/s, and records per broker CPU second
+    # on against off, per pair: records/s, and the broker's CPU per record
     throughput: Change
-    capacity: Change
+    cpu_per_record: Change
 
     @property
     def verdict(self) -> str:
-        if self.capacity.low >= -TARGET:
+        if self.throughput.low >= -TARGET:
             return "yes"
-        return "NO" if self.capacity.high < -TARGET else "undecided"
+        return "NO" if self.throughput.high < -TARGET else "undecided"
 
 
 class Scraper:
-    """Scrapes a broker's metrics endpoint as Prometheus would, from a process of its own:
-    a thread of the load generator's process would take its interpreter lock from the
-    client, and only in the runs with metrics on."""
+    """Scrapes a broker's metrics endpoint as Prometheus would, from a process of its own
+    on the clients' core."""
 
     def __init__(self, url: str) -> None:
         context = multiprocessing.get_context("spawn")
@@ -151,29 +167,59 @@ class Scraper:
 
 
 def _scrape_every_interval(url: str, stop: Event, count: Synchronized[int]) -> None:
+    os.sched_setaffinity(0, {CLIENT_CPU})
     while not stop.wait(SCRAPE_INTERVAL_S):
         with urllib.request.urlopen(url, timeout=10) as answer:
             answer.read()
         count.value += 1
 
 
-def _one_run(broker: BrokerProcess, size: int, count: int, metrics: bool) -> list[Run]:
+def _one_run(load: Load, broker: BrokerProcess, job: Job, seconds: float, metrics: bool
+             ) -> Run:
+    assert broker.pid is not None
+    with load.running(job):
+        time.sleep(WARMUP_S)
+        start = load.sample(broker.pid)
+        time.sleep(seconds)
+        end = load.sample(broker.pid)
+    wall = end.at - start.at
+    records = end.records - start.records
+    broker_cpu = end.broker_cpu - start.broker_cpu
+    kind = "produce" if job.kind == "produce" else "consume"
+    return Run(metrics, f"{kind} {job.size} B", records / wall, broker_cpu / records * 1e6,
+               broker_cpu / wall, (end.client_cpu - start.client_cpu) / wall, wall)
+
+
+def _run(load: Load, broker: BrokerProcess, metrics: bool, size: int, fetch: Job | None,
+         seconds: float) -> Run:
+    """``fetch``: the job that consumes this broker's topic; None to produce."""
+    if fetch is None:
+        return _produce_run(load, broker, size, seconds, metrics)
+    return _one_run(load, broker, fetch, seconds, metrics)
+
+
+def _produce_run(load: Load, broker: BrokerProcess, size: int, seconds: float,
+                 metrics: bool) -> Run:
+    """Into a fresh topic, deleted after the run."""
     client = KafkaClient(broker.bootstrap)
     topic = f"m-{uuid.uuid4().hex[:8]}"
     client.create(topic, PARTITIONS)
-    records = RecordSet(size, count)
-    watch = Stopwatch(lambda: [broker.pid] if broker.pid is not None else [])
-    with collector_paused():
-        produced = client.produce(topic, PARTITIONS, records, "1", watch)
-        consumed = client.consume(topic, PARTITIONS, records, watch)
-    client.delete(topic, PARTITIONS)
+    try:
+        return _one_run(load, broker, Job("produce", broker.bootstrap, topic, PARTITIONS, size),
+                        seconds, metrics)
+    finally:
+        client.delete(topic, PARTITIONS)
 
-    def run(kind: str, window: Window) -> Run:
-        return Run(metrics, f"{kind} {size} B", count / window.seconds,
-                   window.server_cores * window.seconds / count * 1e6,
-                   window.server_cores, window.client_cores, window.seconds)
 
-    return [run("produce", produced), run("consume", consumed)]
+def _filled(load: Load, broker: BrokerProcess, size: int, requests: int) -> Job:
+    """A topic to consume from, filled alike on both brokers (the same batches), kept
+    whole by a retention of its own; the fetch job that reads it."""
+    client = KafkaClient(broker.bootstrap)
+    topic = f"c-{size}-{uuid.uuid4().hex[:8]}"
+    client.create(topic, PARTITIONS, {"retention.bytes": "-1"})
+    load.complete(Job("produce", broker.bootstrap, topic, PARTITIONS, size, requests=requests))
+    return Job("fetch", broker.bootstrap, topic, PARTITIONS, size,
+               end=requests * records_per_batch(size))
 
 
 @dataclass
@@ -195,47 +241,48 @@ def scrape_cost(broker: BrokerProcess) -> ScrapeCost:
 
 
 def measure(quick: bool, pairs: int) -> tuple[list[Row], list[Run], int, ScrapeCost]:
+    os.sched_setaffinity(0, {CLIENT_CPU})  # the harness, and the processes it spawns
+    seconds = 1.0 if quick else RUN_S
+    fill = FILL_REQUESTS // 8 if quick else FILL_REQUESTS
     work = Path(tempfile.mkdtemp(prefix="gregor-metrics-bench-"))
-    off = BrokerProcess(work / "off").start()
+    off = BrokerProcess(work / "off", overrides=BROKER_CONFIG).start()
     on = BrokerProcess(work / "on", overrides={
-        "metrics.listener": "http://127.0.0.1:0/metrics"}).start()
-    assert on.metrics_url is not None
+        **BROKER_CONFIG, "metrics.listener": "http://127.0.0.1:0/metrics"}).start()
+    assert on.metrics_url is not None and on.pid is not None and off.pid is not None
+    pin(off.pid, BROKER_CPU)
+    pin(on.pid, BROKER_CPU)
+    load = Load()
     runs: list[Run] = []
     try:
         with Scraper(on.metrics_url) as scraper:
-            for size, count, quick_count in WORKLOADS:
-                count = quick_count if quick else count
-                for broker, metrics in ((off, False), (on, True)):  # warm-up, not recorded
-                    _one_run(broker, size, count // 5, metrics)
-                for pair in range(pairs):
-                    order = [(off, False), (on, True)]
-                    for broker, metrics in order if pair % 2 == 0 else order[::-1]:
-                        runs += _one_run(broker, size, count, metrics)
+            for size in SIZES:
+                fetches = {False: _filled(load, off, size, fill),
+                           True: _filled(load, on, size, fill)}
+                for consume in (False, True):
+                    for broker, metrics in ((off, False), (on, True)):  # warm-up, not recorded
+                        _run(load, broker, metrics, size, fetches[metrics] if consume else None,
+                             1.0)
+                    for pair in range(pairs):
+                        order = [(off, False), (on, True)]
+                        for broker, metrics in order if pair % 2 == 0 else order[::-1]:
+                            runs.append(_run(load, broker, metrics, size,
+                                             fetches[metrics] if consume else None, seconds))
             scrapes = scraper.scrapes
         cost = scrape_cost(on)
     finally:
+        load.close()
         on.stop()
         off.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return [_row(workload, [r for r in runs if r.workload == workload], cost)
+    return [_row(workload, [r for r in runs if r.workload == workload])
             for workload in dict.fromkeys(r.workload for r in runs)], runs, scrapes, cost
 
 
-def _row(workload: str, runs: list[Run], cost: ScrapeCost) -> Row:
+def _row(workload: str, runs: list[Run]) -> Row:
     """Runs in the order taken: each off run and the on run next to it are a pair."""
     off = [r for r in runs if not r.metrics]
     on = [r for r in runs if r.metrics]
     pairs = list(zip(off, on, strict=True))
-    scraping = cost.broker_ms / 1e3 / SCRAPE_INTERVAL_S  # share of a core, steadily
-
-    def capacity_change(a: Run, b: Run) -> float:
-        """A saturated broker with metrics on spends ``scraping`` of its core on scrapes
-        and the rest on records, at on's CPU per record less the scrapes that fell in
-        the window (one per interval)."""
-        records = b.records_per_s * b.seconds
-        per_record = (b.broker_us_per_record * 1e-6 * records - scraping * b.seconds) / records
-        return a.broker_us_per_record * 1e-6 * (1 - scraping) / per_record - 1
-
     return Row(
         workload,
         statistics.median(r.records_per_s for r in off),
@@ -243,22 +290,26 @@ def _row(workload: str, runs: list[Run], cost: ScrapeCost) -> Row:
         statistics.median(r.broker_us_per_record for r in off),
         statistics.median(r.broker_us_per_record for r in on),
         statistics.median(r.broker_cores for r in off),
+        statistics.median(r.broker_cores for r in on),
         statistics.median(r.client_cores for r in runs),
         len(pairs),
         Change.paired([b.records_per_s / a.records_per_s - 1 for a, b in pairs]),
-        Change.paired([capacity_change(a, b) for a, b in pairs]))
+        Change.paired([b.broker_us_per_record / a.broker_us_per_record - 1 for a, b in pairs]))
 
 
 def report(rows: list[Row]) -> str:
-    coverage = min(r.capacity.coverage for r in rows)
+    coverage = min(r.throughput.coverage for r in rows)
     lines = ["| workload | records/s off / on (median) | records/s change, paired "
-             f"[{coverage:.0%} CI] | broker CPU per record off / on (scrapes included) | "
-             f"broker capacity change, paired [{coverage:.0%} CI] | within 3% (capacity) |",
-             "|---|---|---|---|---|---|"]
+             f"[{coverage:.0%} CI] | within 3% | broker cores off / on | broker CPU per "
+             f"record off / on | CPU per record change, paired [{coverage:.0%} CI] | "
+             "client cores |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r.workload} | {r.off_records_per_s:,.0f} / {r.on_records_per_s:,.0f} "
-                     f"| {r.throughput} | {r.off_us:.3f} / {r.on_us:.3f} µs "
-                     f"| {r.capacity} | {r.verdict} |")
+                     f"| {r.throughput} | {r.verdict} "
+                     f"| {r.off_broker_cores:.2f} / {r.on_broker_cores:.2f} "
+                     f"| {r.off_us:.3f} / {r.on_us:.3f} µs | {r.cpu_per_record} "
+                     f"| {r.client_cores:.2f} |")
     return "\n".join(lines)
 
 
@@ -275,7 +326,7 @@ def plot(rows: list[Row], path: Path) -> None:
     axis.set_xticks(list(positions))
     axis.set_xticklabels([r.workload for r in rows])
     axis.set_ylabel("thousand records/s (median)")
-    axis.set_title("librdkafka produce (acks=1) and consume, 8 partitions")
+    axis.set_title("broker on one core: produce (acks=1) and consume, 8 partitions")
     top = max(max(r.off_records_per_s, r.on_records_per_s) for r in rows) / 1e3
     axis.set_ylim(0, top * 1.3)  # room for the legend above the bars
     axis.legend(fontsize=8, loc="upper center", ncols=2)
@@ -316,53 +367,60 @@ def main() -> None:
 def _document(table: str, rows: list[Row], pairs: int, scrapes: int, minutes: float,
               load: tuple[float, float], cost: ScrapeCost) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    coverage = min(r.capacity.coverage for r in rows)
-    broker = max(r.off_broker_cores for r in rows)
-    client = min(r.client_cores for r in rows)
+    coverage = min(r.throughput.coverage for r in rows)
     return f"""# What metrics cost: produce and consume with metrics on and off
 
 `python -m bench.metrics_bench`, {when}, {minutes:.0f} minutes on this 2-core machine
 (load average {load[0]:.2f} before, {load[1]:.2f} after). Two broker processes side by
 side, one with `metrics.listener` set and scraped every {SCRAPE_INTERVAL_S:.0f} s by a
 process of its own ({scrapes} scrapes; Prometheus usually scrapes every 10 to 15 s), one
-without; {pairs}
-pairs of runs per workload, one run on each broker, in ABBA order so that changes in the
-machine's load fall on both alike, after a warm-up run each. A run produces a fresh topic
-of {PARTITIONS} partitions with librdkafka (acks=1, `linger.ms` 5, bench's usual producer)
-and reads it back with a librdkafka consumer, every record checked.
+without; {pairs} pairs of runs per workload, one run on each broker, in ABBA order so
+that changes in the machine's load fall on both alike, after a warm-up run each. A run
+measures {RUN_S:.0f} s of steady load after {WARMUP_S:.0f} s of the same.
 
 {table}
 
-**What the verdict uses, and why.** The issue's target is throughput with metrics on
-within 3% of off. Records/s is shown (medians, and the median of the paired changes with
-its interval), but here it is the librdkafka client's pace, not the broker's: the broker
-used at most {broker:.2f} of a core, the client at least {client:.2f}, on two cores shared
-with the machine's other work, so records/s moves by several percent from run to run
-whatever the broker does. What metrics change is the broker's work. So the verdict is
-taken on the records/s a broker can serve once it is the bottleneck, its capacity: a
-core's second over its CPU per record, and with metrics on, the part of the core its
-scrapes leave (one scrape per {SCRAPE_INTERVAL_S:.0f} s at the cost measured below) over
-its CPU per record without the scrapes that fell in the run (the same cost, one per
-interval, taken off the run's CPU). Broker CPU is read from the broker process's
-CPU-time clock, to the nanosecond, over the same window as records/s. The CPU per record
-columns are as measured, scrapes included: while the broker idles at a few hundredths
-of a core, a scrape a second weighs on them far more than it would on a busy broker.
-Per pair, capacity on over off, minus one; the median over the pairs, and a
-{coverage:.0%} confidence interval that assumes nothing about the changes' distribution
-(the sign test's: between the k-th smallest and k-th largest paired change). Within 3%:
-the interval's lower end is above -3%; NO: its upper end is below -3%; undecided: the
-interval straddles -3%, and more pairs (`--pairs`) or a quieter machine are needed.
+**The broker is the bottleneck.** Both brokers, with all their threads, are pinned to
+core {BROKER_CPU}; the load comes from {WORKERS} client processes pinned to core
+{CLIENT_CPU} (`bench.saturate`), and the scraper runs there too. With librdkafka as the
+client, records/s was the client's pace: it spends several times the broker's CPU per
+record, so the broker used a fraction of a core and a run's records/s moved by several
+percent whatever the broker did. These clients write requests built once, so the broker
+does all the per-request work and they do little:
+
+- produce: Produce v9 at acks=1, {IN_FLIGHT} requests in flight per client, each with
+  one batch of {BATCH_BYTES // 1024} KiB per partition of the client's share of the
+  {PARTITIONS} partitions (about what librdkafka's `linger.ms` 5 builds at these rates,
+  and more requests per record than larger batches would be), every answer checked for
+  errors. Each run writes a fresh topic, deleted after it; the brokers delete segments
+  beyond 64 MiB a partition every second, so that gigabytes written in one run are not
+  written back to disk by the kernel during the next.
+- consume: Fetch v4 with librdkafka's default sizes (1 MiB a partition), each client
+  fetching its partitions of a topic of 16 MiB a partition, filled with the same batches
+  on both brokers and read again from offset 0 once read to its end; every batch's
+  CRC32C is checked and its records counted.
+
+"broker cores" is the broker's CPU time over the window's wall time: close to 1 when
+nothing else runs on its core, less when the machine's other work takes part of it
+(which it then does for both brokers alike). Records/s is what the verdict uses, as the
+issue words its target: per pair, on over off, minus one; the median over the pairs and
+a {coverage:.0%} confidence interval that assumes nothing about the changes'
+distribution (the sign test's: between the k-th smallest and k-th largest paired
+change). Within 3%: the interval's lower end is above -3%; NO: its upper end is below
+-3%; undecided: the interval straddles -3%, and more pairs (`--pairs`) or a quieter
+machine are needed. The broker's CPU per record (its CPU-time clock, to the nanosecond,
+over the same window; scrapes included) is paired the same way beside it.
 
 With metrics on, the hot path adds to plain counters: per produced partition a
 topic's record count (from the batch headers) and bytes, per fetched partition the
-bytes sent, per request one entry in each of two histograms and one error count.
-Everything else (log offsets, ISR state, group lag) is read when Prometheus scrapes,
-on the broker's event loop; a scrape writes its text itself, each series' escaped name
-and labels kept from the scrape before (`gregor.metrics.exposition`). Scraped
-{SCRAPE_COST_SAMPLES} times back to back after the runs, a scrape of this broker's
-{cost.lines} lines cost it {cost.broker_ms:.2f} ms of CPU: at one scrape a second, a
-visible share of what consuming 100 B records costs the broker (a few hundredths of a
-core); at Prometheus' usual 10 to 15 s, a tenth of that.
+bytes sent, per request one entry in each of two histograms and one error count, and
+the event loop's selector is timed for the idle ratio. Everything else (log offsets,
+ISR state, group lag) is read when Prometheus scrapes, on the broker's event loop; a
+scrape writes its text itself, each series' escaped name and labels kept from the
+scrape before (`gregor.metrics.exposition`). Scraped {SCRAPE_COST_SAMPLES} times back
+to back after the runs, a scrape of this broker's {cost.lines} lines cost it
+{cost.broker_ms:.2f} ms of CPU: at one scrape a second, {cost.broker_ms / 10:.2f}% of
+its core; at Prometheus' usual 10 to 15 s, a tenth of that.
 
 ![throughput with metrics on and off](img/bench-metrics.png)
 """
