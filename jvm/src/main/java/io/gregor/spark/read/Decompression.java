@@ -1,0 +1,120 @@
+package io.gregor.spark.read;
+
+import com.github.luben.zstd.ZstdInputStreamNoFinalizer;
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.util.Arrays;
+import java.util.zip.GZIPInputStream;
+import net.jpountz.lz4.LZ4FrameInputStream;
+import org.xerial.snappy.Snappy;
+
+/**
+ * The codecs of record batch v2, in the framings Kafka's clients interoperate on (see
+ * gregor/protocol/compression.py): gzip; snappy raw (librdkafka) or in xerial's stream framing
+ * (the Java client); the LZ4 frame format; zstd frames, whose content size may be missing. The
+ * output buffer is reused from batch to batch of a task, so it is valid until the next call.
+ */
+final class Decompression {
+  static final int NONE = 0;
+  static final int GZIP = 1;
+  static final int SNAPPY = 2;
+  static final int LZ4 = 3;
+  static final int ZSTD = 4;
+  private static final String[] NAMES = {"NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD"};
+  // xerial's SnappyOutputStream header: magic, then two version ints that some writers store
+  // little-endian, so only the magic identifies the framing.
+  private static final byte[] XERIAL_MAGIC = {(byte) 0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0};
+  private static final int XERIAL_HEADER = 16;
+
+  private byte[] out = new byte[1 << 16];
+  private int length;
+
+  /** The buffer the last call decompressed into; its first {@link #length()} bytes. */
+  byte[] output() {
+    return out;
+  }
+
+  int length() {
+    return length;
+  }
+
+  void decompress(int codec, byte[] src, int offset, int size) {
+    if (codec < GZIP || codec > ZSTD) {
+      throw new IllegalStateException("record batch with unknown compression codec " + codec);
+    }
+    try {
+      switch (codec) {
+        case GZIP:
+          length = drain(new GZIPInputStream(new ByteArrayInputStream(src, offset, size), 8192));
+          break;
+        case SNAPPY:
+          length = snappy(src, offset, size);
+          break;
+        case ZSTD:
+          try (ZstdInputStreamNoFinalizer in =
+              new ZstdInputStreamNoFinalizer(new ByteArrayInputStream(src, offset, size))) {
+            length = drain(in);
+          }
+          break;
+        default: // LZ4
+          length = drain(new LZ4FrameInputStream(new ByteArrayInputStream(src, offset, size)));
+      }
+    } catch (IOException | RuntimeException e) {
+      // The codec libraries signal bad input with unrelated exception types.
+      throw new IllegalStateException(
+          "cannot decompress " + NAMES[codec] + " data: " + e.getMessage(), e);
+    }
+  }
+
+  private int snappy(byte[] src, int offset, int size) throws IOException {
+    if (size < XERIAL_HEADER
+        || !Arrays.equals(src, offset, offset + XERIAL_MAGIC.length, XERIAL_MAGIC, 0,
+            XERIAL_MAGIC.length)) {
+      return snappyBlock(src, offset, size, 0);
+    }
+    int pos = offset + XERIAL_HEADER;
+    int end = offset + size;
+    int produced = 0;
+    while (pos < end) {
+      if (end - pos < 4) {
+        throw new IOException("xerial snappy block length cut short");
+      }
+      int block = ((src[pos] & 0xff) << 24) | ((src[pos + 1] & 0xff) << 16)
+          | ((src[pos + 2] & 0xff) << 8) | (src[pos + 3] & 0xff);
+      pos += 4;
+      if (block < 0 || block > end - pos) {
+        throw new IOException("xerial snappy block runs past the end of the data");
+      }
+      produced += snappyBlock(src, pos, block, produced);
+      pos += block;
+    }
+    return produced;
+  }
+
+  private int snappyBlock(byte[] src, int offset, int size, int at) throws IOException {
+    int needed = Snappy.uncompressedLength(src, offset, size);
+    room(at + needed);
+    return Snappy.uncompress(src, offset, size, out, at);
+  }
+
+  private int drain(InputStream in) throws IOException {
+    int n = 0;
+    while (true) {
+      if (n == out.length) {
+        room(n + 1);
+      }
+      int got = in.read(out, n, out.length - n);
+      if (got < 0) {
+        return n;
+      }
+      n += got;
+    }
+  }
+
+  private void room(int needed) {
+    if (needed > out.length) {
+      out = Arrays.copyOf(out, Math.max(needed, out.length * 2));
+    }
+  }
+}
