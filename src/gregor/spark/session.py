@@ -9,11 +9,11 @@ import threading
 from typing import IO
 from urllib.parse import urlsplit
 
-from pyspark import SparkContext
+from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from gregor.spark import register
+from gregor.spark import JAR, register
 
 
 def build_session(app_name: str = "gregor-pipeline", master: str | None = None,
@@ -32,6 +32,11 @@ def build_session(app_name: str = "gregor-pipeline", master: str | None = None,
     default 200 adds seconds to every stateful micro-batch on a small machine and the
     checkpoint freezes the number at the first run. UTC, so that timestamps in the JSON
     the pipelines write and dates of warehouse partitions do not depend on the machine.
+
+    The JVM source's jar (:data:`gregor.spark.JAR`, when set-up built it) goes on
+    ``spark.jars``, beside any jars the caller names: the driver's classpath when this
+    process starts Spark's JVM, and every executor's, which fetch it from the driver.
+    Under ``spark-submit`` the JVM is already running, so only ``--jars`` can put it there.
     """
     submitted = _SUBMITTED in os.environ
     if master is None and not submitted:
@@ -45,8 +50,11 @@ def build_session(app_name: str = "gregor-pipeline", master: str | None = None,
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     else:
         os.environ["PYSPARK_PYTHON"] = sys.executable
+    if JAR.exists() and not submitted:
+        configs = {**configs, "spark.jars": ",".join(
+            filter(None, (configs.get("spark.jars"), str(JAR))))}
     if not submitted:
-        _launch_jvm_in_its_own_session()
+        _launch_jvm_in_its_own_session(configs.get("spark.jars"))
     builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
     builder = (
         builder.appName(app_name)
@@ -72,7 +80,7 @@ def _on_this_machine(master: str) -> bool:
     return master.startswith("local") or host == "localhost" or (host or "").startswith("127.")
 
 
-def _launch_jvm_in_its_own_session() -> None:
+def _launch_jvm_in_its_own_session(jars: str | None) -> None:
     """Start Spark's JVM outside the terminal's process group, once per process, with
     its console output passing through this process.
 
@@ -84,10 +92,17 @@ def _launch_jvm_in_its_own_session() -> None:
     is relayed by gregor, a Ctrl-C while Spark is still starting can silence the
     start-up banner that would otherwise follow gregor's last line. The JVM still
     ends with this process: PySpark's gateway exits when its stdin pipe closes.
+
+    ``jars`` are given to spark-submit, which puts them on the driver's classpath: set on
+    the session later, they would reach executors only, and Spark would not find the JVM
+    source. The JVM lives as long as this process, so the first session's jars stay.
     """
     if SparkContext._gateway is not None:
         return
-    gateway = launch_gateway(popen_kwargs={
+    conf = SparkConf(loadDefaults=False)
+    if jars:
+        conf.set("spark.jars", jars)
+    gateway = launch_gateway(conf=conf, popen_kwargs={
         "start_new_session": True, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT})
     threading.Thread(target=_relay, args=(gateway.proc.stdout,), name="spark-console",
                      daemon=True).start()

@@ -27,4 +27,13 @@ public final class GregorProvider implements TableProvider, DataSourceRegister {
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
     return new GregorTable(schema, properties);
   }
+
+  /**
+   * Spark hands a write's own schema to getTable (the sink takes any columns it knows); a read
+   * may name its schema, as with the Python source.
+   */
+  @Override
+  public boolean supportsExternalMetadata() {
+    return true;
+  }
 }

@@ -4,12 +4,27 @@ import java.util.EnumSet;
 import java.util.Map;
 import java.util.Set;
 import org.apache.spark.sql.connector.catalog.Column;
+import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.SupportsWrite;
 import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.WriteBuilder;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** A topic (or topics) as a table: read by this package, written by the Python sink. */
-public final class GregorTable implements org.apache.spark.sql.connector.catalog.Table {
+/**
+ * Topics as a table. Reads are this package's; writes, batch and streaming, are the Python
+ * sink's (its at-least-once and exactly-once modes, transactions included), reached through
+ * Spark's own wrapper of Python data sources under the name gregor.spark.register() gives it.
+ */
+final class GregorTable implements SupportsRead, SupportsWrite {
+  /** The Python data source's name when this provider owns "gregor" (gregor/spark/__init__.py). */
+  static final String PYTHON_SOURCE = "gregor_python";
+
   private final StructType schema;
   private final Map<String, String> properties;
 
@@ -38,8 +53,27 @@ public final class GregorTable implements org.apache.spark.sql.connector.catalog
     return properties;
   }
 
+  /** TRUNCATE as the Python source's: overwrite reaches its writer, which refuses it in batch. */
   @Override
   public Set<TableCapability> capabilities() {
-    return EnumSet.noneOf(TableCapability.class);
+    return EnumSet.of(
+        TableCapability.BATCH_READ,
+        TableCapability.MICRO_BATCH_READ,
+        TableCapability.BATCH_WRITE,
+        TableCapability.STREAMING_WRITE,
+        TableCapability.TRUNCATE);
+  }
+
+  @Override
+  public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+    return new GregorScanBuilder(schema, options);
+  }
+
+  @Override
+  public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
+    PythonDataSourceV2 python = new PythonDataSourceV2();
+    python.setShortName(PYTHON_SOURCE);
+    SupportsWrite sink = (SupportsWrite) python.getTable(info.schema(), new Transform[0], properties);
+    return sink.newWriteBuilder(info);
   }
 }

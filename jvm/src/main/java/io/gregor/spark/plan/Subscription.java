@@ -1,0 +1,44 @@
+package io.gregor.spark.plan;
+
+import io.gregor.spark.read.TopicPartition;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.regex.Pattern;
+
+/**
+ * Which topic-partitions a query reads: exactly one of Spark's three ways to say it (subscribe,
+ * subscribePattern, assign).
+ */
+public record Subscription(Set<String> topics, Pattern pattern, List<TopicPartition> assigned) {
+  /** Topics a Java consumer leaves out of pattern subscriptions (exclude.internal.topics). */
+  private static final Set<String> INTERNAL_TOPICS =
+      Set.of("__consumer_offsets", "__transaction_state");
+
+  /**
+   * The subscribed partitions, sorted, given the partition count of every topic in metadata.
+   * assign is returned as given, as Spark does: reading an assigned partition that does not
+   * exist is an error the broker reports, not an empty result.
+   */
+  public List<TopicPartition> select(Map<String, Integer> partitionCounts) {
+    List<TopicPartition> selected = new ArrayList<>();
+    if (!assigned.isEmpty()) {
+      selected.addAll(assigned);
+    } else {
+      for (Map.Entry<String, Integer> topic : partitionCounts.entrySet()) {
+        String name = topic.getKey();
+        boolean wanted =
+            pattern != null
+                ? !INTERNAL_TOPICS.contains(name) && pattern.matcher(name).matches()
+                : topics.contains(name);
+        for (int p = 0; wanted && p < topic.getValue(); p++) {
+          selected.add(new TopicPartition(name, p));
+        }
+      }
+    }
+    Collections.sort(selected);
+    return selected;
+  }
+}
