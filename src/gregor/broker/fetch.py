@@ -21,7 +21,6 @@ import time
 from typing import TYPE_CHECKING
 
 from gregor.broker.request import RawResponse, Request
-from gregor.metrics.broker_metrics import BrokerMetrics
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.fetch_response import FetchedPartition, encode_fetch_response
 from gregor.storage.log import OffsetOutOfRange
@@ -134,16 +133,6 @@ def _read_partition(broker: Broker, topic: str, wanted, budget: int, replica_id:
                             aborted_transactions=aborted), size
 
 
-def _count(metrics: BrokerMetrics, topics: list, follower: bool) -> None:
-    """Each partition's answer: its error, and the bytes sent (to a consumer or a follower)."""
-    for topic, partitions in topics:
-        for answer in partitions:
-            records = answer.records
-            size = 0 if records is None else (
-                len(records) if isinstance(records, bytes) else records.length)
-            metrics.fetch_answered(topic, answer.error_code, size, follower)
-
-
 async def handle(broker: Broker, request: Request):
     body = request.body
     version = request.version
@@ -166,6 +155,7 @@ async def handle(broker: Broker, request: Request):
             break
         await broker.replica_manager.wait_for_data(watched, remaining)
     if broker.metrics is not None:
-        _count(broker.metrics, topics, replica_id >= 0)
+        for topic, partitions in topics:
+            broker.metrics.fetch_answered(topic, partitions, replica_id >= 0)
     return RawResponse(encode_fetch_response(version, request.header.correlation_id, 0,
                                              ErrorCode.none, _NO_SESSION, topics))

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Sequence
 
 from gregor.metrics import names
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
+from gregor.protocol.fetch_response import FetchedPartition
 
 # Errors Kafka does not count as failed produce or fetch requests (ReplicaManager's
 # appendToLocalLog and readFromLog): the client's to handle (a moved leader, an unknown
@@ -153,14 +155,24 @@ class BrokerMetrics:
                 setattr(self.retired, field,
                         getattr(self.retired, field) + getattr(counters, field))
 
-    def fetch_answered(self, topic: str, error_code: int, size: int, follower: bool) -> None:
-        """One partition of a fetch request answered, with ``size`` bytes of records."""
-        self._fetch_errors[error_code] += 1
+    def fetch_answered(self, topic: str, answers: Sequence[FetchedPartition],
+                       follower: bool) -> None:
+        """One topic's partitions of a fetch answered: each one's error, and the bytes of
+        records sent (to a consumer or a follower). Per topic rather than per partition:
+        one call and one lookup of the topic's counters for all its partitions."""
+        errors = self._fetch_errors
         counters = self.topics[topic]
-        counters.fetch_requests += 1
-        if error_code and error_code not in FETCH_NOT_FAILED:
-            counters.failed_fetches += 1
+        counters.fetch_requests += len(answers)
+        sent = 0
+        for answer in answers:
+            code = answer.error_code
+            errors[code] += 1
+            if code and code not in FETCH_NOT_FAILED:
+                counters.failed_fetches += 1
+            records = answer.records
+            if records is not None:
+                sent += len(records) if isinstance(records, bytes) else records.length
         if follower:
-            self.replication_bytes_out += size
+            self.replication_bytes_out += sent
         else:
-            counters.bytes_out += size
+            counters.bytes_out += sent
