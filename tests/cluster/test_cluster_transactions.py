@@ -161,7 +161,9 @@ def test_commits_and_aborts_across_brokers(txn_cluster: Cluster) -> None:
         else:
             producer.commit_transaction(WAIT_S)
             outcomes[f"t{i}"] = PARTITIONS
-    assert _state(cluster, coordinator, transactional_id) == "CompleteAbort"
+    # EndTxn is answered before the markers: the abort completes soon after.
+    _wait(lambda: _state(cluster, coordinator, transactional_id) == "CompleteAbort",
+          "the last abort to complete")
     seen = _committed_view(cluster, topic)
     assert {name: seen[name] for name in outcomes} == outcomes
     # Read uncommitted, the aborted records are there: it is the markers that hide them.
@@ -219,6 +221,60 @@ def _cut_a_leader_and_commit(cluster: Cluster, topic: str, producer: Producer,
     return cut, committing, failures
 
 
+def _add_partition_request(transactional_id: str, producer_id: int, producer_epoch: int,
+                           topic: str):
+    return versioned_request(
+        ApiKey.ADD_PARTITIONS_TO_TXN, 3, "AddPartitionsToTxnRequest",
+        v3_and_below_transactional_id=transactional_id, v3_and_below_producer_id=producer_id,
+        v3_and_below_producer_epoch=producer_epoch,
+        v3_and_below_topics=(versioned_request(ApiKey.ADD_PARTITIONS_TO_TXN, 3,
+                                               "AddPartitionsToTxnTopic", name=topic,
+                                               partitions=(0,)),))
+
+
+def test_the_next_transaction_waits_for_the_markers_of_the_last(txn_cluster: Cluster
+                                                                ) -> None:
+    """EndTxn is answered once PrepareCommit is written, as Kafka answers it, while a
+    marker still cannot reach its leader; the producer's next AddPartitionsToTxn waits
+    for that transaction to complete (Kafka refuses it with CONCURRENT_TRANSACTIONS,
+    and clients retry after a backoff) and is answered once it has."""
+    cluster = txn_cluster
+    topic = "txn-pending-markers"
+    cluster.create_topic(topic, partitions=PARTITIONS)
+    transactional_id = f"pending-markers-{uuid.uuid4().hex[:8]}"
+    producer = _producer(cluster, transactional_id)
+    coordinator = _coordinator(cluster, transactional_id)
+    cut = next(leader for leader in _leaders(cluster, topic).values() if leader != coordinator)
+    producer.begin_transaction()
+    _write(producer, topic, "committed")
+    assert producer.flush(WAIT_S) == 0
+    cluster.cut(coordinator, cut)
+    try:
+        producer.commit_transaction(WAIT_S)
+        # Answered, and the marker to the leader cut off is still to be written.
+        assert _state(cluster, coordinator, transactional_id) == "PrepareCommit"
+        producer_id, producer_epoch = _producer_of(cluster, coordinator, transactional_id)
+        with WireConnection(cluster.brokers[coordinator].bootstrap, WAIT_S) as connection:
+            connection.send(ApiKey.ADD_PARTITIONS_TO_TXN, 3, _add_partition_request(
+                transactional_id, producer_id, producer_epoch, topic))
+            # Taken in after the request above, which the coordinator holds meanwhile.
+            assert _state(cluster, coordinator, transactional_id) == "PrepareCommit"
+            cluster.heal(coordinator, cut)
+            answer = connection.receive(ApiKey.ADD_PARTITIONS_TO_TXN, 3)
+            (result,) = answer.results_by_topic_v3_and_below[0].results_by_partition
+            assert result.partition_error_code == ErrorCode.none
+            assert _state(cluster, coordinator, transactional_id) == "Ongoing"
+            ended = connection.request(ApiKey.END_TXN, 3, versioned_request(
+                ApiKey.END_TXN, 3, "EndTxnRequest", transactional_id=transactional_id,
+                producer_id=producer_id, producer_epoch=producer_epoch, committed=False))
+            assert ended.error_code == ErrorCode.none
+    finally:
+        cluster.heal(coordinator, cut)
+    _wait(lambda: _state(cluster, coordinator, transactional_id) == "CompleteAbort",
+          "the empty transaction's abort to complete")
+    assert dict(_committed_view(cluster, topic)) == {"committed": PARTITIONS}
+
+
 def test_partition_leader_killed_during_commit(txn_cluster: Cluster) -> None:
     cluster = txn_cluster
     topic = "txn-leader-dies"
@@ -235,7 +291,8 @@ def test_partition_leader_killed_during_commit(txn_cluster: Cluster) -> None:
     cluster.brokers[cut].kill()
     committing.join(120)
     assert not committing.is_alive() and not failures, failures
-    assert _state(cluster, coordinator, transactional_id) == "CompleteCommit"
+    _wait(lambda: _state(cluster, coordinator, transactional_id) == "CompleteCommit",
+          "the commit to complete once the partition has a new leader")
     producer.begin_transaction()
     _write(producer, topic, "aborted")
     assert producer.flush(WAIT_S) == 0
@@ -332,7 +389,8 @@ def test_coordinator_killed_mid_transaction(txn_cluster: Cluster) -> None:
     asked = min(set(cluster.brokers) - {coordinator})
     successor = _coordinator(cluster, transactional_id, asked)
     assert successor != coordinator
-    assert _state(cluster, successor, transactional_id) == "CompleteCommit"
+    _wait(lambda: _state(cluster, successor, transactional_id) == "CompleteCommit",
+          "the commit to complete")
     seen = _committed_view(cluster, topic)
     assert dict(seen) == {"open": PARTITIONS}
 

@@ -1,7 +1,7 @@
 """WriteTxnMarkers: a transaction coordinator on another broker ends a transaction in
 the partitions led here.
 
-Each marker is appended as a leader append at acks=all (``write_marker``), and a
+Each marker is appended as a leader append at acks=all (``write_markers``), and a
 partition is answered once its followers have it, or with the error that stopped
 it: NOT_LEADER_OR_FOLLOWER when leadership moved (the coordinator looks the leader
 up again and resends), NOT_ENOUGH_REPLICAS when the ISR is short, and so on.
@@ -10,14 +10,13 @@ Only brokers send this request; it is advertised like every API served.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from gregor.broker.request import Request
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
-from gregor.transactions.markers import write_marker
+from gregor.transactions.markers import write_markers
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -25,14 +24,24 @@ if TYPE_CHECKING:
 _KEY = ApiKey.WRITE_TXN_MARKERS
 
 
-async def _write(broker: Broker, marker, topic: str, index: int) -> ErrorCode:
-    meta = broker.image.topics.get(topic)
-    if meta is None or not 0 <= index < len(meta.partitions):
-        return ErrorCode.unknown_topic_or_partition
-    return await write_marker(broker.replica_manager, broker.group_coordinator, (topic, index),
-                              marker.producer_id, marker.producer_epoch,
-                              marker.transaction_result, marker.coordinator_epoch,
-                              broker.config["request.timeout.ms"] / 1000)
+async def _write(broker: Broker, marker, asked: list[tuple[str, int]]) -> list[ErrorCode]:
+    """The marker in each partition asked (those of unknown topics refused first)."""
+    errors = [ErrorCode.none] * len(asked)
+    known = []
+    for position, (topic, index) in enumerate(asked):
+        meta = broker.image.topics.get(topic)
+        if meta is None or not 0 <= index < len(meta.partitions):
+            errors[position] = ErrorCode.unknown_topic_or_partition
+        else:
+            known.append(position)
+    written = await write_markers(broker.replica_manager, broker.group_coordinator,
+                                  [asked[p] for p in known], marker.producer_id,
+                                  marker.producer_epoch, marker.transaction_result,
+                                  marker.coordinator_epoch,
+                                  broker.config["request.timeout.ms"] / 1000)
+    for position, error in zip(known, written, strict=True):
+        errors[position] = error
+    return errors
 
 
 async def handle(broker: Broker, request: Request):
@@ -44,7 +53,7 @@ async def handle(broker: Broker, request: Request):
     for marker in request.body.markers:
         asked = [(topic.name, index) for topic in marker.topics
                  for index in topic.partition_indexes]
-        errors = await asyncio.gather(*(_write(broker, marker, *tp) for tp in asked))
+        errors = await _write(broker, marker, asked)
         by_topic: dict[str, list[tuple[int, ErrorCode]]] = {}
         for (topic, index), error in zip(asked, errors, strict=True):
             by_topic.setdefault(topic, []).append((index, error))

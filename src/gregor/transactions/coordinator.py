@@ -10,7 +10,8 @@ and ending a transaction goes through Prepare{Commit,Abort} (durable), then a
 marker in every partition the transaction wrote to, sent to each partition's
 leader (the marker channel), then Complete{Commit,Abort} once all of them are
 acknowledged: a coordinator that restarts or takes over between the two finishes
-the markers from the log.
+the markers from the log. So EndTxn is answered once Prepare is written, as
+Kafka's is, and the rest is done while the producer starts its next transaction.
 
 A new producer with the same transactional id (InitProducerId) bumps the epoch,
 which fences the old one, and aborts what that one left open; a transaction open
@@ -23,7 +24,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 
 from gregor.cluster.controller import ClusterAdmin
 from gregor.cluster.replica_manager import ReplicaManager
@@ -125,9 +126,7 @@ class TransactionCoordinator:
         if leading:
             self.epochs[index] = leader_epoch
             self.loading.add(index)
-            task = asyncio.get_running_loop().create_task(self._load(index, leader_epoch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._load(index, leader_epoch))
 
     def _unload(self, index: int) -> None:
         del self.epochs[index]
@@ -336,13 +335,24 @@ class TransactionCoordinator:
     # ------------------------------------------------------------------ EndTxn
     async def end_transaction(self, transactional_id: str, producer_id: int,
                               producer_epoch: int, commit: bool) -> None:
+        """As Kafka's: answered once Prepare{Commit,Abort} is durable (the outcome is
+        decided: a restart or a new coordinator finishes it from the log); the markers
+        and Complete{Commit,Abort} follow in a task that keeps the id's lock until they
+        are written. The producer's next request for the id (AddPartitionsToTxn of its
+        next transaction) waits for that lock, where Kafka answers
+        CONCURRENT_TRANSACTIONS and the client retries after a backoff."""
         await self._check_coordinator(transactional_id)
-        async with self._lock(transactional_id):
+        lock = self._lock(transactional_id)
+        await lock.acquire()
+        completing = False
+        try:
             meta = self._current(transactional_id, producer_id, producer_epoch)
             done = (TransactionState.COMPLETE_COMMIT if commit
                     else TransactionState.COMPLETE_ABORT)
             if meta.state == TransactionState.ONGOING:
-                await self._end(meta, commit, meta.producer_epoch)
+                prepared = await self._prepare(meta, commit, meta.producer_epoch)
+                self._spawn(self._complete_and_release(prepared, lock))
+                completing = True
             elif meta.state == done:
                 return  # a retry of the request that ended it
             elif meta.state == (TransactionState.PREPARE_COMMIT if commit
@@ -352,13 +362,37 @@ class TransactionCoordinator:
                 raise TransactionError(ErrorCode.invalid_txn_state,
                                        f"cannot {'commit' if commit else 'abort'} "
                                        f"{transactional_id} in state {meta.state.name}")
+        finally:
+            if not completing:
+                lock.release()
+
+    async def _complete_and_release(self, meta: TransactionMetadata,
+                                    lock: asyncio.Lock) -> None:
+        try:
+            await self._complete(meta)
+        except TransactionError as exc:
+            # No longer coordinated here (or fenced): the new coordinator loads the
+            # transaction in its Prepare state and completes it.
+            log.warning("transaction of %s not completed here: %s", meta.transactional_id,
+                        exc)
+        finally:
+            lock.release()
+
+    def _spawn(self, work: Coroutine[None, None, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _prepare(self, meta: TransactionMetadata, commit: bool,
+                       epoch: int) -> TransactionMetadata:
+        return await self._write(dataclasses.replace(
+            meta, producer_epoch=epoch, last_update_ms=_now_ms(),
+            state=TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT))
 
     async def _end(self, meta: TransactionMetadata, commit: bool,
                    epoch: int) -> TransactionMetadata:
-        prepared = await self._write(dataclasses.replace(
-            meta, producer_epoch=epoch, last_update_ms=_now_ms(),
-            state=TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT))
-        return await self._complete(prepared)
+        """Prepare and complete, before answering (a fencing InitProducerId, a timeout)."""
+        return await self._complete(await self._prepare(meta, commit, epoch))
 
     async def _complete(self, meta: TransactionMetadata) -> TransactionMetadata:
         """Have every marker of a prepared transaction written, then record it complete."""

@@ -29,7 +29,7 @@ from gregor.groups.coordinator import GroupCoordinator
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build
 from gregor.protocol.errors import ErrorCode
-from gregor.transactions.markers import write_marker
+from gregor.transactions.markers import write_markers
 from gregor.transactions.metadata import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -86,9 +86,10 @@ class TransactionMarkerChannel:
                     pending.discard(tp)
                 elif leader != NO_LEADER:
                     by_leader.setdefault(leader, []).append(tp)
-            answers = await asyncio.gather(*(
-                self._send(leader, tps, producer_id, producer_epoch, commit, coordinator_epoch)
-                for leader, tps in by_leader.items()))
+            sends = [self._send(leader, tps, producer_id, producer_epoch, commit,
+                                coordinator_epoch) for leader, tps in by_leader.items()]
+            # One leader (always, on one broker): no task per send.
+            answers = [await sends[0]] if len(sends) == 1 else await asyncio.gather(*sends)
             for errors in answers:
                 for tp, error in errors.items():
                     if error == ErrorCode.none:
@@ -120,10 +121,9 @@ class TransactionMarkerChannel:
                     producer_epoch: int, commit: bool, coordinator_epoch: int
                     ) -> dict[TopicPartition, ErrorCode]:
         if leader == self.broker_id:
-            written = await asyncio.gather(*(
-                write_marker(self.replica_manager, self.groups, tp, producer_id,
-                             producer_epoch, commit, coordinator_epoch, self.timeout_s)
-                for tp in tps))
+            written = await write_markers(self.replica_manager, self.groups, tps, producer_id,
+                                          producer_epoch, commit, coordinator_epoch,
+                                          self.timeout_s)
             return dict(zip(tps, written, strict=True))
         channel, lock = self._channel(leader)
         request = _request(tps, producer_id, producer_epoch, commit, coordinator_epoch)

@@ -1,4 +1,4 @@
-"""Writing one transaction marker into a partition this broker leads.
+"""Writing a transaction's markers into partitions this broker leads.
 
 The one place a marker is appended: the WriteTxnMarkers handler calls it for the
 markers another broker's coordinator sends, and the coordinator's marker channel
@@ -14,6 +14,8 @@ coordinator lost its partition, and its successor decides the transaction.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from gregor.cluster.replica_manager import ReplicaManager
 from gregor.groups.coordinator import GroupCoordinator
@@ -23,26 +25,45 @@ from gregor.protocol.errors import ErrorCode
 from gregor.storage.log import AppendOrigin, LogAppendError
 from gregor.transactions.metadata import TopicPartition
 
+if TYPE_CHECKING:
+    from gregor.cluster.partition import Partition
 
-async def write_marker(replica_manager: ReplicaManager, groups: GroupCoordinator,
-                       tp: TopicPartition, producer_id: int, producer_epoch: int, commit: bool,
-                       coordinator_epoch: int, timeout_s: float) -> ErrorCode:
-    """Append the marker as the partition's leader and wait until it is replicated."""
-    partition = replica_manager.get(*tp)
-    if partition is None:
-        return ErrorCode.not_leader_or_follower
-    producer = partition.log.producer_state.producers.get(producer_id)
-    if producer is not None and producer.coordinator_epoch > coordinator_epoch:
-        return ErrorCode.transaction_coordinator_fenced
+
+async def write_markers(replica_manager: ReplicaManager, groups: GroupCoordinator,
+                        tps: Sequence[TopicPartition], producer_id: int, producer_epoch: int,
+                        commit: bool, coordinator_epoch: int, timeout_s: float
+                        ) -> list[ErrorCode]:
+    """Append the marker to each partition as its leader, then wait until every one is
+    replicated: each partition's error, in ``tps`` order. One transaction's markers to
+    this broker are one piece of work: the marker is encoded once (the log stamps its
+    offset on a copy) and all of them wait for their followers together."""
     marker = encode_marker(producer_id, producer_epoch, commit, coordinator_epoch,
                            int(time.time() * 1000))
-    try:
-        result = partition.append_as_leader(marker, required_acks=-1,
-                                            origin=AppendOrigin.COORDINATOR)
-    except LogAppendError as exc:
-        return exc.error
-    replica_manager.notify(tp)
-    error = await replica_manager.wait_for_acks(partition, result.last_offset + 1, timeout_s)
-    if error == ErrorCode.none and tp[0] == OFFSETS_TOPIC:
-        groups.complete_transactional_offsets(producer_id, commit)
-    return error
+    errors = [ErrorCode.none] * len(tps)
+    appended: list[tuple[int, Partition, int]] = []
+    for index, tp in enumerate(tps):
+        partition = replica_manager.get(*tp)
+        if partition is None:
+            errors[index] = ErrorCode.not_leader_or_follower
+            continue
+        producer = partition.log.producer_state.producers.get(producer_id)
+        if producer is not None and producer.coordinator_epoch > coordinator_epoch:
+            errors[index] = ErrorCode.transaction_coordinator_fenced
+            continue
+        try:
+            result = partition.append_as_leader(marker, required_acks=-1,
+                                                origin=AppendOrigin.COORDINATOR)
+        except LogAppendError as exc:
+            errors[index] = exc.error
+            continue
+        replica_manager.notify(tp)
+        appended.append((index, partition, result.last_offset + 1))
+    if not appended:
+        return errors
+    waits = [(partition, required) for _, partition, required in appended]
+    acked = await replica_manager.delayed_produce.wait(waits, timeout_s)
+    for (index, _, _), error in zip(appended, acked, strict=True):
+        errors[index] = error
+        if error == ErrorCode.none and tps[index][0] == OFFSETS_TOPIC:
+            groups.complete_transactional_offsets(producer_id, commit)
+    return errors
