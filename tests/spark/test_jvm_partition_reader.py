@@ -1,0 +1,263 @@
+"""The JVM source's reader (``io.gregor.spark.read.TopicRangeReader``) against a scripted
+broker, in the Spark session's own JVM: the cases a real broker produces only by luck or not
+on demand (control batches next to data, a batch that starts before the requested offset, a
+batch cut short at the answer's end, an answer with no batch, leader moves, offsets out of
+range, a log ending below the range).  tests/spark/test_partition_reader.py holds the Python
+reader, the fallback, to the same cases.
+
+The scripted broker speaks the real protocol (kio's encodings through gregor.protocol.codec)
+and answers Metadata, ListOffsets and Fetch from the test's script; the reader is created
+through its factory, as Spark's tasks create it, and its column batches are read back.
+"""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from kio.schema.fetch.v11 import response as fetch_response
+from kio.schema.list_offsets.v5 import response as list_offsets_response
+from kio.schema.metadata.v8 import response as metadata_response
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import SparkSession
+
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.codec import build, decode_request, encode_response
+from gregor.protocol.errors import ErrorCode
+from gregor.protocol.record_codec import Record, encode_batch
+from gregor.spark import jvm_source_loaded
+
+TOPIC = "t"
+_SIZE = struct.Struct(">i")
+
+
+@dataclass
+class Answer:
+    """One Fetch answer for partition 0 of ``t``."""
+
+    records: bytes = b""
+    high_watermark: int = 0
+    error: ErrorCode = ErrorCode.none
+
+
+@dataclass
+class ScriptedBroker:
+    """A broker of one partition whose Fetch answers are the script's, in turn (the last one
+    repeats); ListOffsets answers ``earliest`` and ``latest``."""
+
+    answers: list[Answer]
+    earliest: int = 0
+    latest: int = 0
+    fetched: list[int] = field(default_factory=list)
+    """The offsets each Fetch asked for."""
+    metadata_requests: int = 0
+
+    def __post_init__(self) -> None:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+
+    def _serve(self, connection: socket.socket) -> None:
+        with connection:
+            while True:
+                try:
+                    size = _SIZE.unpack(_read(connection, 4))[0]
+                    header, body = decode_request(_read(connection, size))
+                except (OSError, EOFError):
+                    return
+                answer = self._answer(header.api_key, body)
+                connection.sendall(encode_response(header.api_key, header.api_version,
+                                                   header.correlation_id, answer))
+
+    def _answer(self, api_key: int, body: Any) -> Any:
+        no_throttle = datetime.timedelta(0)
+        if api_key == ApiKey.METADATA:
+            self.metadata_requests += 1
+            m = metadata_response
+            return build(m.MetadataResponse, throttle_time=no_throttle, cluster_id=None,
+                         controller_id=0,
+                         brokers=(build(m.MetadataResponseBroker, node_id=0, host="127.0.0.1",
+                                        port=self.port, rack=None),),
+                         topics=(build(m.MetadataResponseTopic, error_code=ErrorCode.none,
+                                       name=TOPIC, is_internal=False,
+                                       partitions=(build(m.MetadataResponsePartition,
+                                                         error_code=ErrorCode.none,
+                                                         partition_index=0, leader_id=0,
+                                                         leader_epoch=0, replica_nodes=(0,),
+                                                         isr_nodes=(0,),
+                                                         offline_replicas=()),)),))
+        if api_key == ApiKey.LIST_OFFSETS:
+            timestamp = body.topics[0].partitions[0].timestamp
+            o = list_offsets_response
+            return build(o.ListOffsetsResponse, throttle_time=no_throttle, topics=(
+                build(o.ListOffsetsTopicResponse, name=TOPIC, partitions=(
+                    build(o.ListOffsetsPartitionResponse, partition_index=0,
+                          error_code=ErrorCode.none, timestamp=-1, leader_epoch=0,
+                          offset=self.earliest if timestamp == -2 else self.latest),)),))
+        assert api_key == ApiKey.FETCH, api_key
+        self.fetched.append(body.topics[0].partitions[0].fetch_offset)
+        scripted = self.answers[min(len(self.fetched), len(self.answers)) - 1]
+        f = fetch_response
+        return build(f.FetchResponse, throttle_time=no_throttle, error_code=ErrorCode.none,
+                     session_id=0, responses=(build(f.FetchableTopicResponse, topic=TOPIC,
+                                                    partitions=(build(
+                         f.PartitionData, partition_index=0, error_code=scripted.error,
+                         high_watermark=scripted.high_watermark,
+                         last_stable_offset=scripted.high_watermark, log_start_offset=0,
+                         aborted_transactions=(), preferred_read_replica=-1,
+                         records=scripted.records),)),))
+
+
+def _read(connection: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = connection.recv(size - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return bytes(data)
+
+
+@pytest.fixture(scope="module")
+def jvm(spark: SparkSession) -> Any:
+    if not jvm_source_loaded(spark):
+        pytest.skip("the JVM source's jar is not built (no JDK): the Python reader serves")
+    return spark._jvm
+
+
+@pytest.fixture
+def brokers() -> Iterator[list[ScriptedBroker]]:
+    started: list[ScriptedBroker] = []
+    yield started
+    for broker in started:
+        broker.close()
+
+
+def read_offsets(jvm: Any, broker: ScriptedBroker, start: int, end: int,
+                 fail_on_data_loss: bool = True, poll_timeout_ms: int = 1000) -> list[int]:
+    """The offsets the JVM reader reads from ``[start, end)``, batch after batch."""
+    config = jvm.java.util.HashMap()
+    config.put("bootstrap.servers", f"127.0.0.1:{broker.port}")
+    config.put("retry.backoff.ms", "10")
+    settings = jvm.io.gregor.spark.read.ReadSettings.fromOptions(
+        config, False, fail_on_data_loss, poll_timeout_ms)
+    schema = jvm.org.apache.spark.sql.types.StructType.fromDDL("offset BIGINT")
+    factory = jvm.io.gregor.spark.read.TopicRangeReaderFactory(schema)
+    reader = factory.createColumnarReader(
+        jvm.io.gregor.spark.read.TopicRange(TOPIC, 0, start, end, settings))
+    offsets: list[int] = []
+    try:
+        while reader.next():
+            batch = reader.get()
+            column = batch.column(0)
+            offsets.extend(column.getLong(i) for i in range(batch.numRows()))
+    finally:
+        reader.close()
+    return offsets
+
+
+def scripted(brokers: list[ScriptedBroker], *answers: Answer, earliest: int = 0,
+             latest: int = 0) -> ScriptedBroker:
+    broker = ScriptedBroker(list(answers), earliest, latest)
+    brokers.append(broker)
+    return broker
+
+
+def test_control_batches_and_records_before_the_fetch_offset_are_skipped(
+        jvm: Any, brokers: list[ScriptedBroker]) -> None:
+    data = [Record(o, 1000 + o, b"k", b"v%d" % o) for o in range(5)]
+    marker = [Record(5, 2000, b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00")]
+    later = [Record(o, 1000 + o, None, b"v%d" % o) for o in range(6, 9)]
+    records = (encode_batch(data, compression=1)
+               + encode_batch(marker, base_offset=5, is_control=True, is_transactional=True)
+               + encode_batch(later, base_offset=6, compression=4))
+    broker = scripted(brokers, Answer(records, 9))
+    assert read_offsets(jvm, broker, 3, 9) == [3, 4, 6, 7, 8]
+    assert broker.fetched == [3]
+
+
+def test_a_batch_wholly_before_the_position_and_a_partial_last_batch_are_left_out(
+        jvm: Any, brokers: list[ScriptedBroker]) -> None:
+    first = encode_batch([Record(o, 1, None, b"x") for o in range(4)])
+    second = encode_batch([Record(o, 1, None, b"y") for o in range(4, 6)], base_offset=4)
+    broker = scripted(brokers, Answer(first + second + second[:20], 6))
+    assert read_offsets(jvm, broker, 4, 6) == [4, 5]
+
+
+def test_a_batch_cut_short_is_fetched_again_from_where_the_last_whole_one_ended(
+        jvm: Any, brokers: list[ScriptedBroker]) -> None:
+    first = encode_batch([Record(o, 1, None, b"x") for o in range(4)])
+    second = encode_batch([Record(o, 1, None, b"y") for o in range(4, 6)], base_offset=4)
+    broker = scripted(brokers, Answer(first + second[:30], 6), Answer(second, 6))
+    assert read_offsets(jvm, broker, 0, 6) == [0, 1, 2, 3, 4, 5]
+    assert broker.fetched == [0, 4]
+
+
+def test_no_batch_below_a_high_watermark_past_the_end_means_the_rest_are_gaps(
+        jvm: Any, brokers: list[ScriptedBroker]) -> None:
+    broker = scripted(brokers, Answer(b"", 25))
+    assert read_offsets(jvm, broker, 10, 20) == []
+    assert broker.fetched == [10]
+
+
+def test_a_log_ending_below_the_range_is_waited_for_then_data_loss(
+        jvm: Any, brokers: list[ScriptedBroker]) -> None:
+    broker = scripted(brokers, Answer(b"", 10))
+    with pytest.raises(Py4JJavaError, match="t-0: expected records up to offset 20, but the "
+                                            "log now ends at offset 10"):
+        read_offsets(jvm, broker, 10, 20, poll_timeout_ms=300)
+    assert len(broker.fetched) > 1, "gave up at the first answer instead of waiting"
+    tolerant = scripted(brokers, Answer(b"", 10))
+    assert read_offsets(jvm, tolerant, 10, 20, fail_on_data_loss=False,
+                        poll_timeout_ms=300) == []
+
+
+def test_a_leader_that_moved_is_found_again_through_the_metadata(
+        jvm: Any, brokers: list[ScriptedBroker]) -> None:
+    batch = encode_batch([Record(o, 1, None, b"x") for o in range(3)])
+    broker = scripted(brokers, Answer(error=ErrorCode.not_leader_or_follower),
+                      Answer(error=ErrorCode.fenced_leader_epoch), Answer(batch, 3))
+    assert read_offsets(jvm, broker, 0, 3) == [0, 1, 2]
+    assert broker.fetched == [0, 0, 0]
+    assert broker.metadata_requests == 3
+
+
+def test_offsets_out_of_range_are_data_loss_or_skipped_to_the_log_start(
+        jvm: Any, brokers: list[ScriptedBroker]) -> None:
+    batch = encode_batch([Record(o, 1, None, b"x") for o in range(5, 9)], base_offset=5)
+    failing = scripted(brokers, Answer(error=ErrorCode.offset_out_of_range), earliest=5,
+                       latest=9)
+    with pytest.raises(Py4JJavaError, match="t-0: expected to read from offset 2, but the "
+                                            "available offsets are 5 to 9. Some data may have "
+                                            "been lost"):
+        read_offsets(jvm, failing, 2, 9)
+    tolerant = scripted(brokers, Answer(error=ErrorCode.offset_out_of_range),
+                        Answer(batch, 9), earliest=5, latest=9)
+    assert read_offsets(jvm, tolerant, 2, 9, fail_on_data_loss=False) == [5, 6, 7, 8]
+    assert tolerant.fetched == [2, 5]
+
+
+def test_no_progress_for_the_poll_timeout_fails_the_task(
+        jvm: Any, brokers: list[ScriptedBroker]) -> None:
+    broker = scripted(brokers, Answer(error=ErrorCode.leader_not_available))
+    with pytest.raises(Py4JJavaError, match="t-0: no record at offset 4 within 300 ms "
+                                            r"\(reading up to 8\); raise "
+                                            "kafkaConsumer.pollTimeoutMs"):
+        read_offsets(jvm, broker, 4, 8, poll_timeout_ms=300)
