@@ -67,8 +67,18 @@ def build_session(app_name: str = "gregor-pipeline", master: str | None = None,
         builder = builder.config(name, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    _show_source_warnings(session)
     register(session)
     return session
+
+
+def _show_source_warnings(session: SparkSession) -> None:
+    """Let the JVM source's warnings through Spark's ERROR level: records skipped with
+    failOnDataLoss=false must be said, as the Python source's workers say them."""
+    jvm = session._jvm
+    if jvm is not None:
+        log4j = jvm.org.apache.logging.log4j
+        log4j.core.config.Configurator.setLevel("io.gregor", log4j.Level.WARN)
 
 
 _SUBMITTED = "PYSPARK_GATEWAY_PORT"
