@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import select
 import subprocess
 import sys
 import threading
@@ -325,13 +326,16 @@ assert producer.flush(30) == 0
 print("written", flush=True)
 sys.stdin.readline()
 producer.commit_transaction(120)
+print("committed", flush=True)
+sys.stdin.readline()
 """
 
 
 def test_coordinator_killed_during_commit(txn_cluster: Cluster) -> None:
-    """The coordinator dies in PrepareCommit with a marker unwritten, and so does the
-    application that asked for the commit: the new leader of the id's
-    __transaction_state partition loads the transaction and finishes it by itself."""
+    """The coordinator dies in PrepareCommit with a marker unwritten, after answering
+    the application's commit (EndTxn is answered once PrepareCommit is written), and so
+    does the application: the new leader of the id's __transaction_state partition
+    loads the transaction and finishes it by itself."""
     cluster = txn_cluster
     topic = "txn-coordinator-dies"
     cluster.create_topic(topic, partitions=PARTITIONS)
@@ -351,6 +355,9 @@ def test_coordinator_killed_during_commit(txn_cluster: Cluster) -> None:
         application.stdin.flush()
         _wait(lambda: _state(cluster, coordinator, transactional_id) == "PrepareCommit",
               "the commit to be prepared")
+        answered, _, _ = select.select([application.stdout], [], [], WAIT_S)
+        assert answered and application.stdout.readline() == "committed\n"
+        assert _state(cluster, coordinator, transactional_id) == "PrepareCommit"
     finally:
         application.kill()
         application.wait()
