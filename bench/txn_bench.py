@@ -63,6 +63,11 @@ IDEMPOTENT = {"enable.idempotence": True}
 READ_COMMITTED = {"isolation.level": "read_committed"}
 READ_UNCOMMITTED = {"isolation.level": "read_uncommitted"}
 _TIMEOUT_S = 60
+TRANSACTIONAL, IDEMPOTENT_RUN = "transactional produce", "idempotent produce"
+FLUSHED = "idempotent produce, flushed every 1,000"
+# The target's two sides, and the reference that tells the transactions' own cost
+# from that of waiting for every 1,000 records (the client's flush in commit).
+PRODUCE_RUNS = (IDEMPOTENT_RUN, TRANSACTIONAL, FLUSHED)
 
 
 @dataclass
@@ -73,6 +78,10 @@ class Run:
     seconds: float
     broker_cores: float
     client_cores: float
+    # Per transaction (or flushed group of TRANSACTION records), medians in ms; 0 if
+    # the run has none.
+    queue_ms: float = 0.0
+    commit_ms: float = 0.0
 
     @property
     def records_per_s(self) -> float:
@@ -105,9 +114,21 @@ class Row:
         return self.ratio >= self.target
 
 
+@dataclass
+class Phases:
+    """Where one producer's transactions (or flushed groups of TRANSACTION records)
+    spent their time, in seconds each: handing the records to the client
+    (``begin_transaction`` and ``produce_batch``), and waiting for them to be written and
+    the transaction committed (``commit_transaction``: the client's flush, then EndTxn)."""
+
+    queue: list[float]
+    commit: list[float]
+
+
 def produce_in_transactions(bootstrap: str, topic: str, records: RecordSet,
                             watch: Stopwatch, aborted: Callable[[int], bool] = lambda _: False,
-                            partitions: int = PARTITIONS) -> Window:
+                            partitions: int = PARTITIONS, phases: Phases | None = None
+                            ) -> Window:
     """One transactional producer: transaction ``i`` holds records ``i * TRANSACTION`` to
     ``(i + 1) * TRANSACTION - 1`` (round-robin over the partitions, as every bench
     producer sends them) and is aborted if ``aborted(i)``."""
@@ -125,12 +146,14 @@ def produce_in_transactions(bootstrap: str, topic: str, records: RecordSet,
     per_lane = TRANSACTION // partitions
     watch.start()
     for number, start in enumerate(range(0, len(lanes[0]), per_lane)):
+        began = time.perf_counter()
         producer.begin_transaction()
         for partition, lane in enumerate(lanes):
             batch = lane[start:start + per_lane]
             if producer.produce_batch(topic, batch, partition=partition) != len(batch):
                 raise VerificationError(f"{topic}: producer queue refused records")
         producer.poll(0)
+        queued = time.perf_counter()
         if aborted(number):
             # Written first: abort_transaction would purge records still queued in the
             # client, and the log must hold aborted records for readers to skip.
@@ -138,6 +161,45 @@ def produce_in_transactions(bootstrap: str, topic: str, records: RecordSet,
             producer.abort_transaction(_TIMEOUT_S)
         else:
             producer.commit_transaction(_TIMEOUT_S)
+        if phases is not None:
+            phases.queue.append(queued - began)
+            phases.commit.append(time.perf_counter() - queued)
+    window = watch.stop()
+    if failures:
+        raise VerificationError(f"{topic}: {len(failures)} records failed ({failures[0]})")
+    return window
+
+
+def produce_flushed(bootstrap: str, topic: str, records: RecordSet, watch: Stopwatch,
+                    phases: Phases) -> Window:
+    """The transactional producer's records and pauses without a transaction: an
+    idempotent producer (acks=all) that flushes after every TRANSACTION records. Not a
+    target's baseline: what the transactions' own work (AddPartitionsToTxn, EndTxn,
+    markers) adds to a producer that waits for every 1,000 records anyway."""
+    failures: list[KafkaError] = []
+
+    def on_delivery(error: KafkaError | None, _msg: Message) -> None:
+        if error is not None:
+            failures.append(error)
+
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, **IDEMPOTENT,
+                         "acks": "all", "on_delivery": on_delivery, "log_level": 0})
+    producer.list_topics(topic, timeout=10)  # connect before the clock starts
+    lanes = [[{"value": value} for value in lane] for lane in records.partitions(PARTITIONS)]
+    per_lane = TRANSACTION // PARTITIONS
+    watch.start()
+    for start in range(0, len(lanes[0]), per_lane):
+        began = time.perf_counter()
+        for partition, lane in enumerate(lanes):
+            batch = lane[start:start + per_lane]
+            if producer.produce_batch(topic, batch, partition=partition) != len(batch):
+                raise VerificationError(f"{topic}: producer queue refused records")
+        producer.poll(0)
+        queued = time.perf_counter()
+        if producer.flush(_TIMEOUT_S):
+            raise VerificationError(f"{topic}: records left unacknowledged")
+        phases.queue.append(queued - began)
+        phases.commit.append(time.perf_counter() - queued)
     window = watch.stop()
     if failures:
         raise VerificationError(f"{topic}: {len(failures)} records failed ({failures[0]})")
@@ -161,18 +223,28 @@ class Bench:
         self.client = KafkaClient(broker.bootstrap)
         self.watch = Stopwatch(lambda: [broker.pid] if broker.pid is not None else [])
 
-    def _run(self, workload: str, records: int, delivered: int, window: Window) -> Run:
-        return Run(workload, records, delivered, window.seconds, window.server_cores,
-                   window.client_cores)
+    def _run(self, workload: str, records: int, delivered: int, window: Window,
+             phases: Phases | None = None) -> Run:
+        run = Run(workload, records, delivered, window.seconds, window.server_cores,
+                  window.client_cores)
+        if phases is not None:
+            run.queue_ms = statistics.median(phases.queue) * 1000
+            run.commit_ms = statistics.median(phases.commit) * 1000
+        return run
 
-    def produce(self, records: RecordSet, transactional: bool) -> Run:
+    def produce(self, records: RecordSet, kind: str) -> Run:
+        """``kind``: TRANSACTIONAL, IDEMPOTENT_RUN or FLUSHED (see :data:`PRODUCE_RUNS`)."""
         topic = f"p-{uuid.uuid4().hex[:8]}"
         self.client.create(topic, PARTITIONS)
         settle()
+        phases = Phases([], [])
         with collector_paused():
-            if transactional:
+            if kind == TRANSACTIONAL:
                 window = produce_in_transactions(self.broker.bootstrap, topic, records,
-                                                 self.watch)
+                                                 self.watch, phases=phases)
+            elif kind == FLUSHED:
+                window = produce_flushed(self.broker.bootstrap, topic, records, self.watch,
+                                         phases)
             else:
                 window = self.client.produce(topic, PARTITIONS, records, "all", self.watch,
                                              IDEMPOTENT)
@@ -180,8 +252,8 @@ class Bench:
             self.client.consume(topic, PARTITIONS, records, Stopwatch(lambda: []),
                                 READ_COMMITTED)
         self.client.delete(topic, PARTITIONS)
-        kind = "transactional" if transactional else "idempotent"
-        return self._run(f"{kind} produce", records.count, records.count, window)
+        return self._run(kind, records.count, records.count, window,
+                         phases if phases.queue else None)
 
     def write_aborting(self, records: RecordSet) -> str:
         topic = f"c-{uuid.uuid4().hex[:8]}"
@@ -202,10 +274,11 @@ class Bench:
         return self._run(f"{level} consume", records.count, delivered, window)
 
 
-def abba(pairs: int, first: Callable[[], Run], second: Callable[[], Run]) -> list[Run]:
+def abba(pairs: int, *sides: Callable[[], Run]) -> list[Run]:
+    """Each side ``pairs`` times, in A B, B A order (A B C, C B A with three)."""
     runs = []
     for pair in range(pairs):
-        order = (first, second) if pair % 2 == 0 else (second, first)
+        order = sides if pair % 2 == 0 else sides[::-1]
         runs += [run() for run in order]
     return runs
 
@@ -218,17 +291,17 @@ def measure(quick: bool, pairs: int) -> tuple[list[Row], list[Run]]:
     try:
         bench = Bench(broker)
         warm_up = RecordSet(RECORD, 5 * TRANSACTION, seed=1)
-        bench.produce(warm_up, True)  # creates __transaction_state; not recorded
-        bench.produce(warm_up, False)
-        runs = abba(pairs, lambda: bench.produce(records, False),
-                    lambda: bench.produce(records, True))
+        for kind in PRODUCE_RUNS:  # the first creates __transaction_state; not recorded
+            bench.produce(warm_up, kind)
+        runs = abba(pairs, *(lambda kind=kind: bench.produce(records, kind)
+                             for kind in PRODUCE_RUNS))
         topic = bench.write_aborting(records)
         runs += abba(pairs, lambda: bench.consume(topic, records, False),
                      lambda: bench.consume(topic, records, True))
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return [_row(runs, "transactional produce", "idempotent produce", PRODUCE_TARGET),
+    return [_row(runs, TRANSACTIONAL, IDEMPOTENT_RUN, PRODUCE_TARGET),
             _row(runs, "read_committed consume", "read_uncommitted consume",
                  CONSUME_TARGET)], runs
 
@@ -262,6 +335,33 @@ def report(rows: list[Row]) -> str:
             f"{r.baseline_records_per_s:,.0f} | {r.measured_delivered_per_s:,.0f} / "
             f"{r.baseline_delivered_per_s:,.0f} | {r.measured_us:.1f} / {r.baseline_us:.1f} µs "
             f"| {r.ratio:.0%} | >= {r.target:.0%} | {'yes' if r.met else 'NO'} |")
+    return "\n".join(lines)
+
+
+def breakdown(runs: list[Run]) -> str:
+    """Where a transaction's time goes: per 1,000 records, each producer's time, split
+    into handing the records to the client and waiting for them (medians)."""
+    lines = ["| producer | ms per 1,000 records | handing them to the client | "
+             "waiting: flush, and EndTxn if transactional | broker CPU per record |",
+             "|---|---|---|---|---|"]
+    per_thousand = {}
+    for kind in PRODUCE_RUNS:
+        chosen = [r for r in runs if r.workload == kind]
+        if not chosen:
+            continue
+        per_thousand[kind] = statistics.median(r.seconds / r.records for r in chosen) * 1e6
+        phases = (f"{statistics.median(r.queue_ms for r in chosen):.2f} ms | "
+                  f"{statistics.median(r.commit_ms for r in chosen):.2f} ms"
+                  if kind != IDEMPOTENT_RUN else "(overlapped) | (overlapped)")
+        lines.append(f"| {kind} | {per_thousand[kind]:.2f} ms | {phases} | "
+                     f"{statistics.median(r.broker_us_per_record for r in chosen):.1f} µs |")
+    if {TRANSACTIONAL, FLUSHED, IDEMPOTENT_RUN} <= per_thousand.keys():
+        lines.append(
+            f"\nA transaction adds {per_thousand[TRANSACTIONAL] - per_thousand[FLUSHED]:.2f} "
+            f"ms to flushing its records, and flushing them adds "
+            f"{per_thousand[FLUSHED] - per_thousand[IDEMPOTENT_RUN]:.2f} ms to the idempotent "
+            f"producer's 1,000 records; the target allows "
+            f"{per_thousand[IDEMPOTENT_RUN] * (1 / PRODUCE_TARGET - 1):.2f} ms in all.")
     return "\n".join(lines)
 
 
@@ -303,19 +403,21 @@ def main() -> None:
         {"rows": [{**asdict(r), "ratio": r.ratio, "met": r.met} for r in rows],
          "runs": [{**asdict(r), "records_per_s": r.records_per_s} for r in runs]}, indent=1))
     plot(rows, OUT / "txn_bench.png")
-    table = report(rows)
+    table, phases = report(rows), breakdown(runs)
     print(table)
+    print(f"\nWhere a transaction's time goes:\n{phases}")
     print(f"{len(runs)} runs, {minutes:.1f} minutes")
     if not args.quick:
         shutil.copyfile(OUT / "txn_bench.png", DOCS / "img" / "bench-txn.png")
-        (DOCS / "txn-benchmarks.md").write_text(_document(table, pairs, runs, minutes))
+        (DOCS / "txn-benchmarks.md").write_text(_document(table, phases, pairs, runs,
+                                                          minutes))
         write_section(DOCS / "benchmarks.md", "txn_bench", (
             f"## Transactions\n\n`python -m bench.txn_bench`, "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; setup and plot: "
-            f"[txn-benchmarks.md](txn-benchmarks.md).\n\n{table}"))
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; setup, plot and where a "
+            f"transaction's time goes: [txn-benchmarks.md](txn-benchmarks.md).\n\n{table}"))
 
 
-def _document(table: str, pairs: int, runs: list[Run], minutes: float) -> str:
+def _document(table: str, phases: str, pairs: int, runs: list[Run], minutes: float) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     records = runs[0].records
     return f"""# What transactions cost: produce and consume
@@ -330,7 +432,8 @@ partitions; client: confluent-kafka (librdkafka) with bench's usual settings
 - **Produce**: one transactional producer (`transactional.id` set, transactions of
   {TRANSACTION:,} records: `begin_transaction`, the records, `commit_transaction`,
   which waits for the commit) against one idempotent producer (`enable.idempotence`,
-  acks=all) of the same records, a fresh topic per run. Every run is read back at
+  acks=all) of the same records, a fresh topic per run; and, for reference only, the
+  idempotent producer flushing after every {TRANSACTION:,} records. Every run is read back at
   read_committed and every record checked (count, order, content).
 - **Consume**: one topic written in transactions of {TRANSACTION:,} records, every
   {ABORT_EVERY}th aborted, read from the start by a librdkafka consumer at
@@ -341,9 +444,23 @@ partitions; client: confluent-kafka (librdkafka) with bench's usual settings
 
 {table}
 
-A transaction adds, per transaction: AddPartitionsToTxn for its partitions, EndTxn
-(the coordinator writes PrepareCommit to `__transaction_state`, a marker to each
-partition, then CompleteCommit) and the producer's wait for it; nothing per record.
+A transaction adds, per transaction: AddPartitionsToTxn for its partitions (one write
+to `__transaction_state`, before its first records may be sent), and EndTxn: the
+coordinator writes PrepareCommit and answers, then writes a marker to each partition
+and CompleteCommit while the producer hands over its next records (the next
+AddPartitionsToTxn waits for them); nothing per record. And a transactional producer
+waits for every one of its records before it commits, where the idempotent one keeps
+sending: a third producer, idempotent and flushing after every 1,000 records, tells
+that pause from the transactions' own work.
+
+## Where a transaction's time goes
+
+Per 1,000 records (one transaction), medians over the runs; "handing them to the
+client" is `begin_transaction` and `produce_batch`, "waiting" is `commit_transaction`
+(the client's flush, then EndTxn) or `flush`.
+
+{phases}
+
 A read_committed Fetch is answered up to the last stable offset, with the aborted
 transactions of the range read from the segments' `.txnindex`; the consumer drops
 their records itself.
