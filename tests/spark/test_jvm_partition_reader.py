@@ -151,26 +151,34 @@ def brokers() -> Iterator[list[ScriptedBroker]]:
 
 
 def read_offsets(jvm: Any, broker: ScriptedBroker, start: int, end: int,
-                 fail_on_data_loss: bool = True, poll_timeout_ms: int = 1000) -> list[int]:
+                 fail_on_data_loss: bool = True, poll_timeout_ms: int = 1000) -> list[Any]:
     """The offsets the JVM reader reads from ``[start, end)``, batch after batch."""
+    return read_column(jvm, broker, start, end, "offset BIGINT", fail_on_data_loss,
+                       poll_timeout_ms)
+
+
+def read_column(jvm: Any, broker: ScriptedBroker, start: int, end: int, column: str,
+                fail_on_data_loss: bool = True, poll_timeout_ms: int = 1000) -> list[Any]:
+    """One column (``name TYPE``, BIGINT or BINARY) as the JVM reader reads it."""
     config = jvm.java.util.HashMap()
     config.put("bootstrap.servers", f"127.0.0.1:{broker.port}")
     config.put("retry.backoff.ms", "10")
     settings = jvm.io.gregor.spark.read.ReadSettings.fromOptions(
         config, False, fail_on_data_loss, poll_timeout_ms)
-    schema = jvm.org.apache.spark.sql.types.StructType.fromDDL("offset BIGINT")
+    schema = jvm.org.apache.spark.sql.types.StructType.fromDDL(column)
     factory = jvm.io.gregor.spark.read.TopicRangeReaderFactory(schema)
     reader = factory.createColumnarReader(
         jvm.io.gregor.spark.read.TopicRange(TOPIC, 0, start, end, settings))
-    offsets: list[int] = []
+    values: list[Any] = []
     try:
         while reader.next():
             batch = reader.get()
-            column = batch.column(0)
-            offsets.extend(column.getLong(i) for i in range(batch.numRows()))
+            vector = batch.column(0)
+            get = vector.getLong if column.endswith("BIGINT") else vector.getBinary
+            values.extend(get(i) for i in range(batch.numRows()))
     finally:
         reader.close()
-    return offsets
+    return values
 
 
 def scripted(brokers: list[ScriptedBroker], *answers: Answer, earliest: int = 0,
@@ -261,3 +269,13 @@ def test_no_progress_for_the_poll_timeout_fails_the_task(
                                             r"\(reading up to 8\); raise "
                                             "kafkaConsumer.pollTimeoutMs"):
         read_offsets(jvm, broker, 4, 8, poll_timeout_ms=300)
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy-xerial", "lz4", "zstd"])
+def test_every_codec_as_gregor_writes_it(jvm: Any, brokers: list[ScriptedBroker],
+                                         codec: int) -> None:
+    """Snappy here is in xerial's framing (the Java client's), which librdkafka never writes;
+    tests/spark/test_source_exactness.py reads librdkafka's raw snappy."""
+    records = [Record(o, 1, None, b"v%d" % o * 50) for o in range(200)]
+    broker = scripted(brokers, Answer(encode_batch(records, compression=codec), 200))
+    assert read_column(jvm, broker, 0, 200, "value BINARY") == [r.value for r in records]
