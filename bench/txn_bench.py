@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import tempfile
@@ -395,9 +396,12 @@ def main() -> None:
                         help="pairs of runs per comparison (default 5, quick 1)")
     args = parser.parse_args()
     pairs = args.pairs or (1 if args.quick else 5)
-    started = time.monotonic()
+    started, load_before = time.monotonic(), os.getloadavg()[0]
     rows, runs = measure(args.quick, pairs)
     minutes = (time.monotonic() - started) / 60
+    # Other work on the cores changes the ratio most (a loaded run once showed 90% where
+    # a quiet one showed 38%): the document says how loaded the machine was.
+    load = f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
     OUT.mkdir(exist_ok=True)
     (OUT / "txn_bench.json").write_text(json.dumps(
         {"rows": [{**asdict(r), "ratio": r.ratio, "met": r.met} for r in rows],
@@ -406,24 +410,26 @@ def main() -> None:
     table, phases = report(rows), breakdown(runs)
     print(table)
     print(f"\nWhere a transaction's time goes:\n{phases}")
-    print(f"{len(runs)} runs, {minutes:.1f} minutes")
+    print(f"{len(runs)} runs, {minutes:.1f} minutes, {load}")
     if not args.quick:
         shutil.copyfile(OUT / "txn_bench.png", DOCS / "img" / "bench-txn.png")
         (DOCS / "txn-benchmarks.md").write_text(_document(table, phases, pairs, runs,
-                                                          minutes))
+                                                          minutes, load))
         write_section(DOCS / "benchmarks.md", "txn_bench", (
             f"## Transactions\n\n`python -m bench.txn_bench`, "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; setup, plot and where a "
-            f"transaction's time goes: [txn-benchmarks.md](txn-benchmarks.md).\n\n{table}"))
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {load}; setup, plot and "
+            f"where a transaction's time goes: [txn-benchmarks.md](txn-benchmarks.md).\n\n"
+            f"{table}"))
 
 
-def _document(table: str, phases: str, pairs: int, runs: list[Run], minutes: float) -> str:
+def _document(table: str, phases: str, pairs: int, runs: list[Run], minutes: float,
+              load: str) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     records = runs[0].records
     return f"""# What transactions cost: produce and consume
 
-`python -m bench.txn_bench`, {when}, {minutes:.0f} minutes on this 2-core machine, one
-broker process and the load generator sharing the cores. {pairs} runs of each side per
+`python -m bench.txn_bench`, {when}, {minutes:.0f} minutes on this 2-core machine ({load}),
+one broker process and the load generator sharing the cores. {pairs} runs of each side per
 comparison in ABBA order, after a warm-up, each after `sync`; figures are medians.
 Records: {records:,} of 1 KiB per run, each numbered and checked, over {PARTITIONS}
 partitions; client: confluent-kafka (librdkafka) with bench's usual settings
