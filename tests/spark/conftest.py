@@ -1,6 +1,9 @@
 """One local SparkSession per test module, with the ``gregor`` source registered.
 
-The broker comes from the top-level ``broker`` fixture (tests/conftest.py).
+``format("gregor")`` is the JVM source whenever set-up built its jar (a JDK was there),
+so most tests read through it; tests that take ``source_format`` also read through the
+Python data source it falls back to. The broker comes from the top-level ``broker``
+fixture (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -23,6 +26,14 @@ def spark() -> Iterator[SparkSession]:
     session = build_session("gregor-spark-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(params=["gregor", "gregor_python"], ids=["jvm", "python"])
+def source_format(request: pytest.FixtureRequest) -> str:
+    """Both paths of the source: ``gregor`` (the JVM source, when built) and
+    ``gregor_python``, the Python data source every session registers under that name
+    (the one ``gregor`` is without the jar, and the JVM source's writer)."""
+    return str(request.param)
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,9 @@ computed in plain Python from the producer's delivery reports.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -30,6 +33,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from gregor.spark import JAR, jvm_source_loaded
 from gregor.spark.partition_leader import FetchSettings
 from gregor.spark.partition_range import DataLossError, PartitionRange, ReadSettings
 from gregor.spark.partition_reader import read_range
@@ -100,8 +104,9 @@ def produce(
     return sorted(delivered, key=lambda r: (r.partition, r.offset))
 
 
-def source(spark: SparkSession, bootstrap: str, **options: str) -> DataFrame:
-    reader = spark.read.format("gregor").option("kafka.bootstrap.servers", bootstrap)
+def source(spark: SparkSession, bootstrap: str, source_format: str = "gregor",
+           **options: str) -> DataFrame:
+    reader = spark.read.format(source_format).option("kafka.bootstrap.servers", bootstrap)
     return reader.options(**options).load()
 
 
@@ -131,15 +136,88 @@ def without_headers(records: list[Record]) -> list[Record]:
     return [Record(**{**r.__dict__, "headers": None}) for r in records]
 
 
-def test_batch_read_returns_exactly_what_was_produced(spark: SparkSession, broker: Any) -> None:
+def test_batch_read_returns_exactly_what_was_produced(spark: SparkSession, broker: Any,
+                                                     source_format: str) -> None:
     topic = new_topic(broker.bootstrap)
     produced = produce(broker.bootstrap, topic, 3000)
 
-    df = source(spark, broker.bootstrap, subscribe=topic, includeHeaders="true")
+    df = source(spark, broker.bootstrap, source_format, subscribe=topic, includeHeaders="true")
 
     assert as_records(df) == produced
     timestamp_types = df.groupBy("timestampType").count().collect()
     assert [(r.timestampType, r["count"]) for r in timestamp_types] == [(0, 3000)]
+
+
+def executed_plan(df: DataFrame) -> str:
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
+def test_format_gregor_reads_through_the_jvm_source(spark: SparkSession, broker: Any,
+                                                    tmp_path: Path) -> None:
+    """What every other test's ``format("gregor")`` runs, batch and streaming: the JVM
+    source, wherever set-up could build it; ``gregor_python`` stays the Python source."""
+    if not JAR.exists():
+        if shutil.which("javac"):
+            pytest.fail(f"a JDK is here but set-up built no {JAR} (scripts/build-spark-jar.sh)")
+        pytest.skip("no JDK: the JVM source was not built, format('gregor') is Python's")
+    assert jvm_source_loaded(spark)
+    topic = new_topic(broker.bootstrap, partitions=2)
+    produce(broker.bootstrap, topic, 10, partitions=2)
+
+    plan = executed_plan(source(spark, broker.bootstrap, subscribe=topic))
+    assert "GregorScan(key, value, topic" in plan and "(Python)" not in plan
+    assert "(Python)" in executed_plan(
+        source(spark, broker.bootstrap, "gregor_python", subscribe=topic))
+    # Only the columns a query uses are read.
+    assert "GregorScan(offset)" in executed_plan(
+        source(spark, broker.bootstrap, subscribe=topic).select("offset"))
+
+    query = (stream(spark, broker.bootstrap, subscribe=topic).writeStream.format("noop")
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(120)
+    description = query.lastProgress["sources"][0]["description"]
+    assert description == f"GregorMicroBatchStream[subscribe=[{topic}]]"
+
+
+def test_without_the_jar_format_gregor_is_the_python_source(broker: Any) -> None:
+    """A set-up without a JDK builds no jar: ``register`` then gives ``gregor`` to the
+    Python source (in a process of its own, since a JVM keeps the classpath it started
+    with)."""
+    topic = new_topic(broker.bootstrap, partitions=2)
+    produce(broker.bootstrap, topic, 10, partitions=2)
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from gregor.spark import session\n"
+        "session.JAR = Path('/nonexistent/gregor-spark.jar')\n"
+        "spark = session.build_session('gregor-without-jar', 'local[1]')\n"
+        "df = (spark.read.format('gregor').option('kafka.bootstrap.servers', sys.argv[1])\n"
+        "      .option('subscribe', sys.argv[2]).load())\n"
+        "print('records:', df.count())\n"
+        "print(df._jdf.queryExecution().executedPlan().toString())\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script, broker.bootstrap, topic],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "records: 10\n" in run.stdout
+    assert "BatchScan gregor[" in run.stdout and "(Python)" in run.stdout
+
+
+def test_a_query_checkpointed_by_one_path_resumes_on_the_other(
+    spark: SparkSession, broker: Any, tmp_path: Path
+) -> None:
+    """Both paths keep the same offsets text in the checkpoint, so a query started on the
+    Python source (a machine without a JDK, or before the JVM source) goes on where it
+    was on the JVM source, and back."""
+    topic = new_topic(broker.bootstrap)
+    produced = produce(broker.bootstrap, topic, 300)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    for first, source_format in enumerate(["gregor_python", "gregor", "gregor_python"]):
+        df = stream(spark, broker.bootstrap, source_format, subscribe=topic)
+        assert sum(run_available_now(df, out, checkpoint)) == (100 if first else 300)
+        produced += produce(broker.bootstrap, topic, 100, first=300 + 100 * first)
+    assert sink_keys(spark, out) == keys(produced[:-100])
 
 
 def test_aggregation_through_the_source_matches_plain_python(
@@ -340,8 +418,9 @@ def test_topic_column_routes_rows_and_missing_topic_is_an_error(
         ).save()
 
 
-def stream(spark: SparkSession, bootstrap: str, **options: str) -> DataFrame:
-    reader = spark.readStream.format("gregor").option("kafka.bootstrap.servers", bootstrap)
+def stream(spark: SparkSession, bootstrap: str, source_format: str = "gregor",
+           **options: str) -> DataFrame:
+    reader = spark.readStream.format(source_format).option("kafka.bootstrap.servers", bootstrap)
     return reader.option("startingOffsets", "earliest").options(**options).load()
 
 
@@ -370,11 +449,12 @@ def keys(records: list[Record]) -> list[tuple[str, int, int]]:
 
 
 def test_available_now_with_max_offsets_per_trigger_resumes_from_checkpoint(
-    spark: SparkSession, broker: Any, tmp_path: Path
+    spark: SparkSession, broker: Any, tmp_path: Path, source_format: str
 ) -> None:
     topic = new_topic(broker.bootstrap)
     produced = produce(broker.bootstrap, topic, 900)
-    df = stream(spark, broker.bootstrap, subscribe=topic, maxOffsetsPerTrigger="250")
+    df = stream(spark, broker.bootstrap, source_format, subscribe=topic,
+                maxOffsetsPerTrigger="250")
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
 
     batches = run_available_now(df, out, checkpoint)

@@ -185,6 +185,12 @@ public final class GregorMicroBatchStream implements MicroBatchStream, SupportsT
     return new GregorOffset(OffsetsJson.read(json));
   }
 
+  /** The stream's name in query progress ("description"), where a Python source's is Spark's. */
+  @Override
+  public String toString() {
+    return "GregorMicroBatchStream[" + options.subscription() + "]";
+  }
+
   /** Nothing to do: the checkpoint holds the progress, so retention alone decides what goes. */
   @Override
   public void commit(Offset end) {}

@@ -6,6 +6,7 @@ import java.util.Collections;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.TreeSet;
 import java.util.regex.Pattern;
 
 /**
@@ -40,5 +41,14 @@ public record Subscription(Set<String> topics, Pattern pattern, List<TopicPartit
     }
     Collections.sort(selected);
     return selected;
+  }
+
+  /** How query progress and plans name what the stream reads, as the options said it. */
+  @Override
+  public String toString() {
+    if (!assigned.isEmpty()) {
+      return "assign=" + assigned;
+    }
+    return pattern != null ? "subscribePattern=" + pattern : "subscribe=" + new TreeSet<>(topics);
   }
 }
