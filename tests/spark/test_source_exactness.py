@@ -1,6 +1,7 @@
 """The source's output, record by record, against librdkafka's reading of the same topics:
 every codec, CreateTime and LogAppendTime, null keys and values, headers, and a compacted
-topic with gaps, read whole and in a range that starts inside a batch and ends in a gap.
+topic with gaps, read whole and in a range that starts inside a batch and ends in a gap;
+each through both paths of the source, the JVM one and the Python one.
 
 The broker is this module's own, with a cleaner that looks for work every 100 ms.
 """
@@ -28,6 +29,8 @@ from pyspark.sql import SparkSession
 from gregor.broker.process import BrokerProcess
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+FORMATS = ["gregor", "gregor_python"]
+"""The JVM source (when set-up built it) and the Python data source: both read each topic."""
 PARTITIONS = 2
 Row = tuple[str, int, int, int, int, bytes | None, bytes | None, tuple | None]
 """topic, partition, offset, timestamp ms, timestamp type, key, value, headers"""
@@ -112,8 +115,9 @@ def librdkafka_rows(bootstrap: str, topics: dict[str, int],
     return sorted(rows, key=lambda r: (r[0], r[1], r[2]))
 
 
-def spark_rows(spark: SparkSession, bootstrap: str, **options: str) -> list[Row]:
-    df = (spark.read.format("gregor").option("kafka.bootstrap.servers", bootstrap)
+def spark_rows(spark: SparkSession, bootstrap: str, source_format: str,
+               **options: str) -> list[Row]:
+    df = (spark.read.format(source_format).option("kafka.bootstrap.servers", bootstrap)
           .option("includeHeaders", "true").options(**options).load())
     rows = df.selectExpr("topic", "partition", "offset", "unix_millis(timestamp) AS ms",
                          "timestampType", "key", "value", "headers").collect()
@@ -143,10 +147,11 @@ def test_every_codec_and_timestamp_type_matches_librdkafka(spark: SparkSession,
     topics[appended] = PARTITIONS
 
     expected = librdkafka_rows(bootstrap, topics)
-    got = spark_rows(spark, bootstrap, subscribePattern=f"{prefix}-.*")
-    assert len(got) == len(expected) == 5 * 1500 + 500
-    assert {r[4] for r in got if r[0] == appended} == {1}
-    assert got == expected
+    for source_format in FORMATS:
+        got = spark_rows(spark, bootstrap, source_format, subscribePattern=f"{prefix}-.*")
+        assert len(got) == len(expected) == 5 * 1500 + 500
+        assert {r[4] for r in got if r[0] == appended} == {1}
+        assert got == expected, source_format
 
 
 def compact_with_gaps(bootstrap: str, data_dir: Path) -> str:
@@ -188,7 +193,8 @@ def test_compacted_topic_with_gaps_matches_librdkafka(spark: SparkSession,
     everything = librdkafka_rows(bootstrap, {topic: 1})
     offsets = [r[2] for r in everything]
     assert offsets[-1] - offsets[0] + 1 > 2 * len(offsets), "no gaps to read over"
-    assert spark_rows(spark, bootstrap, subscribe=topic) == everything
+    for source_format in FORMATS:
+        assert spark_rows(spark, bootstrap, source_format, subscribe=topic) == everything
 
     # Start at a present offset inside the first batch, and end where the last offsets of
     # the range were removed by compaction.
@@ -197,10 +203,11 @@ def test_compacted_topic_with_gaps_matches_librdkafka(spark: SparkSession,
     end = gap_ends[len(gap_ends) // 2] - 1
     expected = librdkafka_rows(bootstrap, {topic: 1}, {(topic, 0): (start, end)})
     assert expected and expected[-1][2] < end - 1
-    got = spark_rows(spark, bootstrap, subscribe=topic,
-                     startingOffsets=f'{{"{topic}": {{"0": {start}}}}}',
-                     endingOffsets=f'{{"{topic}": {{"0": {end}}}}}')
-    assert got == expected
+    for source_format in FORMATS:
+        got = spark_rows(spark, bootstrap, source_format, subscribe=topic,
+                         startingOffsets=f'{{"{topic}": {{"0": {start}}}}}',
+                         endingOffsets=f'{{"{topic}": {{"0": {end}}}}}')
+        assert got == expected, source_format
 
 
 def test_transactions_match_librdkafka_at_both_isolation_levels(
@@ -229,8 +236,10 @@ def test_transactions_match_librdkafka_at_both_isolation_levels(
             transactional.abort_transaction(30)
     for level in ("read_committed", "read_uncommitted"):
         expected = librdkafka_rows(bootstrap, {topic: PARTITIONS}, isolation=level)
-        got = spark_rows(spark, bootstrap, subscribe=topic, **{"kafka.isolation.level": level})
         committed = 3 * 150 + 6 * 3
         assert len(expected) == (committed if level == "read_committed"
                                  else committed + 3 * 150)
-        assert got == expected
+        for source_format in FORMATS:
+            got = spark_rows(spark, bootstrap, source_format, subscribe=topic,
+                             **{"kafka.isolation.level": level})
+            assert got == expected, (level, source_format)
