@@ -100,7 +100,12 @@ class Connection:
                     continue
                 if response is not None:
                     await self.send(response)
-                self._count(metrics, frame, started, perf_counter())
+                # Counted as Kafka's RequestMetrics do: the time from arrival to the answer
+                # sent, of which the wait behind earlier requests. Inline: once per request.
+                api_key, version, _ = peek_api(frame)
+                metrics.request_completed(
+                    api_key, version, api_key == FETCH and self._from_follower(),
+                    self.frames.received_at, started, perf_counter())
         except (ConnectionError, TimeoutError, ConnectionClosed):
             pass  # the client left (possibly mid-frame), or was refused and that was logged
         except asyncio.CancelledError:
@@ -113,15 +118,9 @@ class Connection:
                 task.cancel()
             self.transport.close()
 
-    def _count(self, metrics: BrokerMetrics, frame: bytes | memoryview, started: float,
-               done: float) -> None:
-        """Count one request served as Kafka's RequestMetrics do: its time from arrival
-        to its answer sent, of which the wait behind earlier requests."""
-        api_key, version, _ = peek_api(frame)
-        follower = (api_key == FETCH and self.request is not None
-                    and getattr(self.request.body, "replica_id", -1) >= 0)
-        metrics.request_completed(api_key, version, follower, self.frames.received_at,
-                                  started, done)
+    def _from_follower(self) -> bool:
+        """Whether the fetch just handled came from a follower replica."""
+        return self.request is not None and getattr(self.request.body, "replica_id", -1) >= 0
 
     def _counter(self, metrics: BrokerMetrics, frame: bytes | memoryview, started: float
                  ) -> Callable[[], None]:

@@ -10,6 +10,7 @@ code of each answer, never from decoding records.
 from __future__ import annotations
 
 import bisect
+import operator
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -42,13 +43,13 @@ TIME_BUCKETS_MS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0
 
 
 class Histogram:
-    """Fixed buckets, counted per bucket (not cumulative: made so at scrape time)."""
+    """The buckets of :data:`TIME_BUCKETS_MS`, counted per bucket (not cumulative: made
+    so at scrape time)."""
 
-    __slots__ = ("bounds", "counts", "total")
+    __slots__ = ("counts", "total")
 
-    def __init__(self, bounds: tuple[float, ...] = TIME_BUCKETS_MS) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+    def __init__(self) -> None:
+        self.counts = [0] * (len(TIME_BUCKETS_MS) + 1)  # the last one is +Inf
         self.total = 0.0
 
 
@@ -82,13 +83,15 @@ class RequestCounters:
         self.total_time = Histogram()
         self.queue_time = Histogram()
 
-    def completed(self, version: int, queue_ms: float, total_ms: float) -> None:
+    def completed(self, version: int, queue_bucket: int, queue_ms: float, total_bucket: int,
+                  total_ms: float) -> None:
+        """One request, its times already placed in their buckets (by the caller, once
+        for the two counters a fetch adds to)."""
         self.by_version[version] += 1
-        # One bisect and two additions per histogram: this runs once or twice per request.
         queue, total = self.queue_time, self.total_time
-        queue.counts[bisect.bisect_left(queue.bounds, queue_ms)] += 1
+        queue.counts[queue_bucket] += 1
         queue.total += queue_ms
-        total.counts[bisect.bisect_left(total.bounds, total_ms)] += 1
+        total.counts[total_bucket] += 1
         total.total += total_ms
 
 
@@ -122,11 +125,31 @@ class BrokerMetrics:
         byte arrived, ``started_s`` when its handler began, ``done_s`` once its answer
         was written out (``time.perf_counter`` seconds)."""
         queue_ms, total_ms = (started_s - received_s) * 1000, (done_s - received_s) * 1000
-        (self._by_key.get(api_key) or self.for_api(api_key)).completed(
-            version, queue_ms, total_ms)
+        queue_bucket = bisect.bisect_left(TIME_BUCKETS_MS, queue_ms)
+        total_bucket = bisect.bisect_left(TIME_BUCKETS_MS, total_ms)
         if api_key == FETCH:
-            (self._fetch_follower if follower_fetch else self._fetch_consumer).completed(
-                version, queue_ms, total_ms)
+            # Fetch's own requests and times are these two's sum, added at scrape time
+            # (as_scraped) rather than counted a second time here.
+            counters = self._fetch_follower if follower_fetch else self._fetch_consumer
+        else:
+            counters = self._by_key.get(api_key) or self.for_api(api_key)
+        counters.completed(version, queue_bucket, queue_ms, total_bucket, total_ms)
+
+    def as_scraped(self) -> dict[str, RequestCounters]:
+        """Every API's counters by name, Fetch's requests and times being its consumer
+        and follower fetches' together (its errors are its own: counted per partition)."""
+        scraped = dict(self.requests)
+        fetch = RequestCounters()
+        fetch.errors = self._fetch_errors
+        for part in (self._fetch_consumer, self._fetch_follower):
+            for version, count in part.by_version.items():
+                fetch.by_version[version] += count
+            for mine, theirs in ((fetch.total_time, part.total_time),
+                                 (fetch.queue_time, part.queue_time)):
+                mine.counts = list(map(operator.add, mine.counts, theirs.counts))
+                mine.total += theirs.total
+        scraped[names.request_name(FETCH)] = fetch
+        return scraped
 
     def answered(self, api_key: int, error_code: int) -> None:
         """An answer's error (NONE too, as Kafka's ErrorsPerSec counts it)."""

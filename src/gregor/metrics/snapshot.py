@@ -88,7 +88,7 @@ def take(broker: Broker, metrics: BrokerMetrics, loop: LoopMonitor) -> Snapshot:
         RequestView(name, tuple(sorted(c.by_version.items())), tuple(sorted(c.errors.items())),
                     HistogramView(tuple(c.total_time.counts), c.total_time.total),
                     HistogramView(tuple(c.queue_time.counts), c.queue_time.total))
-        for name, c in sorted(metrics.requests.items()) if c.by_version or c.errors)
+        for name, c in sorted(metrics.as_scraped().items()) if c.by_version or c.errors)
     replica_manager = broker.replica_manager
     partitions = []
     for (topic, index), partition in sorted(replica_manager.partitions.items()):
