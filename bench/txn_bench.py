@@ -79,7 +79,7 @@ class Run:
     seconds: float
     broker_cores: float
     client_cores: float
-    # Per transaction (or flushed group of TRANSACTION records), medians in ms; 0 if
+    # Per transaction (or flushed group of TRANSACTION records), means in ms; 0 if
     # the run has none.
     queue_ms: float = 0.0
     commit_ms: float = 0.0
@@ -229,8 +229,9 @@ class Bench:
         run = Run(workload, records, delivered, window.seconds, window.server_cores,
                   window.client_cores)
         if phases is not None:
-            run.queue_ms = statistics.median(phases.queue) * 1000
-            run.commit_ms = statistics.median(phases.commit) * 1000
+            # Means: with the run's few pauses in them, as in its records/s.
+            run.queue_ms = statistics.fmean(phases.queue) * 1000
+            run.commit_ms = statistics.fmean(phases.commit) * 1000
         return run
 
     def produce(self, records: RecordSet, kind: str) -> Run:
@@ -341,7 +342,7 @@ def report(rows: list[Row]) -> str:
 
 def breakdown(runs: list[Run]) -> str:
     """Where a transaction's time goes: per 1,000 records, each producer's time, split
-    into handing the records to the client and waiting for them (medians)."""
+    into handing the records to the client and waiting for them (medians of the runs)."""
     lines = ["| producer | ms per 1,000 records | handing them to the client | "
              "waiting: flush, and EndTxn if transactional | broker CPU per record |",
              "|---|---|---|---|---|"]
@@ -361,8 +362,9 @@ def breakdown(runs: list[Run]) -> str:
             f"\nA transaction adds {per_thousand[TRANSACTIONAL] - per_thousand[FLUSHED]:.2f} "
             f"ms to flushing its records, and flushing them adds "
             f"{per_thousand[FLUSHED] - per_thousand[IDEMPOTENT_RUN]:.2f} ms to the idempotent "
-            f"producer's 1,000 records; the target allows "
-            f"{per_thousand[IDEMPOTENT_RUN] * (1 / PRODUCE_TARGET - 1):.2f} ms in all.")
+            f"producer's 1,000 records; the target allows a transaction "
+            f"{per_thousand[IDEMPOTENT_RUN] * (1 / PRODUCE_TARGET - 1):.2f} ms more than "
+            f"those 1,000 records.")
     return "\n".join(lines)
 
 
@@ -428,8 +430,8 @@ def _document(table: str, phases: str, pairs: int, runs: list[Run], minutes: flo
     records = runs[0].records
     return f"""# What transactions cost: produce and consume
 
-`python -m bench.txn_bench`, {when}, {minutes:.0f} minutes on this 2-core machine ({load}),
-one broker process and the load generator sharing the cores. {pairs} runs of each side per
+`python -m bench.txn_bench`, {when}, {minutes:.0f} minutes on this 2-core machine, one
+broker process and the load generator sharing the cores ({load}). {pairs} runs of each side per
 comparison in ABBA order, after a warm-up, each after `sync`; figures are medians.
 Records: {records:,} of 1 KiB per run, each numbered and checked, over {PARTITIONS}
 partitions; client: confluent-kafka (librdkafka) with bench's usual settings
@@ -461,9 +463,9 @@ that pause from the transactions' own work.
 
 ## Where a transaction's time goes
 
-Per 1,000 records (one transaction), medians over the runs; "handing them to the
-client" is `begin_transaction` and `produce_batch`, "waiting" is `commit_transaction`
-(the client's flush, then EndTxn) or `flush`.
+Per 1,000 records (one transaction): each run's mean, the median over the runs;
+"handing them to the client" is `begin_transaction` and `produce_batch`, "waiting" is
+`commit_transaction` (the client's flush, then EndTxn) or `flush`.
 
 {phases}
 
