@@ -84,27 +84,34 @@ def test_per_partition_offsets_and_assign() -> None:
     assert parsed.starting == SpecificOffsets({("a", 0): 23, ("a", 2): EARLIEST, ("b", 1): 4})
 
 
-@pytest.mark.parametrize(
-    ("options", "message"),
-    [
-        ({"subscribe": "a"}, "bootstrap.servers"),
-        ({"kafka.bootstrap.servers": "h:1"}, "exactly one"),
-        ({**BASE, "assign": '{"a": [0]}'}, "exactly one"),
-        ({**BASE, "startingOffsets": "latest"}, "not valid for batch"),
-        ({**BASE, "endingOffsets": "earliest"}, "not valid for batch"),
-        ({**BASE, "startingOffsets": '{"a": {"0": -1}}'}, "not valid here"),
-        ({**BASE, "endingOffsets": '{"a": {"0": -2}}'}, "not valid here"),
-        ({**BASE, "startingOffsets": '{"a": [1]}'}, "invalid per-partition JSON"),
-        ({**BASE, "maxOffsetsPerTrigger": "0"}, "positive integer"),
-        ({**BASE, "minOffsetsPerTrigger": "-1"}, "positive integer"),
-        ({**BASE, "maxTriggerDelay": "soon"}, "duration such as 15m"),
-        ({**BASE, "maxTriggerDelay": "5 weeks"}, "duration such as 15m"),
-        ({**BASE, "failOnDataLoss": "maybe"}, "'true' or 'false'"),
-        ({**BASE, "startingTimestamp": "-5"}, "timestamp in ms"),
-        ({"kafka.bootstrap.servers": "h:1", "subscribePattern": "("}, "invalid regex"),
-        ({"kafka.bootstrap.servers": "h:1", "assign": "[0]"}, "must look like"),
-    ],
-)
+BAD_OPTIONS = [
+    ({"subscribe": "a"}, "bootstrap.servers"),
+    ({"kafka.bootstrap.servers": "h:1"}, "exactly one"),
+    ({**BASE, "assign": '{"a": [0]}'}, "exactly one"),
+    ({**BASE, "startingOffsets": "latest"}, "not valid for batch"),
+    ({**BASE, "endingOffsets": "earliest"}, "not valid for batch"),
+    ({**BASE, "startingOffsets": '{"a": {"0": -1}}'}, "not valid here"),
+    ({**BASE, "endingOffsets": '{"a": {"0": -2}}'}, "not valid here"),
+    ({**BASE, "startingOffsets": '{"a": [1]}'}, "invalid per-partition JSON"),
+    ({**BASE, "maxOffsetsPerTrigger": "0"}, "positive integer"),
+    ({**BASE, "minOffsetsPerTrigger": "-1"}, "positive integer"),
+    ({**BASE, "maxTriggerDelay": "soon"}, "duration such as 15m"),
+    ({**BASE, "maxTriggerDelay": "5 weeks"}, "duration such as 15m"),
+    ({**BASE, "failOnDataLoss": "maybe"}, "'true' or 'false'"),
+    ({**BASE, "startingTimestamp": "-5"}, "timestamp in ms"),
+    ({"kafka.bootstrap.servers": "h:1", "subscribePattern": "("}, "invalid regex"),
+    ({"kafka.bootstrap.servers": "h:1", "assign": "[0]"}, "must look like"),
+    ({"kafka.bootstrap.servers": "h:1", "assign": "{}"}, "names no partition"),
+    ({"kafka.bootstrap.servers": "h:1", "subscribe": " , "}, "names no topic"),
+    ({**BASE, "startingOffsetsByTimestampStrategy": "maybe"}, "'error' or 'latest'"),
+    ({**BASE, "startingOffsetsByTimestamp": '{"a": {"0": -3}}'}, "timestamp in ms"),
+    ({**BASE, "minPartitions": "many"}, "positive integer"),
+]
+"""Batch options each refused, and a word of the message; the JVM source says the same
+(test_jvm_planning)."""
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_OPTIONS)
 def test_bad_batch_options_fail_with_a_message_naming_the_problem(
     options: dict[str, str], message: str
 ) -> None:
