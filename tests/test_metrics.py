@@ -5,6 +5,7 @@ answered. The Grafana dashboard may only query what a broker exports."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import time
@@ -25,6 +26,7 @@ from clients import (
     fetch_request,
     make_batch,
     produce_request,
+    versioned_request,
 )
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import (
@@ -188,6 +190,64 @@ def test_fetches_and_bytes_out_are_what_the_consumer_received(
                 topic=topic_name) == 0
     assert grew("kafka_network_requestmetrics_requests_total", request="FetchFollower",
                 version=FETCH_VERSION) == 0
+
+
+def test_fetches_of_two_topics_and_of_an_unknown_partition_are_counted_per_partition(
+        metered: BrokerProcess, admin: AdminClient, topic_name: str) -> None:
+    """A fetch of two topics, then a fetch of a topic's partition and of one it does not
+    have: each topic's bytes out are its own record sets', each partition asked for
+    counts as a fetch request of its topic and its error as an answer of Fetch (an
+    unknown partition is the client's mistake, not a failed fetch, as in Kafka)."""
+    other = f"{topic_name}-b"
+    _create(admin, topic_name, 1)
+    _create(admin, other, 1)
+    _produce(metered.bootstrap, topic_name, 50, 1)
+    _produce(metered.bootstrap, other, 30, 1)
+
+    def fetch(connection: WireConnection, *topics: tuple[str, tuple[int, ...]]
+              ) -> dict[tuple[str, int], tuple[int, int]]:
+        """Each partition's error and bytes of records, fetched from offset 0."""
+        answer = connection.request(ApiKey.FETCH, FETCH_VERSION, versioned_request(
+            ApiKey.FETCH, FETCH_VERSION, "FetchRequest", cluster_id=None, replica_id=-1,
+            max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=1 << 20,
+            isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=(),
+            rack_id="", topics=tuple(versioned_request(
+                ApiKey.FETCH, FETCH_VERSION, "FetchTopic", topic=topic, partitions=tuple(
+                    versioned_request(ApiKey.FETCH, FETCH_VERSION, "FetchPartition",
+                                      partition=index, current_leader_epoch=-1,
+                                      fetch_offset=0, last_fetched_epoch=-1,
+                                      log_start_offset=-1, partition_max_bytes=1 << 20)
+                    for index in indexes)) for topic, indexes in topics)))
+        return {(t.topic, p.partition_index): (p.error_code, len(p.records or b""))
+                for t in answer.responses for p in t.partitions}
+
+    before = _scrape(metered)
+    with WireConnection(metered.bootstrap) as connection:
+        both = fetch(connection, (topic_name, (0,)), (other, (0,)))
+        one_unknown = fetch(connection, (topic_name, (0, 3)))
+    after = _scrape(metered)
+    assert both[topic_name, 0][0] == both[other, 0][0] == ErrorCode.none
+    assert one_unknown[topic_name, 0] == both[topic_name, 0]
+    assert one_unknown[topic_name, 3] == (ErrorCode.unknown_topic_or_partition, 0)
+
+    def grew(name: str, **labels: object) -> float:
+        return after.get(name, **labels) - before.get(name, **labels)
+
+    assert grew("kafka_server_brokertopicmetrics_bytesout_total", topic=topic_name) \
+        == 2 * both[topic_name, 0][1] > 0
+    assert grew("kafka_server_brokertopicmetrics_bytesout_total", topic=other) \
+        == both[other, 0][1] > 0
+    assert grew("kafka_server_brokertopicmetrics_totalfetchrequests_total",
+                topic=topic_name) == 3
+    assert grew("kafka_server_brokertopicmetrics_totalfetchrequests_total", topic=other) == 1
+    assert grew("kafka_network_requestmetrics_errors_total", request="Fetch",
+                error="NONE") == 3
+    assert grew("kafka_network_requestmetrics_errors_total", request="Fetch",
+                error="UNKNOWN_TOPIC_OR_PARTITION") == 1
+    assert grew("kafka_server_brokertopicmetrics_failedfetchrequests_total",
+                topic=topic_name) == 0
+    assert grew("kafka_network_requestmetrics_requests_total", request="Fetch",
+                version=FETCH_VERSION) == 2
 
 
 def _next_offset(records: bytes | None) -> int:

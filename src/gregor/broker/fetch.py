@@ -155,7 +155,6 @@ async def handle(broker: Broker, request: Request):
             break
         await broker.replica_manager.wait_for_data(watched, remaining)
     if broker.metrics is not None:
-        for topic, partitions in topics:
-            broker.metrics.fetch_answered(topic, partitions, replica_id >= 0)
+        broker.metrics.fetch_answered(topics, total, not urgent, replica_id >= 0)
     return RawResponse(encode_fetch_response(version, request.header.correlation_id, 0,
                                              ErrorCode.none, _NO_SESSION, topics))

@@ -178,11 +178,27 @@ class BrokerMetrics:
                 setattr(self.retired, field,
                         getattr(self.retired, field) + getattr(counters, field))
 
-    def fetch_answered(self, topic: str, answers: Sequence[FetchedPartition],
-                       follower: bool) -> None:
-        """One topic's partitions of a fetch answered: each one's error, and the bytes of
-        records sent (to a consumer or a follower). Per topic rather than per partition:
-        one call and one lookup of the topic's counters for all its partitions."""
+    def fetch_answered(self, topics: Sequence[tuple[str, Sequence[FetchedPartition]]],
+                       size: int, settled: bool, follower: bool) -> None:
+        """A fetch answered: each partition's error, each topic's bytes of records sent (to
+        a consumer or a follower). ``size`` is the bytes of all its record sets, and
+        ``settled`` says that every partition's error is NONE: then a fetch of one topic,
+        as most are, is counted without looking at each of its partitions."""
+        if not settled or len(topics) != 1:
+            for topic, answers in topics:
+                self._fetch_topic_answered(topic, answers, follower)
+            return
+        topic, answers = topics[0]
+        counters = self.topics[topic]
+        counters.fetch_requests += len(answers)
+        self._fetch_errors[ErrorCode.none] += len(answers)
+        if follower:
+            self.replication_bytes_out += size
+        else:
+            counters.bytes_out += size
+
+    def _fetch_topic_answered(self, topic: str, answers: Sequence[FetchedPartition],
+                              follower: bool) -> None:
         errors = self._fetch_errors
         counters = self.topics[topic]
         counters.fetch_requests += len(answers)
