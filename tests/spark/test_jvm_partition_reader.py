@@ -44,6 +44,8 @@ class Answer:
     records: bytes = b""
     high_watermark: int = 0
     error: ErrorCode = ErrorCode.none
+    silent: bool = False
+    """No answer at all: the broker hangs."""
 
 
 @dataclass
@@ -83,6 +85,8 @@ class ScriptedBroker:
                 except (OSError, EOFError):
                     return
                 answer = self._answer(header.api_key, body)
+                if answer is None:
+                    continue
                 connection.sendall(encode_response(header.api_key, header.api_version,
                                                    header.correlation_id, answer))
 
@@ -114,6 +118,8 @@ class ScriptedBroker:
         assert api_key == ApiKey.FETCH, api_key
         self.fetched.append(body.topics[0].partitions[0].fetch_offset)
         scripted = self.answers[min(len(self.fetched), len(self.answers)) - 1]
+        if scripted.silent:
+            return None
         f = fetch_response
         return build(f.FetchResponse, throttle_time=no_throttle, error_code=ErrorCode.none,
                      session_id=0, responses=(build(f.FetchableTopicResponse, topic=TOPIC,
@@ -163,6 +169,7 @@ def read_column(jvm: Any, broker: ScriptedBroker, start: int, end: int, column: 
     config = jvm.java.util.HashMap()
     config.put("bootstrap.servers", f"127.0.0.1:{broker.port}")
     config.put("retry.backoff.ms", "10")
+    config.put("socket.timeout.ms", "500")
     settings = jvm.io.gregor.spark.read.ReadSettings.fromOptions(
         config, False, fail_on_data_loss, poll_timeout_ms)
     schema = jvm.org.apache.spark.sql.types.StructType.fromDDL(column)
@@ -279,3 +286,11 @@ def test_every_codec_as_gregor_writes_it(jvm: Any, brokers: list[ScriptedBroker]
     records = [Record(o, 1, None, b"v%d" % o * 50) for o in range(200)]
     broker = scripted(brokers, Answer(encode_batch(records, compression=codec), 200))
     assert read_column(jvm, broker, 0, 200, "value BINARY") == [r.value for r in records]
+
+
+def test_a_broker_that_stops_answering_is_given_up_after_the_socket_timeout(
+        jvm: Any, brokers: list[ScriptedBroker]) -> None:
+    batch = encode_batch([Record(o, 1, None, b"x") for o in range(3)])
+    broker = scripted(brokers, Answer(silent=True), Answer(batch, 3))
+    assert read_offsets(jvm, broker, 0, 3, poll_timeout_ms=30_000) == [0, 1, 2]
+    assert broker.fetched == [0, 0]

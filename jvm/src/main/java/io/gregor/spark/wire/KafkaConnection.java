@@ -1,11 +1,13 @@
 package io.gregor.spark.wire;
 
-import java.io.DataInputStream;
 import java.io.IOException;
-import java.io.OutputStream;
 import java.net.InetSocketAddress;
-import java.net.Socket;
+import java.net.SocketTimeoutException;
+import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
+import java.nio.channels.SelectionKey;
+import java.nio.channels.Selector;
+import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayDeque;
 
@@ -17,40 +19,52 @@ import java.util.ArrayDeque;
  * <p>Answers are read into one buffer that is reused: a buffer returned by {@link #receive} is
  * valid until the next receive on this connection. A fetch answer of several megabytes is thus
  * not allocated again for every request.
+ *
+ * <p>The socket is a non-blocking channel that waits in a selector only when nothing is there to
+ * read: a Socket's stream with a read timeout reads at most 128 KiB a call and polls before each,
+ * which cost half as much again CPU per byte received (measured on loopback); the selector keeps
+ * the timeout, so a broker that stops answering fails the request instead of hanging the task.
  */
 public final class KafkaConnection implements AutoCloseable {
-  private final Socket socket;
-  private final DataInputStream in;
-  private final OutputStream out;
+  private final SocketChannel channel;
+  private final Selector selector;
+  private final SelectionKey key;
+  private final int timeoutMs;
   private final byte[] clientId;
   private final String address;
   private final ArrayDeque<Integer> inFlight = new ArrayDeque<>();
+  private final ByteBuffer sizeField = ByteBuffer.allocate(4);
   private int correlationId;
   private byte[] answer = new byte[1 << 16];
 
-  private KafkaConnection(Socket socket, String clientId, String address) throws IOException {
-    this.socket = socket;
-    this.in = new DataInputStream(socket.getInputStream());
-    this.out = socket.getOutputStream();
+  private KafkaConnection(SocketChannel channel, Selector selector, int timeoutMs,
+      String clientId, String address) throws IOException {
+    this.channel = channel;
+    this.selector = selector;
+    this.key = channel.register(selector, 0);
+    this.timeoutMs = timeoutMs;
     this.clientId = clientId == null ? null : clientId.getBytes(StandardCharsets.UTF_8);
     this.address = address;
   }
 
   /**
-   * Connects within {@code timeoutMs}, which also bounds every later read (a broker that stops
-   * answering fails the request instead of hanging the task).
+   * Connects within {@code timeoutMs}, which also bounds every later wait for the broker (a
+   * broker that stops answering fails the request instead of hanging the task).
    */
   public static KafkaConnection open(String host, int port, String clientId, int timeoutMs)
       throws IOException {
     String address = host + ":" + port;
-    Socket socket = new Socket();
+    SocketChannel channel = null;
+    Selector selector = null;
     try {
-      socket.setTcpNoDelay(true);
-      socket.connect(new InetSocketAddress(host, port), timeoutMs);
-      socket.setSoTimeout(timeoutMs);
-      return new KafkaConnection(socket, clientId, address);
+      channel = SocketChannel.open();
+      channel.setOption(StandardSocketOptions.TCP_NODELAY, true);
+      channel.socket().connect(new InetSocketAddress(host, port), timeoutMs);
+      channel.configureBlocking(false);
+      selector = Selector.open();
+      return new KafkaConnection(channel, selector, timeoutMs, clientId, address);
     } catch (IOException e) {
-      closeQuietly(socket);
+      closeQuietly(channel, selector);
       throw new LeaderUnavailable("cannot connect to " + address + ": " + e, e);
     }
   }
@@ -78,8 +92,13 @@ public final class KafkaConnection implements AutoCloseable {
       frame.putShort((short) idLength).put(clientId);
     }
     frame.put(body.duplicate());
+    frame.flip();
     try {
-      out.write(frame.array(), 0, frame.position());
+      while (frame.hasRemaining()) {
+        if (channel.write(frame) == 0) {
+          await(SelectionKey.OP_WRITE);
+        }
+      }
     } catch (IOException e) {
       throw new LeaderUnavailable("sending a request to " + address + " failed: " + e, e);
     }
@@ -97,14 +116,16 @@ public final class KafkaConnection implements AutoCloseable {
     }
     int size;
     try {
-      size = in.readInt();
+      sizeField.clear();
+      fill(sizeField);
+      size = sizeField.getInt(0);
       if (size < 4) {
         throw new IOException("answer of " + size + " bytes");
       }
       if (size > answer.length) {
         answer = new byte[Math.max(size, answer.length * 2)];
       }
-      in.readFully(answer, 0, size);
+      fill(ByteBuffer.wrap(answer, 0, size));
     } catch (IOException e) {
       throw new LeaderUnavailable("reading an answer from " + address + " failed: " + e, e);
     }
@@ -123,14 +144,42 @@ public final class KafkaConnection implements AutoCloseable {
     return receive();
   }
 
-  @Override
-  public void close() {
-    closeQuietly(socket);
+  /** Reads until {@code buffer} is full, waiting in the selector only when nothing is there. */
+  private void fill(ByteBuffer buffer) throws IOException {
+    while (buffer.hasRemaining()) {
+      int got = channel.read(buffer);
+      if (got < 0) {
+        throw new IOException("connection closed by the broker");
+      }
+      if (got == 0) {
+        await(SelectionKey.OP_READ);
+      }
+    }
   }
 
-  private static void closeQuietly(Socket socket) {
+  private void await(int operation) throws IOException {
+    key.interestOps(operation);
+    int ready = selector.select(timeoutMs);
+    selector.selectedKeys().clear();
+    key.interestOps(0);
+    if (ready == 0) {
+      throw new SocketTimeoutException("no answer within " + timeoutMs + " ms");
+    }
+  }
+
+  @Override
+  public void close() {
+    closeQuietly(channel, selector);
+  }
+
+  private static void closeQuietly(SocketChannel channel, Selector selector) {
     try {
-      socket.close();
+      if (selector != null) {
+        selector.close();
+      }
+      if (channel != null) {
+        channel.close();
+      }
     } catch (IOException e) {
       // Nothing is left to do with a connection being dropped.
     }
