@@ -7,6 +7,7 @@ broker only passes the leader's choice through.
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
 
@@ -32,12 +33,24 @@ class KafkaPythonMember:
             bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
             session_timeout_ms=6000, heartbeat_interval_ms=500, metadata_max_age_ms=1000,
             **config)
+        # Subscribe only once the client knows the topics' partitions. A leader that
+        # assigned without them (kafka-python logs "No partition metadata") rejoins when
+        # they arrive, for that reason alone; and if kafka-python 3.0.12 gets that
+        # JoinGroup's answer between two polls, it never finishes the join: the answer
+        # itself clears the reason, so poll() stops waiting on the join, and the
+        # heartbeat it switched off for the join stays off. The coordinator then rightly
+        # expires the member, and the others take its partitions (CI saw this twice).
+        for topic in topics:
+            wait_until(functools.partial(self._knows, topic), what=f"metadata of {topic}")
         self.consumer.subscribe(topics)
         self.values: list[bytes] = []
         self.assignment: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
+
+    def _knows(self, topic: str) -> bool:
+        return bool(self.consumer.partitions_for_topic(topic))
 
     def _run(self) -> None:
         while not self._stop.is_set():
