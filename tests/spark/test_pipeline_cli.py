@@ -147,9 +147,9 @@ def test_ctrl_c_during_a_batch_export_is_one_line_and_a_rerun_completes(
                     "--output", str(output), "-b", bootstrap)
     process = subprocess.Popen(export, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, start_new_session=True, preexec_fn=default_sigint)
-    # Spark runs Python workers once the gregor source plans or reads: its job is under way.
-    stderr = interrupt(process, lambda: descendants_running(process, "pyspark.daemon"),
-                       "Spark's Python workers")
+    # The export makes its output directory just before it starts Spark's job (whose
+    # reading, on the JVM source, starts no Python worker to wait for).
+    stderr = interrupt(process, output.exists, "the export's start")
     assert process.returncode == 130, stderr
     assert stderr.splitlines()[-1] == INTERRUPTED_LINE, stderr
     assert "Traceback" not in stderr and "ERROR" not in stderr, stderr

@@ -30,6 +30,7 @@ from pyspark.sql import SparkSession
 from gregor.broker.process import BrokerProcess
 from gregor.cli import main
 from gregor.pipelines.generators import activity_events, publish
+from gregor.spark import JAR
 from gregor.spark.session import build_session
 from gregor.spark.standalone import SHARED_APP_CONF, SPARK_HOME, StandaloneCluster
 
@@ -81,6 +82,9 @@ def test_batch_read_runs_on_both_workers(cluster_spark: SparkSession,
           .option("subscribe", topic).option("includeHeaders", "true").load())
     rows = df.select("partition", "key", "value", "offset", "headers").collect()
     assert Counter((r.partition, bytes(r.key), bytes(r.value)) for r in rows) == expected
+    if JAR.exists():
+        # The JVM source's tasks ran on the workers' executors: they fetched its jar.
+        assert "GregorScan" in df._jdf.queryExecution().executedPlan().toString()
     assert all(r.headers[0].value == bytes(r.value)[6:] for r in rows)
     assert executors(cluster_spark) == 2
     assert [w["coresused"] for w in cluster.state()["workers"]] == [1, 1]
@@ -140,12 +144,15 @@ def python_wrapper(path: Path, role: str, marker: Path) -> None:
 
 
 def test_executors_take_their_python_from_spark_archives(
-        cluster: StandaloneCluster, broker: BrokerProcess, cluster_spark: SparkSession,
+        cluster: StandaloneCluster, fresh_broker: BrokerProcess, cluster_spark: SparkSession,
         tmp_path: Path) -> None:
     """What the README says for executors on other machines: a packed environment shipped
     with ``spark.archives`` and named by ``spark.pyspark.python``, the same relative path
     unpacked beside the driver.  The environment here is a wrapper around this venv's
-    Python that leaves a mark, which is what a venv-pack archive's interpreter would be."""
+    Python that leaves a mark, which is what a venv-pack archive's interpreter would be.
+    The activity pipeline, because executors write its summaries with the sink's Python
+    (the JVM source reads without any); on a broker of its own, for its fixed topics."""
+    bootstrap = fresh_broker.start().bootstrap
     marker = tmp_path / "started"
     packed = tmp_path / "packed"
     python_wrapper(packed / "bin" / "python", "executor", marker)
@@ -154,23 +161,21 @@ def test_executors_take_their_python_from_spark_archives(
         tar.add(packed / "bin", arcname="bin")
     driver_dir = tmp_path / "driver"
     python_wrapper(driver_dir / "environment" / "bin" / "python", "driver", marker)
-    topic = new_topic(broker.bootstrap, 2)
-    day = 24 * 3600 * 1000
-    events = list(islice(activity_events(7, int(time.time() * 1000) // day * day, 1000, topic),
-                         50))
-    publish(events, {"bootstrap.servers": broker.bootstrap}, reports_topic=None)
+    events = list(islice(activity_events(7, int(time.time() * 1000) - 600_000, 1000,
+                                         "activity"), 50))
+    publish(events, {"bootstrap.servers": bootstrap}, reports_topic=None)
     conf = {**SHARED_APP_CONF, "spark.archives": f"{archive}#environment",
             "spark.pyspark.python": "./environment/bin/python"}
     run = subprocess.run(
-        [sys.executable, "-m", "gregor.cli.main", "pipeline", "run", "warehouse",
-         "-b", broker.bootstrap, "--topic", topic, "--output", str(tmp_path / "out"),
-         "--from", datetime.fromtimestamp(events[0].ts_ms / 1000, UTC).isoformat(),
-         "--to", datetime.fromtimestamp((events[-1].ts_ms + 1) / 1000, UTC).isoformat(),
+        [sys.executable, "-m", "gregor.cli.main", "pipeline", "run", "activity",
+         "-b", bootstrap, "--checkpoint", str(tmp_path / "checkpoint"), "--available-now",
          "--master", cluster.url,
          *[arg for name, value in conf.items() for arg in ("--conf", f"{name}={value}")]],
         cwd=driver_dir, capture_output=True, text=True, timeout=START_TIMEOUT_S * 2)
     assert run.returncode == 0, run.stderr
-    assert cluster_spark.read.parquet(str(tmp_path / "out")).count() == len(events)
+    summaries = (cluster_spark.read.format("gregor").option("kafka.bootstrap.servers", bootstrap)
+                 .option("subscribe", "activity-summaries").load())
+    assert summaries.where("value LIKE '%page_counts%'").count() > 0
     assert set(marker.read_text().split()) == {"driver", "executor"}
 
 
@@ -185,9 +190,11 @@ def test_spark_submit_of_a_pipeline(cluster: StandaloneCluster, broker: BrokerPr
     publish(events, {"bootstrap.servers": broker.bootstrap}, reports_topic=None)
     env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "PYSPARK_PYTHON": sys.executable,
            "SPARK_LOCAL_IP": "127.0.0.1"}
+    # spark-submit starts the driver's JVM itself: --jars is how the JVM source gets there.
+    jars = ["--jars", str(JAR)] if JAR.exists() else []
     run = subprocess.run(
         [str(SPARK_HOME / "bin" / "spark-submit"), "--master", cluster.url,
-         "--executor-memory", "640m", "--total-executor-cores", "2",
+         "--executor-memory", "640m", "--total-executor-cores", "2", *jars,
          main.__file__, "pipeline", "run", "warehouse",
          "-b", broker.bootstrap, "--topic", topic, "--output", str(tmp_path / "out"),
          "--from", datetime.fromtimestamp(events[0].ts_ms / 1000, UTC).isoformat(),
