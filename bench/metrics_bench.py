@@ -9,7 +9,9 @@ Produce and Fetch requests) keeps the broker under test busy, so that records/s 
 the broker's capacity rather than the client's pace. Runs alternate between the two
 brokers in ABBA order (off, on, on, off, ...) so that drift in the machine's load falls
 on both alike; each off run and the on run beside it make a pair. A run measures a
-window of :data:`RUN_S` after :data:`WARMUP_S` of the same load.
+window of :data:`RUN_S` after :data:`WARMUP_S` of the same load. Then, as a cross-check
+that drift cannot touch, :data:`SIDE_BY_SIDE` runs load both brokers at once, each with
+clients of its own, on the core they share: the scheduler gives each half of it.
 
 The target: throughput with metrics on within 3% of off. Per pair, records/s on over
 off, minus one; the verdict is the median over pairs with a distribution-free
@@ -24,6 +26,7 @@ It prints a table, writes ``metrics_bench.json`` to ``bench/out/`` and, unless
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import multiprocessing
@@ -34,6 +37,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
@@ -66,9 +70,12 @@ SCRAPE_INTERVAL_S = 1.0
 TARGET = 0.03
 SCRAPE_COST_SAMPLES = 50
 CONFIDENCE = 0.95
-PAIRS = 12
+PAIRS = 10
+SIDE_BY_SIDE = 6
+# Below this share of its core in a run, the broker was not alone on it.
+BOUND_CORES = 0.9
 WARMUP_S = 1.0
-RUN_S = 3.0
+RUN_S = 2.0
 SIZES = (100, 1024)
 # What each consumed topic holds (the runs read it again and again), in produce requests
 # per load worker: 16 MiB a partition.
@@ -85,6 +92,7 @@ BROKER_CONFIG = {"log.segment.bytes": str(32 * 1024 * 1024),
 class Run:
     metrics: bool
     workload: str  # "produce 100 B", "consume 1024 B", ...
+    side_by_side: bool  # run at the same time as the other broker's, on the same core
     records_per_s: float
     broker_us_per_record: float  # scrapes in the window included
     broker_cores: float
@@ -123,6 +131,7 @@ class Change:
 @dataclass
 class Row:
     workload: str
+    side_by_side: bool
     off_records_per_s: float
     on_records_per_s: float
     off_us: float
@@ -174,41 +183,58 @@ def _scrape_every_interval(url: str, stop: Event, count: Synchronized[int]) -> N
         count.value += 1
 
 
-def _one_run(load: Load, broker: BrokerProcess, job: Job, seconds: float, metrics: bool
-             ) -> Run:
-    assert broker.pid is not None
-    with load.running(job):
+def _measured(jobs: list[tuple[Load, BrokerProcess, Job, bool]], seconds: float,
+              side_by_side: bool) -> list[Run]:
+    """Each (load, broker, job, metrics) at once, over the same window."""
+    with contextlib.ExitStack() as running:
+        for load, _, job, _ in jobs:
+            running.enter_context(load.running(job))
         time.sleep(WARMUP_S)
-        start = load.sample(broker.pid)
+        starts = [load.sample(_pid(broker)) for load, broker, _, _ in jobs]
         time.sleep(seconds)
-        end = load.sample(broker.pid)
-    wall = end.at - start.at
-    records = end.records - start.records
-    broker_cpu = end.broker_cpu - start.broker_cpu
-    kind = "produce" if job.kind == "produce" else "consume"
-    return Run(metrics, f"{kind} {job.size} B", records / wall, broker_cpu / records * 1e6,
-               broker_cpu / wall, (end.client_cpu - start.client_cpu) / wall, wall)
+        ends = [load.sample(_pid(broker)) for load, broker, _, _ in jobs]
+    runs = []
+    for (_, _, job, metrics), start, end in zip(jobs, starts, ends, strict=True):
+        wall = end.at - start.at
+        records = end.records - start.records
+        broker_cpu = end.broker_cpu - start.broker_cpu
+        kind = "produce" if job.kind == "produce" else "consume"
+        runs.append(Run(metrics, f"{kind} {job.size} B", side_by_side, records / wall,
+                        broker_cpu / records * 1e6, broker_cpu / wall,
+                        (end.client_cpu - start.client_cpu) / wall, wall))
+    return runs
 
 
-def _run(load: Load, broker: BrokerProcess, metrics: bool, size: int, fetch: Job | None,
-         seconds: float) -> Run:
-    """``fetch``: the job that consumes this broker's topic; None to produce."""
-    if fetch is None:
-        return _produce_run(load, broker, size, seconds, metrics)
-    return _one_run(load, broker, fetch, seconds, metrics)
+def _pid(broker: BrokerProcess) -> int:
+    assert broker.pid is not None
+    return broker.pid
 
 
-def _produce_run(load: Load, broker: BrokerProcess, size: int, seconds: float,
-                 metrics: bool) -> Run:
-    """Into a fresh topic, deleted after the run."""
+@contextlib.contextmanager
+def _job(broker: BrokerProcess, size: int, fetch: Job | None) -> Iterator[Job]:
+    """``fetch`` (the job that consumes this broker's topic), or, when None, a produce
+    job into a fresh topic, deleted after the run."""
+    if fetch is not None:
+        yield fetch
+        return
     client = KafkaClient(broker.bootstrap)
     topic = f"m-{uuid.uuid4().hex[:8]}"
     client.create(topic, PARTITIONS)
     try:
-        return _one_run(load, broker, Job("produce", broker.bootstrap, topic, PARTITIONS, size),
-                        seconds, metrics)
+        yield Job("produce", broker.bootstrap, topic, PARTITIONS, size)
     finally:
         client.delete(topic, PARTITIONS)
+
+
+def _run(loads: list[Load], brokers: list[tuple[BrokerProcess, bool]], size: int,
+         fetches: dict[bool, Job] | None, seconds: float) -> list[Run]:
+    """One run on each broker, at once when there are two (each with its own load);
+    ``fetches`` by metrics on or off, None to produce."""
+    with contextlib.ExitStack() as jobs:
+        measured = [(load, broker, jobs.enter_context(
+            _job(broker, size, None if fetches is None else fetches[metrics])), metrics)
+            for load, (broker, metrics) in zip(loads, brokers, strict=False)]
+        return _measured(measured, seconds, len(brokers) > 1)
 
 
 def _filled(load: Load, broker: BrokerProcess, size: int, requests: int) -> Job:
@@ -240,7 +266,10 @@ def scrape_cost(broker: BrokerProcess) -> ScrapeCost:
     return ScrapeCost(used / SCRAPE_COST_SAMPLES * 1e3, text.count(b"\n"))
 
 
-def measure(quick: bool, pairs: int) -> tuple[list[Row], list[Run], int, ScrapeCost]:
+def measure(quick: bool, pairs: int, side_by_side: int
+            ) -> tuple[list[Row], list[Run], int, ScrapeCost]:
+    """``pairs`` of runs one broker at a time, then ``side_by_side`` runs of both at once,
+    per workload."""
     os.sched_setaffinity(0, {CLIENT_CPU})  # the harness, and the processes it spawns
     seconds = 1.0 if quick else RUN_S
     fill = FILL_REQUESTS // 8 if quick else FILL_REQUESTS
@@ -251,40 +280,44 @@ def measure(quick: bool, pairs: int) -> tuple[list[Row], list[Run], int, ScrapeC
     assert on.metrics_url is not None and on.pid is not None and off.pid is not None
     pin(off.pid, BROKER_CPU)
     pin(on.pid, BROKER_CPU)
-    load = Load()
+    load, second_load = Load(), Load()
     runs: list[Run] = []
     try:
         with Scraper(on.metrics_url) as scraper:
             for size in SIZES:
                 fetches = {False: _filled(load, off, size, fill),
                            True: _filled(load, on, size, fill)}
-                for consume in (False, True):
-                    for broker, metrics in ((off, False), (on, True)):  # warm-up, not recorded
-                        _run(load, broker, metrics, size, fetches[metrics] if consume else None,
-                             1.0)
+                for consumed in (None, fetches):
+                    both = [(off, False), (on, True)]
+                    for broker in both:  # warm-up, not recorded
+                        _run([load], [broker], size, consumed, 1.0)
                     for pair in range(pairs):
-                        order = [(off, False), (on, True)]
-                        for broker, metrics in order if pair % 2 == 0 else order[::-1]:
-                            runs.append(_run(load, broker, metrics, size,
-                                             fetches[metrics] if consume else None, seconds))
+                        for broker in both if pair % 2 == 0 else both[::-1]:
+                            runs += _run([load], [broker], size, consumed, seconds)
+                    for _ in range(side_by_side):
+                        runs += _run([load, second_load], both, size, consumed, seconds)
             scrapes = scraper.scrapes
         cost = scrape_cost(on)
     finally:
         load.close()
+        second_load.close()
         on.stop()
         off.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return [_row(workload, [r for r in runs if r.workload == workload])
-            for workload in dict.fromkeys(r.workload for r in runs)], runs, scrapes, cost
+    rows = [_row(workload, together, [r for r in runs
+                                      if (r.workload, r.side_by_side) == (workload, together)])
+            for workload, together in dict.fromkeys((r.workload, r.side_by_side) for r in runs)]
+    return rows, runs, scrapes, cost
 
 
-def _row(workload: str, runs: list[Run]) -> Row:
+def _row(workload: str, side_by_side: bool, runs: list[Run]) -> Row:
     """Runs in the order taken: each off run and the on run next to it are a pair."""
     off = [r for r in runs if not r.metrics]
     on = [r for r in runs if r.metrics]
     pairs = list(zip(off, on, strict=True))
     return Row(
         workload,
+        side_by_side,
         statistics.median(r.records_per_s for r in off),
         statistics.median(r.records_per_s for r in on),
         statistics.median(r.broker_us_per_record for r in off),
@@ -298,19 +331,27 @@ def _row(workload: str, runs: list[Run]) -> Row:
 
 
 def report(rows: list[Row]) -> str:
-    coverage = min(r.throughput.coverage for r in rows)
-    lines = ["| workload | records/s off / on (median) | records/s change, paired "
-             f"[{coverage:.0%} CI] | within 3% | broker cores off / on | broker CPU per "
-             f"record off / on | CPU per record change, paired [{coverage:.0%} CI] | "
-             "client cores |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r.workload} | {r.off_records_per_s:,.0f} / {r.on_records_per_s:,.0f} "
-                     f"| {r.throughput} | {r.verdict} "
-                     f"| {r.off_broker_cores:.2f} / {r.on_broker_cores:.2f} "
-                     f"| {r.off_us:.3f} / {r.on_us:.3f} µs | {r.cpu_per_record} "
-                     f"| {r.client_cores:.2f} |")
-    return "\n".join(lines)
+    """The verdict's table (one broker at a time), then the side-by-side one if any."""
+    tables = []
+    for together in (False, True):
+        chosen = [r for r in rows if r.side_by_side == together]
+        if not chosen:
+            continue
+        coverage = min(r.throughput.coverage for r in chosen)
+        lines = ["| workload | records/s off / on (median) | records/s change, paired "
+                 f"[{coverage:.0%} CI] | within 3% | broker cores off / on | broker CPU per "
+                 f"record off / on | CPU per record change, paired [{coverage:.0%} CI] | "
+                 "client cores |",
+                 "|---|---|---|---|---|---|---|---|"]
+        for r in chosen:
+            lines.append(f"| {r.workload} | {r.off_records_per_s:,.0f} / "
+                         f"{r.on_records_per_s:,.0f} | {r.throughput} | {r.verdict} "
+                         f"| {r.off_broker_cores:.2f} / {r.on_broker_cores:.2f} "
+                         f"| {r.off_us:.3f} / {r.on_us:.3f} µs | {r.cpu_per_record} "
+                         f"| {r.client_cores:.2f} |")
+        tables.append(("Both brokers at once, sharing their core:\n\n" if together else "")
+                      + "\n".join(lines))
+    return "\n\n".join(tables)
 
 
 def plot(rows: list[Row], path: Path) -> None:
@@ -340,11 +381,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small runs, for a smoke test")
     parser.add_argument("--pairs", type=int, default=None,
                         help=f"off/on pairs of runs per workload (default {PAIRS}, quick 1)")
+    parser.add_argument("--side-by-side", type=int, default=None,
+                        help="runs of both brokers at once per workload "
+                             f"(default {SIDE_BY_SIDE}, quick 1)")
     args = parser.parse_args()
     pairs = args.pairs or (1 if args.quick else PAIRS)
+    side_by_side = args.side_by_side if args.side_by_side is not None else (
+        1 if args.quick else SIDE_BY_SIDE)
     started = time.monotonic()
     load_before = os.getloadavg()[0]
-    rows, runs, scrapes, cost = measure(args.quick, pairs)
+    rows, runs, scrapes, cost = measure(args.quick, pairs, side_by_side)
     load = (load_before, os.getloadavg()[0])
     minutes = (time.monotonic() - started) / 60
     OUT.mkdir(exist_ok=True)
@@ -359,15 +405,24 @@ def main() -> None:
           f"load average {load[0]:.2f} before, {load[1]:.2f} after; a scrape of "
           f"{cost.lines} lines: {cost.broker_ms:.2f} ms of broker CPU")
     if not args.quick:
-        plot(rows, DOCS / "img" / "bench-metrics.png")
+        plot([r for r in rows if not r.side_by_side], DOCS / "img" / "bench-metrics.png")
         (DOCS / "metrics-benchmarks.md").write_text(
-            _document(table, rows, pairs, scrapes, minutes, load, cost))
+            _document(table, rows, pairs, side_by_side, scrapes, minutes, load, cost))
 
 
-def _document(table: str, rows: list[Row], pairs: int, scrapes: int, minutes: float,
-              load: tuple[float, float], cost: ScrapeCost) -> str:
+def _document(table: str, rows: list[Row], pairs: int, side_by_side: int, scrapes: int,
+              minutes: float, load: tuple[float, float], cost: ScrapeCost) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    coverage = min(r.throughput.coverage for r in rows)
+    coverage = min(r.throughput.coverage for r in rows if not r.side_by_side)
+    short = [f"{r.workload} ({r.off_broker_cores:.2f} off, {r.on_broker_cores:.2f} on)"
+             for r in rows if not r.side_by_side
+             and min(r.off_broker_cores, r.on_broker_cores) < BOUND_CORES]
+    bound = (f"In this run the broker had its core to itself (at least {BOUND_CORES} of it "
+             "in every workload): records/s is its capacity." if not short else
+             f"In this run the broker got less than {BOUND_CORES} of its core in "
+             f"{', '.join(short)}: the machine's other work took the rest, at the same "
+             "share for both brokers as far as ABBA order evens it out, so records/s is "
+             "what the broker did with the part of the core it got.")
     return f"""# What metrics cost: produce and consume with metrics on and off
 
 `python -m bench.metrics_bench`, {when}, {minutes:.0f} minutes on this 2-core machine
@@ -380,6 +435,8 @@ measures {RUN_S:.0f} s of steady load after {WARMUP_S:.0f} s of the same.
 
 {table}
 
+{bound}
+
 **The broker is the bottleneck.** Both brokers, with all their threads, are pinned to
 core {BROKER_CPU}; the load comes from {WORKERS} client processes pinned to core
 {CLIENT_CPU} (`bench.saturate`), and the scraper runs there too. With librdkafka as the
@@ -390,9 +447,9 @@ does all the per-request work and they do little:
 
 - produce: Produce v9 at acks=1, {IN_FLIGHT} requests in flight per client, each with
   one batch of {BATCH_BYTES // 1024} KiB per partition of the client's share of the
-  {PARTITIONS} partitions (about what librdkafka's `linger.ms` 5 builds at these rates,
-  and more requests per record than larger batches would be), every answer checked for
-  errors. Each run writes a fresh topic, deleted after it; the brokers delete segments
+  {PARTITIONS} partitions (more requests per record, so more of the per-request
+  accounting metrics add, than with librdkafka's batches of up to 1 MB), every answer
+  checked for errors. Each run writes a fresh topic, deleted after it; the brokers delete segments
   beyond 64 MiB a partition every second, so that gigabytes written in one run are not
   written back to disk by the kernel during the next.
 - consume: Fetch v4 with librdkafka's default sizes (1 MiB a partition), each client
@@ -401,23 +458,31 @@ does all the per-request work and they do little:
   CRC32C is checked and its records counted.
 
 "broker cores" is the broker's CPU time over the window's wall time: close to 1 when
-nothing else runs on its core, less when the machine's other work takes part of it
-(which it then does for both brokers alike). Records/s is what the verdict uses, as the
-issue words its target: per pair, on over off, minus one; the median over the pairs and
-a {coverage:.0%} confidence interval that assumes nothing about the changes'
-distribution (the sign test's: between the k-th smallest and k-th largest paired
-change). Within 3%: the interval's lower end is above -3%; NO: its upper end is below
--3%; undecided: the interval straddles -3%, and more pairs (`--pairs`) or a quieter
-machine are needed. The broker's CPU per record (its CPU-time clock, to the nanosecond,
-over the same window; scrapes included) is paired the same way beside it.
+nothing else runs on its core, less when the machine's other work takes part of it.
+Records/s is what the verdict uses, as the issue words its target: per pair, on over
+off, minus one; the median over the pairs and a {coverage:.0%} confidence interval
+that assumes nothing about the changes' distribution (the sign test's: between the
+k-th smallest and k-th largest paired change). Within 3%: the interval's lower end is
+above -3%; NO: its upper end is below -3%; undecided: the interval straddles -3%, and
+more pairs (`--pairs`) or a quieter machine are needed. The broker's CPU per record
+(its CPU-time clock, to the nanosecond, over the same window; scrapes included) is
+paired the same way beside it.
+
+**Both brokers at once** (the second table, {side_by_side} runs per workload): the
+two brokers loaded at the same time, each by {WORKERS} client processes of its own,
+on the core they share. The scheduler gives each half of it, so records/s on over off
+is their capacity ratio measured over the same seconds, whatever else the machine
+does meanwhile: a cross-check of the verdict, which is taken one broker at a time.
 
 With metrics on, the hot path adds to plain counters: per produced partition a
-topic's record count (from the batch headers) and bytes, per fetched partition the
-bytes sent, per request one entry in each of two histograms and one error count, and
-the event loop's selector is timed for the idle ratio. Everything else (log offsets,
-ISR state, group lag) is read when Prometheus scrapes, on the broker's event loop; a
-scrape writes its text itself, each series' escaped name and labels kept from the
-scrape before (`gregor.metrics.exposition`). Scraped {SCRAPE_COST_SAMPLES} times back
+topic's record count (from the batch headers) and bytes and its answer's error, per
+fetch its partitions' answers (one addition each for a fetch of one topic answered
+without errors, as the handler already has its bytes), per request one entry in each
+of two histograms (Fetch's are its consumer and follower fetches' together, added when
+scraped), and the event loop's selector is timed for the idle ratio. Everything else
+(log offsets, ISR state, group lag) is read when Prometheus scrapes, on the broker's
+event loop; a scrape writes its text itself, each series' escaped name and labels kept
+from the scrape before (`gregor.metrics.exposition`). Scraped {SCRAPE_COST_SAMPLES} times back
 to back after the runs, a scrape of this broker's {cost.lines} lines cost it
 {cost.broker_ms:.2f} ms of CPU: at one scrape a second, {cost.broker_ms / 10:.2f}% of
 its core; at Prometheus' usual 10 to 15 s, a tenth of that.
