@@ -9,11 +9,16 @@
 # watch a failover) leaves the others running; start it again by hand with
 #   .venv/bin/gregor broker start --config data/server-N.properties
 # Extra arguments go to every broker (e.g. -o unclean.leader.election.enable=true).
+# Beside another cluster (its test runs it so), GREGOR_CLUSTER_HOST sets the address
+# everything listens on (another loopback address, e.g. 127.0.1.1, keeps the ports)
+# and GREGOR_CLUSTER_DATA the directory for ./data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+host="${GREGOR_CLUSTER_HOST:-127.0.0.1}"
+data="${GREGOR_CLUSTER_DATA:-data}"
 scripts/setup.sh
 scripts/install-zookeeper.sh
-mkdir -p data
+mkdir -p "$data"
 zookeeper=""
 brokers=()
 
@@ -51,34 +56,35 @@ wait_ready() {  # wait_ready PID FILE WHAT LOG
 # Each in a session of its own: the terminal's Ctrl-C reaches only this script,
 # which stops them in order (ZooKeeper last, so brokers can hand over leaderships).
 # gregor zookeeper start prints its first line once its own ZooKeeper serves.
-rm -f data/zookeeper.out
-setsid .venv/bin/gregor zookeeper start --data-dir ./data/zookeeper --port 2181 \
-  > data/zookeeper.out &
+rm -f "$data/zookeeper.out"
+setsid .venv/bin/gregor zookeeper start --data-dir "$data/zookeeper" --host "$host" \
+  --port 2181 > "$data/zookeeper.out" &
 zookeeper=$!
-wait_ready "$zookeeper" data/zookeeper.out ZooKeeper data/zookeeper/zookeeper.log
-cat data/zookeeper.out >&2
+wait_ready "$zookeeper" "$data/zookeeper.out" ZooKeeper "$data/zookeeper/zookeeper.log"
+cat "$data/zookeeper.out" >&2
 
 for id in 1 2 3; do
-  cat > "data/server-$id.properties" <<PROPERTIES
+  cat > "$data/server-$id.properties" <<PROPERTIES
 broker.id=$id
-listeners=PLAINTEXT://127.0.0.1:$((9091 + id))
-log.dirs=./data/broker-$id
-zookeeper.connect=127.0.0.1:2181/gregor
+listeners=PLAINTEXT://$host:$((9091 + id))
+log.dirs=$data/broker-$id
+zookeeper.connect=$host:2181/gregor
 zookeeper.session.timeout.ms=6000
 default.replication.factor=3
 min.insync.replicas=2
 offsets.topic.replication.factor=3
-metrics.listener=http://127.0.0.1:$((9643 + id))/metrics
+metrics.listener=http://$host:$((9643 + id))/metrics
 PROPERTIES
-  rm -f "data/broker-$id.ready"
-  setsid .venv/bin/gregor broker start --config "data/server-$id.properties" \
-    --ready-file "data/broker-$id.ready" "$@" >> "data/broker-$id.log" 2>&1 &
+  rm -f "$data/broker-$id.ready"
+  setsid .venv/bin/gregor broker start --config "$data/server-$id.properties" \
+    --ready-file "$data/broker-$id.ready" "$@" >> "$data/broker-$id.log" 2>&1 &
   brokers+=($!)
 done
 for id in 1 2 3; do
-  wait_ready "${brokers[$((id - 1))]}" "data/broker-$id.ready" "broker $id" "data/broker-$id.log"
+  wait_ready "${brokers[$((id - 1))]}" "$data/broker-$id.ready" "broker $id" \
+    "$data/broker-$id.log"
 done
-echo "cluster ready: ZooKeeper 127.0.0.1:2181/gregor, brokers" \
-  "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094, metrics on" \
-  "http://127.0.0.1:9644/metrics, :9645 and :9646 (Ctrl-C stops it)" >&2
+echo "cluster ready: ZooKeeper $host:2181/gregor, brokers" \
+  "$host:9092,$host:9093,$host:9094, metrics on" \
+  "http://$host:9644/metrics, :9645 and :9646 (Ctrl-C stops it)" >&2
 wait
