@@ -3,13 +3,17 @@
 Run with ``python -m bench.spark_bench`` (``--help`` for sizes).  For 100-byte and
 1 KiB records it measures, with a warmed-up local[2] SparkSession:
 
-* source: a topic aggregated by Spark (count and bytes per partition) through the source;
+* source: a topic aggregated by Spark (count and bytes per partition) through
+  ``format("gregor")``, which is the JVM source when set-up built its jar (the run says
+  which path it measured, and writes it as ``read_path`` in the JSON);
+* source python: the same through ``format("gregor_python")``, the Python data source
+  the JVM source falls back to (measured only when ``source`` was the JVM's);
 * parquet: the same records, first copied to Parquet by Spark, aggregated the same way;
   the source/parquet ratio says what reading a broker costs next to reading local files;
-* read_range no Spark: what the source's tasks run in their Python workers (Fetch, record
-  batches scanned into Arrow batches), here in this process over the same ranges, one
-  after another; its cores are this process's, so records/s per core is the Python
-  part's cost, and the rest of the source's CPU is Spark's (IPC to the JVM, rows);
+* read_range no Spark: what the Python source's tasks run in their Python workers (Fetch,
+  record batches scanned into Arrow batches), here in this process over the same ranges,
+  one after another; its cores are this process's, so records/s per core is the Python
+  part's cost, and the rest of the Python source's CPU is Spark's (IPC to the JVM, rows);
 * sink: a Spark-generated DataFrame written to a new topic through the sink;
 * sink exactly-once: the same with ``deliveryGuarantee=exactly-once`` (each task writes in
   a transaction, the driver commits them all), whose rate should be at least 70% of the
@@ -46,6 +50,7 @@ from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 
 from bench.cpu import Stopwatch, Window  # noqa: E402
 from gregor.broker.process import BrokerProcess  # noqa: E402
+from gregor.spark import jvm_source_loaded  # noqa: E402
 from gregor.spark.batch_reader import GregorBatchReader  # noqa: E402
 from gregor.spark.offset_lookup import OffsetLookup  # noqa: E402
 from gregor.spark.options import Subscription, parse_source_options  # noqa: E402
@@ -69,6 +74,8 @@ class Measurement:
     seconds: float
     spark_cores: float
     broker_cores: float | None
+    read_path: str | None = None
+    """For reads through a topic: "jvm" or "python", the source's path that was measured."""
 
     @property
     def records_per_s(self) -> float:
@@ -95,6 +102,16 @@ def parse_args() -> argparse.Namespace:
 
 def start_spark() -> SparkSession:
     return build_session("gregor-spark-bench", **{"spark.driver.memory": "2g"})
+
+
+def read_path(spark: SparkSession) -> str:
+    """Which source ``format("gregor")`` is in this session."""
+    return "jvm" if jvm_source_loaded(spark) else "python"
+
+
+def describe_path(path: str) -> str:
+    return ("the JVM source (gregor-spark.jar)" if path == "jvm"
+            else "the Python data source (no JVM jar: no JDK at set-up?)")
 
 
 def fill_topic(bootstrap: str, records: int, size: int) -> tuple[str, dict[int, tuple[int, int]]]:
@@ -158,6 +175,7 @@ def measure(
     watch: Stopwatch,
     run: Callable[[], None],
     broker_known: bool,
+    path_read: str | None = None,
 ) -> Measurement:
     """Time ``run()`` ``repeat`` times after one warm-up and keep the median window."""
     run()
@@ -174,6 +192,7 @@ def measure(
         window.seconds,
         window.client_cores,
         window.server_cores if broker_known else None,
+        path_read,
     )
 
 
@@ -190,24 +209,30 @@ def bench_size(
 ) -> list[Measurement]:
     """``watch`` counts Spark's CPU, ``here`` this process's."""
     topic, expected = fill_topic(bootstrap, records, size)
-    source = (
-        spark.read.format("gregor")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .load()
-    )
+
+    def topic_df(source_format: str) -> DataFrame:
+        return (spark.read.format(source_format).option("kafka.bootstrap.servers", bootstrap)
+                .option("subscribe", topic).load())
+
+    source = topic_df("gregor")
     parquet_path = work / f"records-{size}.parquet"
     source.write.mode("overwrite").parquet(str(parquet_path))
     parquet = spark.read.parquet(str(parquet_path))
+    path = read_path(spark)
 
     results = [
         measure("source", size, records, args.repeat, watch,
-                lambda: check(source, expected), broker_known),
+                lambda: check(source, expected), broker_known, path),
         measure("parquet", size, records, args.repeat, watch,
                 lambda: check(parquet, expected), broker_known),
-        measure("read_range no Spark", size, records, args.repeat, here,
-                partial(read_without_spark, bootstrap, topic, expected), broker_known),
     ]
+    if path == "jvm":
+        python_source = topic_df("gregor_python")
+        results.append(measure("source python", size, records, args.repeat, watch,
+                               lambda: check(python_source, expected), broker_known, "python"))
+    results.append(
+        measure("read_range no Spark", size, records, args.repeat, here,
+                partial(read_without_spark, bootstrap, topic, expected), broker_known))
     generated = (
         spark.range(records, numPartitions=2)
         .selectExpr(f"CAST(repeat('x', {size}) AS BINARY) AS value")
@@ -267,13 +292,17 @@ def bench_workers(
                           .option("subscribe", topic).load())
                 label = f"source on {workers} worker{'s' if workers > 1 else ''}"
                 results.append(measure(label, 100, records, args.repeat, watch,
-                                       partial(check, source, expected), broker_known))
+                                       partial(check, source, expected), broker_known,
+                                       read_path(spark)))
             finally:
                 spark.stop()
     return results
 
 
 def print_table(results: list[Measurement]) -> None:
+    paths = {m.read_path for m in results if m.path == "source"}
+    for path in sorted(paths):
+        print(f'source = format("gregor") through {describe_path(path)}')
     print(
         f"{'record':>7} {'path':<19} {'records':>10} {'records/s':>12} {'MB/s':>8} "
         f"{'spark cores':>11} {'broker cores':>12}"
@@ -286,20 +315,23 @@ def print_table(results: list[Measurement]) -> None:
         )
     for size, label in SIZES.items():
         rate = {m.path: m.records_per_s for m in results if m.record_bytes == size}
-        if "source" in rate and "parquet" in rate:
-            print(
-                f"{label}: source / parquet = {rate['source'] / rate['parquet']:.2f} "
-                "(1.00 = a topic reads as fast as local Parquet)"
-            )
+        for name in ("source", "source python"):
+            if name in rate and "parquet" in rate:
+                print(
+                    f"{label}: {name} / parquet = {rate[name] / rate['parquet']:.2f} "
+                    "(1.00 = a topic reads as fast as local Parquet)"
+                )
         alone = next((m for m in results
                       if m.path == "read_range no Spark" and m.record_bytes == size), None)
-        source = next((m for m in results if m.path == "source" and m.record_bytes == size),
-                      None)
-        if alone and source:
+        for m in results:
+            if m.record_bytes == size and m.path in ("source", "source python"):
+                per_record = m.spark_cores / m.records_per_s * 1e6
+                print(f"{label}: CPU per record: {m.path} ({m.read_path}) in Spark "
+                      f"{per_record:.2f} us")
+        if alone:
             python = alone.spark_cores / alone.records_per_s * 1e6
-            spark = source.spark_cores / source.records_per_s * 1e6
-            print(f"{label}: CPU per record: source in Spark {spark:.2f} us, of which its "
-                  f"Python part alone (read_range) {python:.2f} us")
+            print(f"{label}: CPU per record: the Python source's part alone (read_range) "
+                  f"{python:.2f} us")
         if "sink" in rate and "sink exactly-once" in rate:
             print(f"{label}: sink exactly-once / at-least-once = "
                   f"{rate['sink exactly-once'] / rate['sink']:.2f} (target: at least 0.70)")
@@ -310,9 +342,11 @@ def print_table(results: list[Measurement]) -> None:
 
 
 def plot(results: list[Measurement], path: Path) -> None:
-    paths = ["source", "parquet", "sink", "sink exactly-once"]
+    paths = [name for name in ("source", "source python", "parquet", "sink",
+                               "sink exactly-once") if any(m.path == name for m in results)]
     labels = {
         "source": "topic → Spark agg",
+        "source python": "topic → Spark agg, Python source",
         "parquet": "Parquet → Spark agg",
         "sink": "Spark → topic",
         "sink exactly-once": "Spark → topic, exactly-once",
@@ -332,7 +366,8 @@ def plot(results: list[Measurement], path: Path) -> None:
     ax.set_ylabel("thousand records/s")
     ax.grid(axis="y", alpha=0.3)
     ax.legend()
-    ax.set_title("Spark local[2] through the gregor data source (median of runs)")
+    path = next((m.read_path for m in results if m.path == "source"), None)
+    ax.set_title(f"Spark local[2] through the gregor source, {path} path (median of runs)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
