@@ -13,6 +13,7 @@ through its factory, as Spark's tasks create it, and its column batches are read
 from __future__ import annotations
 
 import datetime
+import random
 import socket
 import struct
 import threading
@@ -29,8 +30,10 @@ from pyspark.sql import SparkSession
 
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, decode_request, encode_response
+from gregor.protocol.compression import CompressionType
 from gregor.protocol.errors import ErrorCode
-from gregor.protocol.record_codec import Record, encode_batch
+from gregor.protocol.record_batch import crc32c
+from gregor.protocol.record_codec import Record, decode_records, encode_batch
 from gregor.spark import jvm_source_loaded
 
 TOPIC = "t"
@@ -294,3 +297,117 @@ def test_a_broker_that_stops_answering_is_given_up_after_the_socket_timeout(
     broker = scripted(brokers, Answer(silent=True), Answer(batch, 3))
     assert read_offsets(jvm, broker, 0, 3, poll_timeout_ms=30_000) == [0, 1, 2]
     assert broker.fetched == [0, 0]
+
+
+SOURCE_COLUMNS = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
+                  "timestamp TIMESTAMP, timestampType INT")
+HEADERS_COLUMN = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+
+
+def read_rows(jvm: Any, broker: ScriptedBroker, start: int, end: int,
+              columns: str) -> list[dict[str, Any]]:
+    """Every row the JVM reader reads, through Spark's own row view of its column batches
+    (as Spark's ColumnarToRow reads them); timestamps as Spark's microseconds."""
+    config = jvm.java.util.HashMap()
+    config.put("bootstrap.servers", f"127.0.0.1:{broker.port}")
+    settings = jvm.io.gregor.spark.read.ReadSettings.fromOptions(config, False, True, 1000)
+    schema = jvm.org.apache.spark.sql.types.StructType.fromDDL(columns)
+    names = list(schema.fieldNames())
+    reader = jvm.io.gregor.spark.read.TopicRangeReaderFactory(schema).createColumnarReader(
+        jvm.io.gregor.spark.read.TopicRange(TOPIC, 0, start, end, settings))
+
+    def value(row: Any, i: int, name: str) -> Any:
+        if row.isNullAt(i):
+            return None
+        if name in ("key", "value"):
+            return bytes(row.getBinary(i))
+        if name == "topic":
+            return row.getUTF8String(i).toString()
+        if name in ("partition", "timestampType"):
+            return row.getInt(i)
+        if name in ("offset", "timestamp"):
+            return row.getLong(i)
+        entries = row.getArray(i)
+        return [{"key": entries.getStruct(j, 2).getUTF8String(0).toString(),
+                 "value": (None if entries.getStruct(j, 2).isNullAt(1)
+                           else bytes(entries.getStruct(j, 2).getBinary(1)))}
+                for j in range(entries.numElements())]
+
+    rows = []
+    try:
+        while reader.next():
+            iterator = reader.get().rowIterator()
+            while iterator.hasNext():
+                row = iterator.next()
+                rows.append({name: value(row, i, name) for i, name in enumerate(names)})
+    finally:
+        reader.close()
+    return rows
+
+
+def random_records(rng: random.Random, count: int, base: int) -> list[Record]:
+    def blob(max_size: int) -> bytes | None:
+        return None if rng.random() < 0.2 else rng.randbytes(rng.randrange(max_size))
+
+    records = []
+    offset = base
+    for _ in range(count):
+        headers = [(rng.choice(["", "k", "ключ", "trace-id"]), blob(20))
+                   for _ in range(rng.choice([0, 0, 1, 3]))]
+        records.append(Record(offset, 1_700_000_000_000 + rng.randrange(-5000, 5000),
+                              blob(300), blob(3000), headers))
+        offset += rng.choice([1, 1, 1, 2, 7])  # gaps, as compaction leaves them
+    return records
+
+
+def expected_rows(batches: list[bytes], first: int, last: int,
+                  headers: bool = True) -> list[dict[str, Any]]:
+    rows = []
+    for batch in batches:
+        header, records = decode_records(batch)
+        for r in records:
+            if first <= r.offset < last:
+                row = {"key": r.key, "value": r.value, "topic": TOPIC, "partition": 0,
+                       "offset": r.offset,
+                       "timestamp": (header.max_timestamp if header.is_log_append_time
+                                     else r.timestamp) * 1000,
+                       "timestampType": int(header.is_log_append_time)}
+                if headers:
+                    row["headers"] = [{"key": k, "value": v} for k, v in r.headers] or None
+                rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("codec", list(CompressionType), ids=lambda c: c.name.lower())
+def test_every_column_equals_the_decoded_records(jvm: Any, brokers: list[ScriptedBroker],
+                                                 codec: CompressionType) -> None:
+    """The Python scanner's test (tests/spark/test_record_scan.py) for the JVM decoder: keys,
+    values and header values null or not, gaps, a LogAppendTime batch, a range that starts
+    and ends inside batches, and the headers column left out."""
+    rng = random.Random(codec)
+    batches = []
+    base = 1000
+    for index in range(5):
+        records = random_records(rng, rng.randrange(1, 60), base)
+        batches.append(encode_batch(records, base_offset=base, compression=codec,
+                                    timestamp_type_log_append=index == 2))
+        base = records[-1].offset + 1
+    broker = scripted(brokers, Answer(b"".join(batches), base))
+    everything = expected_rows(batches, 0, base)
+    assert read_rows(jvm, broker, 1000, base, f"{SOURCE_COLUMNS}, {HEADERS_COLUMN}") \
+        == everything
+    first, last = everything[10]["offset"], everything[-10]["offset"]
+    assert read_rows(jvm, broker, first, last, f"{SOURCE_COLUMNS}, {HEADERS_COLUMN}") \
+        == expected_rows(batches, first, last)
+    assert read_rows(jvm, broker, 1000, base, SOURCE_COLUMNS) \
+        == expected_rows(batches, 0, base, headers=False)
+
+
+def test_a_record_cut_short_is_refused(jvm: Any, brokers: list[ScriptedBroker]) -> None:
+    """A batch whose CRC is right but whose last record ends past the batch's end."""
+    batch = bytearray(encode_batch([Record(0, 1, b"key", b"value")])[:-3])
+    struct.pack_into(">i", batch, 8, len(batch) - 12)
+    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[21:]))
+    broker = scripted(brokers, Answer(bytes(batch), 1))
+    with pytest.raises(Py4JJavaError, match="record data ends inside a record"):
+        read_rows(jvm, broker, 0, 1, SOURCE_COLUMNS)
