@@ -74,6 +74,8 @@ PAIRS = 10
 SIDE_BY_SIDE = 6
 # Below this share of its core in a run, the broker was not alone on it.
 BOUND_CORES = 0.9
+# Below this share of a run's window runnable, the broker's event loop waited for clients.
+BUSY = 0.95
 WARMUP_S = 1.0
 RUN_S = 2.0
 SIZES = (100, 1024)
@@ -96,6 +98,7 @@ class Run:
     records_per_s: float
     broker_us_per_record: float  # scrapes in the window included
     broker_cores: float
+    broker_busy: float  # share of the window its event loop ran or waited for its core
     client_cores: float
     seconds: float
 
@@ -138,6 +141,7 @@ class Row:
     on_us: float
     off_broker_cores: float
     on_broker_cores: float
+    broker_busy: float  # the least of its runs
     client_cores: float
     pairs: int
     # on against off, per pair: records/s, and the broker's CPU per record
@@ -201,6 +205,7 @@ def _measured(jobs: list[tuple[Load, BrokerProcess, Job, bool]], seconds: float,
         kind = "produce" if job.kind == "produce" else "consume"
         runs.append(Run(metrics, f"{kind} {job.size} B", side_by_side, records / wall,
                         broker_cpu / records * 1e6, broker_cpu / wall,
+                        (end.broker_runnable - start.broker_runnable) / wall,
                         (end.client_cpu - start.client_cpu) / wall, wall))
     return runs
 
@@ -324,6 +329,7 @@ def _row(workload: str, side_by_side: bool, runs: list[Run]) -> Row:
         statistics.median(r.broker_us_per_record for r in on),
         statistics.median(r.broker_cores for r in off),
         statistics.median(r.broker_cores for r in on),
+        min(r.broker_busy for r in runs),
         statistics.median(r.client_cores for r in runs),
         len(pairs),
         Change.paired([b.records_per_s / a.records_per_s - 1 for a, b in pairs]),
@@ -339,14 +345,15 @@ def report(rows: list[Row]) -> str:
             continue
         coverage = min(r.throughput.coverage for r in chosen)
         lines = ["| workload | records/s off / on (median) | records/s change, paired "
-                 f"[{coverage:.0%} CI] | within 3% | broker cores off / on | broker CPU per "
+                 f"[{coverage:.0%} CI] | within 3% | broker cores off / on; busy | broker CPU per "
                  f"record off / on | CPU per record change, paired [{coverage:.0%} CI] | "
                  "client cores |",
                  "|---|---|---|---|---|---|---|---|"]
         for r in chosen:
             lines.append(f"| {r.workload} | {r.off_records_per_s:,.0f} / "
                          f"{r.on_records_per_s:,.0f} | {r.throughput} | {r.verdict} "
-                         f"| {r.off_broker_cores:.2f} / {r.on_broker_cores:.2f} "
+                         f"| {r.off_broker_cores:.2f} / {r.on_broker_cores:.2f}; "
+                         f"{r.broker_busy:.2f} "
                          f"| {r.off_us:.3f} / {r.on_us:.3f} µs | {r.cpu_per_record} "
                          f"| {r.client_cores:.2f} |")
         tables.append(("Both brokers at once, sharing their core:\n\n" if together else "")
@@ -414,15 +421,25 @@ def _document(table: str, rows: list[Row], pairs: int, side_by_side: int, scrape
               minutes: float, load: tuple[float, float], cost: ScrapeCost) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     coverage = min(r.throughput.coverage for r in rows if not r.side_by_side)
-    short = [f"{r.workload} ({r.off_broker_cores:.2f} off, {r.on_broker_cores:.2f} on)"
-             for r in rows if not r.side_by_side
-             and min(r.off_broker_cores, r.on_broker_cores) < BOUND_CORES]
-    bound = (f"In this run the broker had its core to itself (at least {BOUND_CORES} of it "
-             "in every workload): records/s is its capacity." if not short else
-             f"In this run the broker got less than {BOUND_CORES} of its core in "
-             f"{', '.join(short)}: the machine's other work took the rest, at the same "
-             "share for both brokers as far as ABBA order evens it out, so records/s is "
-             "what the broker did with the part of the core it got.")
+    sequential = [r for r in rows if not r.side_by_side]
+    idle = [f"{r.workload} ({r.broker_busy:.2f})" for r in sequential
+            if r.broker_busy < BUSY]
+    shared = [f"{r.workload} ({r.off_broker_cores:.2f} off, {r.on_broker_cores:.2f} on)"
+              for r in sequential if min(r.off_broker_cores, r.on_broker_cores) < BOUND_CORES]
+    if idle:
+        bound = (f"**Not broker-bound in this run:** the broker's event loop was runnable less "
+                 f"than {BUSY} of some run's window in {', '.join(idle)}: it waited for its "
+                 "clients, and records/s there is not its capacity.")
+    elif shared:
+        bound = (f"In this run the broker's event loop was runnable (on its core or waiting "
+                 f"for it) at least {BUSY} of every run's window, so the broker was the "
+                 f"bottleneck, but it got less than {BOUND_CORES} of its core in "
+                 f"{', '.join(shared)}: the machine's other work took the rest, alike for "
+                 "both brokers as far as ABBA order evens it out.")
+    else:
+        bound = (f"In this run the broker's event loop was runnable at least {BUSY} of every "
+                 f"run's window and had at least {BOUND_CORES} of its core: records/s is "
+                 "its capacity.")
     return f"""# What metrics cost: produce and consume with metrics on and off
 
 `python -m bench.metrics_bench`, {when}, {minutes:.0f} minutes on this 2-core machine
@@ -452,13 +469,18 @@ does all the per-request work and they do little:
   checked for errors. Each run writes a fresh topic, deleted after it; the brokers delete segments
   beyond 64 MiB a partition every second, so that gigabytes written in one run are not
   written back to disk by the kernel during the next.
-- consume: Fetch v4 with librdkafka's default sizes (1 MiB a partition), each client
-  fetching its partitions of a topic of 16 MiB a partition, filled with the same batches
-  on both brokers and read again from offset 0 once read to its end; every batch's
-  CRC32C is checked and its records counted.
+- consume: Fetch v4 requests of one partition each at librdkafka's default size (1 MiB
+  a partition), as consumers of a group of one partition each send them, one in flight
+  per partition, of a topic of 16 MiB a partition, filled with the same batches on both
+  brokers and read again from offset 0 once read to its end; every whole batch's
+  records counted from its header. One partition a fetch is the most requests per
+  record these sizes allow, so the most of the per-request accounting metrics add.
 
 "broker cores" is the broker's CPU time over the window's wall time: close to 1 when
-nothing else runs on its core, less when the machine's other work takes part of it.
+nothing else runs on its core, less when the machine's other work takes part of it;
+"busy" the least share of a window, over all runs of the workload, that its event loop
+was runnable (on its core or waiting in the run queue, from `/proc/PID/schedstat`): 1
+when it never waited for a client.
 Records/s is what the verdict uses, as the issue words its target: per pair, on over
 off, minus one; the median over the pairs and a {coverage:.0%} confidence interval
 that assumes nothing about the changes' distribution (the sign test's: between the
