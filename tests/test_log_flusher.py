@@ -1,6 +1,7 @@
-"""A broker fsyncs rolled segments and writes checkpoints on a worker thread, so the
-event loop never waits for the disk; the recovery point passes a segment only once it
-is on disk."""
+"""A broker fsyncs rolled segments, the active ones that flush.messages or flush.ms
+make due, and writes checkpoints (log start offsets among them) on a worker thread, so
+the event loop never waits for the disk; the recovery point passes a segment only once
+it is on disk, and a produce or DeleteRecords is answered only after its fsync."""
 
 from __future__ import annotations
 
@@ -10,13 +11,18 @@ import threading
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from storage_helpers import batch, open_log, topic_config
 
+from gregor.broker.broker import Broker
 from gregor.broker.log_flusher import LogFlusher
+from gregor.config import BrokerConfig
+from gregor.storage import checkpoint_file as checkpoint_module
 from gregor.storage import segment as segment_module
 from gregor.storage.checkpoint_file import read_checkpoint
 from gregor.storage.log import Log
-from gregor.storage.log_manager import LogManager
+from gregor.storage.log_manager import LOG_START_FILE, LogManager
 
 
 class HeldFsync:
@@ -109,3 +115,108 @@ def test_periodic_checkpoints_are_written_on_the_worker(tmp_path: Path) -> None:
     assert writers == ["log-flusher_0"]
     assert read_checkpoint(tmp_path / "recovery-point-offset-checkpoint") == {("t", 0): 2}
     assert read_checkpoint(tmp_path / "replication-offset-checkpoint") == {("t", 0): 2}
+
+
+def test_flush_messages_fsyncs_the_active_segment_on_the_worker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = HeldFsync()
+    monkeypatch.setattr(segment_module.os, "fsync", held)
+
+    async def scenario() -> None:
+        flusher = LogFlusher()
+        manager = LogManager(tmp_path)
+        manager.active_segment_flusher = flusher.segment_due
+        log = manager.get_or_create("t", 0, topic_config(flush_messages=2))
+        log.append_as_leader(batch(2), 0)
+        due = log.pending_flush
+        assert due is not None
+        log.append_as_leader(batch(1), 0)  # appended and counted while the fsync is held
+        await asyncio.sleep(0.05)
+        assert not due.done()
+        assert log.active_segment.unflushed_messages == 1
+        held.release.set()
+        await due
+        segment_fsyncs = [thread for thread, fd in held.calls if fd == log.active_segment.fd]
+        assert segment_fsyncs == ["log-flusher_0"]
+        assert log.active_segment.unflushed_messages == 1
+        flusher.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_moved_log_start_is_written_on_the_worker_and_waited_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = HeldFsync()
+    monkeypatch.setattr(checkpoint_module.os, "fsync", held)
+
+    async def scenario() -> None:
+        flusher = LogFlusher()
+        manager = LogManager(tmp_path)
+        manager.checkpoint_writer = flusher.write
+        log = manager.get_or_create("t", 0, topic_config())
+        log.append_as_leader(batch(5), 0)
+        assert log.advance_log_start_offset(3)
+        written = asyncio.ensure_future(manager.log_starts_written())
+        await asyncio.sleep(0.05)
+        assert not written.done()
+        assert read_checkpoint(tmp_path / LOG_START_FILE) == {}
+        held.release.set()
+        await written
+        assert read_checkpoint(tmp_path / LOG_START_FILE) == {("t", 0): 3}
+        # (The loop's own fsyncs are of the leader-epoch checkpoint.)
+        assert [thread for thread, _ in held.calls if thread != "MainThread"] == [
+            "log-flusher_0"]
+        flusher.close()
+
+    asyncio.run(scenario())
+
+
+def test_answers_wait_for_their_fsyncs_and_the_broker_serves_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A produce into a flush.messages=1 topic is acknowledged only once its fsync is
+    done, a DeleteRecords only once the new log start is on disk; both fsyncs run on the
+    flusher's thread, and the event loop answers other requests while they are held."""
+    config = BrokerConfig.load(None, {"log.dirs": str(tmp_path / "data"),
+                                      "listeners": "PLAINTEXT://127.0.0.1:0"})
+    held = HeldFsync()
+
+    async def scenario() -> None:
+        broker = Broker(config)
+        await broker.start()
+        try:
+            host, port = broker.advertised_address
+            bootstrap = f"{host}:{port}"
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            await asyncio.to_thread(lambda: admin.create_topics([NewTopic(
+                "durable", 1, 1, config={"flush.messages": "1"})])["durable"].result(30))
+            monkeypatch.setattr(segment_module.os, "fsync", held)
+            producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+            producer.produce("durable", b"kept")
+            acknowledged = asyncio.ensure_future(asyncio.to_thread(producer.flush, 30))
+            while not held.calls:
+                await asyncio.sleep(0.01)
+            # Held: the loop still answers others, the producer still waits.
+            bystander = AdminClient({"bootstrap.servers": bootstrap})
+            await asyncio.to_thread(bystander.list_topics, timeout=30)
+            assert not acknowledged.done()
+            held.release.set()
+            assert await acknowledged == 0
+            assert {thread for thread, _ in held.calls} == {"log-flusher_0"}
+
+            held.release.clear()
+            held.calls.clear()
+            tp = TopicPartition("durable", 0, 1)
+            deleted = asyncio.ensure_future(asyncio.to_thread(
+                lambda: admin.delete_records([tp])[tp].result(30)))
+            while not held.calls:
+                await asyncio.sleep(0.01)
+            await asyncio.to_thread(bystander.list_topics, timeout=30)
+            assert not deleted.done()
+            held.release.set()
+            assert (await deleted).low_watermark == 1
+            assert read_checkpoint(config.log_dir / LOG_START_FILE)[("durable", 0)] == 1
+        finally:
+            held.release.set()
+            await broker.stop()
+
+    asyncio.run(scenario())

@@ -52,6 +52,8 @@ class Broker:
         self.log_manager = LogManager(config.log_dir)
         self.log_flusher = LogFlusher()
         self.log_manager.segment_flusher = self.log_flusher.segment_rolled
+        self.log_manager.active_segment_flusher = self.log_flusher.segment_due
+        self.log_manager.checkpoint_writer = self.log_flusher.write
         # In a cluster, metadata lives in ZooKeeper; alone, in a file beside the logs.
         self.cluster = ZkClusterMember(config) if config.zookeeper_mode else None
         self.controller: ClusterAdmin

@@ -4,8 +4,11 @@ A rolled segment can hold a gigabyte of dirty pages, and its fsync takes as long
 disk needs to write them: done on the event loop, every client of the broker would wait
 for it. Kafka hands the same work to its scheduler (the "flush-log" task after a roll,
 and the periodic checkpoints). One worker thread keeps the flushes in roll order, so a
-log's recovery point only ever passes segments that are on disk, and keeps periodic
-checkpoints from overtaking each other.
+log's recovery point only ever passes segments that are on disk, and keeps checkpoints
+from overtaking each other. The same goes for the fsyncs that ``flush.messages`` and
+``flush.ms`` ask of the active segment, and for the log start offsets that DeleteRecords
+moves: those who must answer after them (a produce, a DeleteRecords) wait for their
+future, and the loop serves everyone else meanwhile.
 """
 
 from __future__ import annotations
@@ -32,9 +35,15 @@ class LogFlusher:
         future = self._submit(segment.flush)
         future.add_done_callback(functools.partial(self._flushed, owner, segment, next_offset))
 
-    async def write(self, action: Callable[[], None]) -> None:
-        """Run ``action`` (a checkpoint write) on the worker, after what came before."""
-        await self._submit(action)
+    def segment_due(self, segment: LogSegment) -> asyncio.Future[None]:
+        """Fsync the active ``segment`` (flush.messages, flush.ms) on the worker, after
+        what came before; done once it is on disk."""
+        return self._reported(self._submit(segment.fsync), "fsync of an active segment")
+
+    def write(self, action: Callable[[], None]) -> asyncio.Future[None]:
+        """Run ``action`` (a checkpoint write) on the worker, after what came before;
+        done once it has run."""
+        return self._reported(self._submit(action), "checkpoint write")
 
     async def drain(self) -> None:
         """Wait for every flush and write handed over so far (before the logs close)."""
@@ -47,6 +56,17 @@ class LogFlusher:
         future = asyncio.get_running_loop().run_in_executor(self._executor, action)
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
+        return future
+
+    @staticmethod
+    def _reported(future: asyncio.Future[None], what: str) -> asyncio.Future[None]:
+        """Log a failure even when nobody awaits the future (a follower's log start
+        move, a flush.ms fsync); whoever awaits it gets the error as well."""
+        def report(done: asyncio.Future[None]) -> None:
+            if not done.cancelled() and done.exception() is not None:
+                log.error("%s failed: %s", what, done.exception())
+
+        future.add_done_callback(report)
         return future
 
     @staticmethod

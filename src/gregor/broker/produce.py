@@ -4,7 +4,9 @@ acks=all answers once every in-sync replica has the records: the request waits
 in the delayed-produce purgatory until each partition's high watermark covers
 what was appended, the partition stops being led here, or the request's timeout
 passes, and all its partitions are answered together. On a single broker the
-high watermark moves with the append, so nothing waits.
+high watermark moves with the append, so nothing waits. A partition whose
+``flush.messages`` or ``flush.ms`` made the append due for an fsync is answered
+once that is done (on the broker's flusher thread), whatever the acks.
 
 A request naming a transactional id may write transactional batches, into the
 partitions its producer's ongoing transaction added (checked with the transaction
@@ -13,6 +15,7 @@ coordinator when it is this broker).
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -123,12 +126,20 @@ def _settle(waits: list[tuple[_PartitionResult, Partition, int]], errors: list[E
 async def _answer_when_replicated(broker: Broker, version: int,
                                   appended: list[tuple[str, list[tuple[int, _PartitionResult]]]],
                                   waits: list[tuple[_PartitionResult, Partition, int]],
-                                  timeout_s: float):
+                                  timeout_s: float, flushes: list[asyncio.Future[None]]):
     """acks=all: the answer once each partition's high watermark covers its append (or
-    the request timed out)."""
+    the request timed out), and the fsyncs it made due are done."""
     _settle(waits, await broker.replica_manager.delayed_produce.wait(
         [(partition, required) for _, partition, required in waits], timeout_s))
+    await asyncio.gather(*flushes)
     return _response(broker, version, -1, appended)
+
+
+async def _answer_when_flushed(broker: Broker, version: int, acks: int,
+                               appended: list[tuple[str, list[tuple[int, _PartitionResult]]]],
+                               flushes: list[asyncio.Future[None]]):
+    await asyncio.gather(*flushes)
+    return _response(broker, version, acks, appended)
 
 
 async def handle(broker: Broker, request: Request):
@@ -136,6 +147,7 @@ async def handle(broker: Broker, request: Request):
     refusal = _refusal(broker, body)
     appended: list[tuple[str, list[tuple[int, _PartitionResult]]]] = []
     waits = []
+    flushes = []
     for topic in body.topic_data:
         results = []
         for data in topic.partition_data:
@@ -143,8 +155,12 @@ async def handle(broker: Broker, request: Request):
                 result = _PartitionResult(*refusal)
             else:
                 result, partition, required = _append(broker, request, topic.name, data)
-                if body.acks == -1 and partition is not None:
-                    waits.append((result, partition, required))
+                if partition is not None:
+                    if body.acks == -1:
+                        waits.append((result, partition, required))
+                    flush = partition.log.pending_flush
+                    if flush is not None and not flush.done():
+                        flushes.append(flush)
             results.append((data.index, result))
         appended.append((topic.name, results))
     if waits:
@@ -154,8 +170,12 @@ async def handle(broker: Broker, request: Request):
             # Appended: what is left is waiting for the followers, and the connection
             # may append the producer's next request meanwhile.
             return DelayedResponse(_answer_when_replicated(
-                broker, request.version, appended, waits, body.timeout.total_seconds()))
+                broker, request.version, appended, waits, body.timeout.total_seconds(),
+                flushes))
         _settle(waits, settled)  # on one broker, always at once
+    if flushes and body.acks != 0:
+        return DelayedResponse(_answer_when_flushed(broker, request.version, body.acks,
+                                                    appended, flushes))
     return _response(broker, request.version, body.acks, appended)
 
 

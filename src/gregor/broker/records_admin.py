@@ -1,4 +1,8 @@
-"""DeleteRecords: move partitions' log start offsets forward."""
+"""DeleteRecords: move partitions' log start offsets forward.
+
+The answer goes out once the new log start offsets are on disk (written off the event
+loop), so that deleted records cannot come back after a crash.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ async def handle(broker: Broker, request: Request):
     partition_cls = nested(_KEY, version, "DeleteRecordsPartitionResult")
     topic_cls = nested(_KEY, version, "DeleteRecordsTopicResult")
     topics = []
+    moved = False
     for topic in request.body.topics:
         results = []
         for item in topic.partitions:
@@ -36,10 +41,13 @@ async def handle(broker: Broker, request: Request):
                     error = ErrorCode.offset_out_of_range
                 else:
                     if partition.log.advance_log_start_offset(target):
+                        moved = True
                         broker.replica_manager.notify((topic.name, item.partition_index))
                     low_watermark = partition.log_start_offset
             results.append(build(partition_cls, partition_index=item.partition_index,
                                  low_watermark=low_watermark, error_code=error))
         topics.append(build(topic_cls, name=topic.name, partitions=tuple(results)))
+    if moved:
+        await broker.log_manager.log_starts_written()
     return build(response_schema(_KEY, version), throttle_time=datetime.timedelta(0),
                  topics=tuple(topics))

@@ -13,6 +13,7 @@ marker adds the transaction to its segment's aborted-transaction index.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import enum
 import logging
@@ -53,6 +54,11 @@ _MAX_RELATIVE_OFFSET = 2**31 - 1
 SegmentFlusher = Callable[["Log", LogSegment, int], None]
 """Takes a rolled segment (and the offset after it) to fsync off the caller's thread; it
 calls the log's ``segment_flushed`` back on the log's own thread once the data is on disk."""
+
+ActiveSegmentFlusher = Callable[[LogSegment], "asyncio.Future[None]"]
+"""Takes the active segment, due for an fsync (flush.messages, flush.ms), to fsync off
+the caller's thread after the segments and checkpoints handed over before it; the
+future completes once the data is on disk."""
 
 
 class LogAppendError(Exception):
@@ -113,6 +119,10 @@ class Log:
         # Set by the LogManager when a broker fsyncs rolled segments in the background;
         # without one a roll fsyncs the segment it closes before returning.
         self.segment_flusher: SegmentFlusher | None = None
+        # Likewise for the active segment's fsyncs that flush.messages and flush.ms ask
+        # for; the last one handed over is what an append that made it due must wait for.
+        self.active_segment_flusher: ActiveSegmentFlusher | None = None
+        self.pending_flush: asyncio.Future[None] | None = None
         self._last_flush_ms = int(time.time() * 1000)
         self._load_segments(recover, log_start_offset)
         # The checkpoint may lag segment deletions (retention) or, after losing an
@@ -323,7 +333,7 @@ class Log:
                                       _control_batch(data, header, pos, size))
         self.leader_epoch_cache.assign(leader_epoch, first_offset)
         if segment.unflushed_messages >= self.config["flush.messages"]:
-            self.flush()
+            self._flush_due()
         return AppendResult(first_offset, next_offset - 1, log_append_time,
                             next_offset - first_offset)
 
@@ -379,7 +389,7 @@ class Log:
                                       _control_batch(data, header, pos, size))
             self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
         if segment.unflushed_messages >= self.config["flush.messages"]:
-            self.flush()
+            self._flush_due()
         return len(data)
 
     def _update_producer(self, segment: LogSegment, header: record_batch.BatchHeader,
@@ -502,7 +512,21 @@ class Log:
     def maybe_flush_on_time(self, now_ms: int) -> None:
         if (self.active_segment.unflushed_messages
                 and now_ms - self._last_flush_ms >= self.config["flush.ms"]):
+            self._flush_due()
+
+    def _flush_due(self) -> None:
+        """flush.messages or flush.ms asks for an fsync of the active segment: handed to
+        the broker's flusher when there is one (whoever must answer after it waits for
+        ``pending_flush``), else done here. The recovery point stays then: after a crash
+        the active segment is recovered whatever it says, and the roll that ends the
+        segment moves it once the segment is on disk."""
+        if self.active_segment_flusher is None:
             self.flush()
+            return
+        segment = self.active_segment
+        segment.unflushed_messages = 0
+        self._last_flush_ms = int(time.time() * 1000)
+        self.pending_flush = self.active_segment_flusher(segment)
 
     # ------------------------------------------------------------------ reading
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None,

@@ -7,6 +7,7 @@ rebuild), which is how a ``kill -9`` loses nothing that was acknowledged.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from gregor.config import TopicConfig
 from gregor.storage.checkpoint_file import read_checkpoint, write_checkpoint
-from gregor.storage.log import Log, SegmentFlusher, parse_partition_dir
+from gregor.storage.log import ActiveSegmentFlusher, Log, SegmentFlusher, parse_partition_dir
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +32,14 @@ class LogManager:
         self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         self.logs: dict[TopicPartition, Log] = {}
-        # Given to every log: a broker fsyncs rolled segments off its event loop.
+        # Given to every log: a broker fsyncs rolled segments, and the active ones when
+        # flush.messages or flush.ms ask, off its event loop.
         self.segment_flusher: SegmentFlusher | None = None
+        self.active_segment_flusher: ActiveSegmentFlusher | None = None
+        # A broker's: writes a checkpoint file off its event loop, after what it was handed
+        # before. Without one, moved log start offsets are written at once.
+        self.checkpoint_writer: Callable[[Callable[[], None]], asyncio.Future[None]] | None = None
+        self._log_starts_written: asyncio.Future[None] | None = None
         marker = log_dir / CLEAN_SHUTDOWN_FILE
         self.had_clean_shutdown = marker.exists()
         # The marker stays only while the broker is stopped cleanly.
@@ -76,16 +83,31 @@ class LogManager:
         self.logs[(lg.topic, lg.partition)] = lg
         lg.on_log_start_offset_moved = self._log_start_offset_moved
         lg.segment_flusher = self.segment_flusher
+        lg.active_segment_flusher = self.active_segment_flusher
         return lg
 
     def _log_start_offset_moved(self, _: Log) -> None:
         """Persist log start offsets now rather than at the next periodic checkpoint:
-        records DeleteRecords removed must not come back after a crash."""
-        self._write_log_start_offsets()
+        records DeleteRecords removed must not come back after a crash. The offsets are
+        taken now; a broker writes them on its checkpoint writer (``log_starts_written``
+        says when they are on disk)."""
+        if self.checkpoint_writer is None:
+            self._write_log_start_offsets()
+        else:
+            self._log_starts_written = self.checkpoint_writer(self._log_start_offsets_writer())
+
+    async def log_starts_written(self) -> None:
+        """Wait until every log start offset moved so far is on disk. The writer keeps
+        the order it was handed things in, so the last write covers the earlier ones."""
+        if self._log_starts_written is not None:
+            await self._log_starts_written
+
+    def _log_start_offsets_writer(self) -> Callable[[], None]:
+        starts = {tp: lg.log_start_offset for tp, lg in self.logs.items()}
+        return lambda: write_checkpoint(self.log_dir / LOG_START_FILE, starts)
 
     def _write_log_start_offsets(self) -> None:
-        write_checkpoint(self.log_dir / LOG_START_FILE,
-                         {tp: lg.log_start_offset for tp, lg in self.logs.items()})
+        self._log_start_offsets_writer()()
 
     def delete(self, topic: str, partition: int) -> None:
         doomed = self.logs.pop((topic, partition), None)

@@ -378,11 +378,16 @@ class LogSegment:
         return now_ms - self.created_ms > segment_ms
 
     def flush(self) -> None:
+        self.fsync()
+        self.unflushed_messages = 0
+
+    def fsync(self) -> None:
+        """The data and indexes on disk. Leaves the count of unflushed messages alone, so
+        a worker thread may run it while the log's thread appends and counts on."""
         os.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
         self.txn_index.flush()
-        self.unflushed_messages = 0
 
     def on_become_inactive(self) -> None:
         """Fsync a segment that stops being the active one and release its index writers."""
