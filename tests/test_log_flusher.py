@@ -6,6 +6,7 @@ it is on disk, and a produce or DeleteRecords is answered only after its fsync."
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import threading
 from pathlib import Path
@@ -13,10 +14,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from replication_helpers import state
 from storage_helpers import batch, open_log, topic_config
+from test_replication_network import leading_broker, until
 
 from gregor.broker.broker import Broker
 from gregor.broker.log_flusher import LogFlusher
+from gregor.cluster.replica_manager import ReplicaManager
 from gregor.config import BrokerConfig
 from gregor.storage import checkpoint_file as checkpoint_module
 from gregor.storage import segment as segment_module
@@ -218,5 +222,45 @@ def test_answers_wait_for_their_fsyncs_and_the_broker_serves_meanwhile(
         finally:
             held.release.set()
             await broker.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_follower_fetches_again_only_once_its_flush_is_done(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """flush.messages=1 at acks=all: the follower's fsync runs on its flusher's thread,
+    and its next fetch, which moves the leader's high watermark and so answers the
+    producer, waits for it."""
+    held = HeldFsync()
+
+    async def scenario() -> None:
+        async with leading_broker(tmp_path) as (broker, topic):
+            flusher = LogFlusher()
+            logs = LogManager(tmp_path / "follower")
+            logs.active_segment_flusher = flusher.segment_due
+            follower = ReplicaManager(
+                BrokerConfig.from_mapping({"broker.id": "2",
+                                           "log.dirs": str(tmp_path / "follower")}),
+                logs, broker_address=lambda b: broker.bound_address if b == 1 else None)
+            durable = dataclasses.replace(topic, configs={"flush.messages": "1"})
+            follower.apply_partition_state(durable, 0, state(1, 1, (1, 2), (1, 2), 1))
+            leader, copy = broker.replica_manager.get("t", 0), follower.get("t", 0)
+            assert leader is not None and copy is not None
+            monkeypatch.setattr(segment_module.os, "fsync", held)
+            try:
+                host, port = broker.bound_address
+                producer = Producer({"bootstrap.servers": f"{host}:{port}", "acks": "all"})
+                producer.produce("t", b"kept", partition=0)
+                acknowledged = asyncio.ensure_future(asyncio.to_thread(producer.flush, 30))
+                await until(lambda: copy.log_end_offset == 1 and bool(held.calls))
+                await asyncio.sleep(0.2)  # fetches the follower would send meanwhile
+                assert leader.high_watermark == 0 and not acknowledged.done()
+                held.release.set()
+                assert await acknowledged == 0
+                assert leader.high_watermark == 1
+            finally:
+                held.release.set()
+                await follower.stop()
+                flusher.close()
 
     asyncio.run(scenario())

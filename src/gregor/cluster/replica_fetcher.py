@@ -231,6 +231,7 @@ class ReplicaFetcher:
             self._delay(t for _, t in ready)
             return
         sent = dict(ready)
+        flushes = []
         for topic in answer.responses:
             for data in topic.partitions:
                 tp = (topic.topic, data.partition_index)
@@ -238,6 +239,13 @@ class ReplicaFetcher:
                 # Stopped following it, or at another epoch, while the fetch was out.
                 if found is not None and self._current(tp, found):
                     self._apply(found, data)
+                    flush = found.partition.log.pending_flush
+                    if flush is not None and not flush.done():
+                        flushes.append(flush)
+        # An fsync flush.messages or flush.ms made due is done before the next fetch tells
+        # the leader these records are here, as Kafka's follower appends (and flushes)
+        # before it fetches again.
+        await asyncio.gather(*flushes)
 
     def _apply(self, target: _Target, data: Any) -> None:
         partition = target.partition
