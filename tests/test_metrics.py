@@ -285,6 +285,14 @@ def test_request_times_count_from_arrival_including_the_wait_behind_others(
     earlier = before.series("kafka_network_requestmetrics_totaltimems_bucket", request="Fetch")
     below = frozenset({("request", "Fetch"), ("le", "100.0")})
     assert buckets[below] == earlier.get(below, 0)
+    # Only the first waited behind none: the others' queue times are above 100 ms.
+    queued = after.series("kafka_network_requestmetrics_requestqueuetimems_bucket",
+                          request="Fetch")
+    queued_before = before.series("kafka_network_requestmetrics_requestqueuetimems_bucket",
+                                  request="Fetch")
+    every = frozenset({("request", "Fetch"), ("le", "+Inf")})
+    assert queued[below] - queued_before.get(below, 0) <= 1
+    assert queued[every] - queued_before.get(every, 0) == count
 
 
 def test_a_failed_produce_is_counted_by_its_error(metered: BrokerProcess, admin: AdminClient,

@@ -103,8 +103,10 @@ class Connection:
                 # Counted as Kafka's RequestMetrics do: the time from arrival to the answer
                 # sent, of which the wait behind earlier requests. Inline: once per request.
                 api_key, version, _ = peek_api(frame)
+                request = self.request
                 metrics.request_completed(
-                    api_key, version, api_key == FETCH and self._from_follower(),
+                    api_key, version, api_key == FETCH and request is not None
+                    and getattr(request.body, "replica_id", -1) >= 0,
                     self.frames.received_at, started, perf_counter())
         except (ConnectionError, TimeoutError, ConnectionClosed):
             pass  # the client left (possibly mid-frame), or was refused and that was logged
@@ -117,10 +119,6 @@ class Connection:
             for task in self._answers:
                 task.cancel()
             self.transport.close()
-
-    def _from_follower(self) -> bool:
-        """Whether the fetch just handled came from a follower replica."""
-        return self.request is not None and getattr(self.request.body, "replica_id", -1) >= 0
 
     def _counter(self, metrics: BrokerMetrics, frame: bytes | memoryview, started: float
                  ) -> Callable[[], None]:

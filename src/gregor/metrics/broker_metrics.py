@@ -83,17 +83,6 @@ class RequestCounters:
         self.total_time = Histogram()
         self.queue_time = Histogram()
 
-    def completed(self, version: int, queue_bucket: int, queue_ms: float, total_bucket: int,
-                  total_ms: float) -> None:
-        """One request, its times already placed in their buckets (by the caller, once
-        for the two counters a fetch adds to)."""
-        self.by_version[version] += 1
-        queue, total = self.queue_time, self.total_time
-        queue.counts[queue_bucket] += 1
-        queue.total += queue_ms
-        total.counts[total_bucket] += 1
-        total.total += total_ms
-
 
 class BrokerMetrics:
     """What happened on this broker since it started, by topic and by API."""
@@ -124,16 +113,22 @@ class BrokerMetrics:
         """One request answered (or, for acks=0, handled): ``received_s`` when its last
         byte arrived, ``started_s`` when its handler began, ``done_s`` once its answer
         was written out (``time.perf_counter`` seconds)."""
-        queue_ms, total_ms = (started_s - received_s) * 1000, (done_s - received_s) * 1000
-        queue_bucket = bisect.bisect_left(TIME_BUCKETS_MS, queue_ms)
-        total_bucket = bisect.bisect_left(TIME_BUCKETS_MS, total_ms)
         if api_key == FETCH:
             # Fetch's own requests and times are these two's sum, added at scrape time
             # (as_scraped) rather than counted a second time here.
             counters = self._fetch_follower if follower_fetch else self._fetch_consumer
         else:
             counters = self._by_key.get(api_key) or self.for_api(api_key)
-        counters.completed(version, queue_bucket, queue_ms, total_bucket, total_ms)
+        # Once per request: written out here rather than in methods of the counters.
+        counters.by_version[version] += 1
+        queue_ms = (started_s - received_s) * 1000
+        queue = counters.queue_time
+        queue.counts[bisect.bisect_left(TIME_BUCKETS_MS, queue_ms)] += 1
+        queue.total += queue_ms
+        total_ms = (done_s - received_s) * 1000
+        total = counters.total_time
+        total.counts[bisect.bisect_left(TIME_BUCKETS_MS, total_ms)] += 1
+        total.total += total_ms
 
     def as_scraped(self) -> dict[str, RequestCounters]:
         """Every API's counters by name, Fetch's requests and times being its consumer
