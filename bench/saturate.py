@@ -24,13 +24,13 @@ memory, which the harness reads at the start and end of a measured window.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import multiprocessing
 import os
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.sharedctypes import Synchronized
@@ -60,10 +60,6 @@ def pin(pid: int, cpu: int) -> None:
     """Put every thread of ``pid`` on ``cpu``; threads it starts later inherit it."""
     for task in os.listdir(f"/proc/{pid}/task"):
         os.sched_setaffinity(int(task), {cpu})
-
-
-def can_pin() -> bool:
-    return len(os.sched_getaffinity(0)) >= 2 and {BROKER_CPU, CLIENT_CPU} <= os.sched_getaffinity(0)
 
 
 @dataclass(frozen=True)
@@ -136,7 +132,7 @@ class Load:
         for pipe in self._pipes:
             _answer(pipe)  # done
 
-    @contextmanager
+    @contextlib.contextmanager
     def running(self, job: Job) -> Iterator[None]:
         """Every worker on ``job`` until the block ends; raises a worker's failure."""
         self._stop.clear()
@@ -153,7 +149,8 @@ class Load:
 
     def close(self) -> None:
         for pipe in self._pipes:
-            pipe.send(None)
+            with contextlib.suppress(OSError):  # a worker that died has closed its end
+                pipe.send(None)
         for process in self._processes:
             process.join(10)
             if process.is_alive():
