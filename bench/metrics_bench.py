@@ -54,12 +54,13 @@ from bench.saturate import (  # noqa: E402
     BATCH_BYTES,
     BROKER_CPU,
     CLIENT_CPU,
+    GROUPS,
     IN_FLIGHT,
     WORKERS,
     Job,
     Load,
+    filled,
     pin,
-    records_per_batch,
 )
 from gregor.broker.process import BrokerProcess  # noqa: E402
 
@@ -81,7 +82,7 @@ RUN_S = 2.0
 SIZES = (100, 1024)
 # What each consumed topic holds (the runs read it again and again), in produce requests
 # per load worker: 16 MiB a partition.
-FILL_REQUESTS = 16 * 1024 * 1024 // BATCH_BYTES
+FILL_REQUESTS = 16 * 1024 * 1024 // BATCH_BYTES // GROUPS
 # Produced data is deleted a second or two after it is written (both brokers alike): a
 # run writes gigabytes, which the kernel would otherwise start writing back to disk
 # during later runs, on the same two cores.
@@ -249,8 +250,7 @@ def _filled(load: Load, broker: BrokerProcess, size: int, requests: int) -> Job:
     topic = f"c-{size}-{uuid.uuid4().hex[:8]}"
     client.create(topic, PARTITIONS, {"retention.bytes": "-1"})
     load.complete(Job("produce", broker.bootstrap, topic, PARTITIONS, size, requests=requests))
-    return Job("fetch", broker.bootstrap, topic, PARTITIONS, size,
-               end=requests * records_per_batch(size))
+    return Job("fetch", broker.bootstrap, topic, PARTITIONS, size, end=filled(size, requests))
 
 
 @dataclass
@@ -460,21 +460,24 @@ core {BROKER_CPU}; the load comes from {WORKERS} client processes pinned to core
 client, records/s was the client's pace: it spends several times the broker's CPU per
 record, so the broker used a fraction of a core and a run's records/s moved by several
 percent whatever the broker did. These clients write requests built once, so the broker
-does all the per-request work and they do little:
+does all the per-request work and they do little.
+
+The clients are {GROUPS} applications of {WORKERS // GROUPS} clients each, every
+application spreading the {PARTITIONS} partitions over its clients (two producers
+writing each partition, two consumer groups reading it), so that enough requests are in
+flight for the broker never to wait for a client:
 
 - produce: Produce v9 at acks=1, {IN_FLIGHT} requests in flight per client, each with
-  one batch of {BATCH_BYTES // 1024} KiB per partition of the client's share of the
-  {PARTITIONS} partitions (more requests per record, so more of the per-request
-  accounting metrics add, than with librdkafka's batches of up to 1 MB), every answer
-  checked for errors. Each run writes a fresh topic, deleted after it; the brokers delete segments
-  beyond 64 MiB a partition every second, so that gigabytes written in one run are not
-  written back to disk by the kernel during the next.
-- consume: Fetch v4 requests of one partition each at librdkafka's default size (1 MiB
-  a partition), as consumers of a group of one partition each send them, one in flight
-  per partition, of a topic of 16 MiB a partition, filled with the same batches on both
-  brokers and read again from offset 0 once read to its end; every whole batch's
-  records counted from its header. One partition a fetch is the most requests per
-  record these sizes allow, so the most of the per-request accounting metrics add.
+  one batch of {BATCH_BYTES // 1024} KiB per partition of the client's (more requests
+  per record, so more of the per-request accounting metrics add, than with librdkafka's
+  batches of up to 1 MB), every answer checked for errors. Each run writes a fresh
+  topic, deleted after it; the brokers delete segments beyond 64 MiB a partition every
+  second, so that gigabytes written in one run are not written back to disk by the
+  kernel during the next.
+- consume: Fetch v4 of the client's partitions at librdkafka's default sizes (1 MiB a
+  partition), one fetch in flight per client as a consumer has, from a topic of 16 MiB
+  a partition, filled with the same batches on both brokers and read again from offset
+  0 once read to its end; every whole batch's records counted from its header.
 
 "broker cores" is the broker's CPU time over the window's wall time: close to 1 when
 nothing else runs on its core, less when the machine's other work takes part of it;

@@ -5,18 +5,21 @@ more CPU per record than the broker (a produce of 100 B records cost the broker 
 a record and the client several times that), so records/s says little about the broker.
 Here the broker process and all its threads are pinned to one core and the load comes
 from :data:`WORKERS` processes pinned to the other, each with its own connection, each
-speaking the wire protocol with requests built once:
+speaking the wire protocol with requests built once. They are :data:`GROUPS`
+applications of the same size, each spreading the topic's partitions over its clients
+(two producers writing each partition, two consumer groups reading it), so that enough
+requests are in flight for the broker never to wait for a client:
 
 - produce: Produce v9 requests at acks=1 of one prebuilt batch of
   :data:`BATCH_BYTES` per partition, :data:`IN_FLIGHT` requests in flight, every
   answer checked for errors. The broker does for them what it does for librdkafka's
   batches (checks, offsets, append), and the client only writes bytes it already has.
-- fetch: Fetch v4 requests of one partition each at librdkafka's default size (1 MiB a
-  partition), one in flight per partition of the worker, as consumers of a group of
-  one partition each would send them; the records of every whole batch counted from
-  its header (``bench.clients.kafka_fetch``; its CRC32C is not checked: at gigabytes a
-  second that would take a sixth of the clients' core); a partition read to its end is
-  read again from offset 0, so a run can last as long as it must.
+- fetch: Fetch v4 requests of the worker's partitions at librdkafka's default sizes
+  (1 MiB a partition), one in flight, as a consumer sends them; the records of every
+  whole batch counted from its header (``bench.clients.kafka_fetch``; its CRC32C is not
+  checked: at gigabytes a second that would take a sixth of the clients' core); a
+  partition read to its end is read again from offset 0, so a run can last as long as
+  it must.
 
 Each worker adds the records acknowledged or fetched to a counter of its own in shared
 memory, which the harness reads at the start and end of a measured window.
@@ -47,7 +50,8 @@ from gregor.protocol.record_codec import Record, encode_batch
 
 BROKER_CPU = 0
 CLIENT_CPU = 1
-WORKERS = 4
+WORKERS = 8
+GROUPS = 2
 BATCH_BYTES = 64 * 1024
 IN_FLIGHT = 5  # what Kafka allows an idempotent producer per connection
 _PRODUCE_VERSION = 9
@@ -167,7 +171,7 @@ def _work(index: int, pipe: Connection, count: Synchronized[int], stop: Event) -
     os.sched_setaffinity(0, {CLIENT_CPU})
     socket.setdefaulttimeout(30)  # a broker gone fails the run instead of hanging it
     while (job := pipe.recv()) is not None:
-        mine = list(range(index, job.partitions, WORKERS))
+        mine = list(range(index % (WORKERS // GROUPS), job.partitions, WORKERS // GROUPS))
         try:
             if job.kind == "produce":
                 _produce(job, mine, count, stop, pipe)
@@ -180,6 +184,12 @@ def _work(index: int, pipe: Connection, count: Synchronized[int], stop: Event) -
 
 def records_per_batch(size: int) -> int:
     return max(1, BATCH_BYTES // size)
+
+
+def filled(size: int, requests: int) -> int:
+    """Records each partition holds once every worker has sent ``requests`` produce
+    requests to an empty topic."""
+    return GROUPS * requests * records_per_batch(size)
 
 
 def _produce(job: Job, partitions: list[int], count: Synchronized[int], stop: Event,
@@ -220,24 +230,14 @@ def _produce(job: Job, partitions: list[int], count: Synchronized[int], stop: Ev
 
 def _fetch(job: Job, partitions: list[int], count: Synchronized[int], stop: Event,
            ready: Connection) -> None:
-    """One fetch per partition in flight, each sent again as soon as its answer is read:
-    the broker has the next while this client checks the last."""
     fetcher = KafkaFetcher(job.bootstrap)
     offsets = dict.fromkeys(partitions, 0)
-
-    def fetch(partition: int) -> None:
-        fetcher.sock.sendall(fetcher._request(job.topic, {partition: offsets[partition]},
-                                              FETCH_PARTITION_MAX_BYTES, FETCH_MAX_BYTES))
-
     try:
         ready.send(None)
-        for partition in partitions:
-            fetch(partition)
-        in_flight = len(partitions)
-        while in_flight:
-            answer = fetcher._answer(fetcher._read_frame())
-            in_flight -= 1
-            for partition, records in answer.items():
+        while not stop.is_set():
+            fetcher.sock.sendall(fetcher._request(job.topic, offsets, FETCH_PARTITION_MAX_BYTES,
+                                                  FETCH_MAX_BYTES))
+            for partition, records in fetcher._answer(fetcher._read_frame()).items():
                 got, offsets[partition] = _whole_batches(records, offsets[partition],
                                                          check_crc=False)
                 if not got:
@@ -246,8 +246,5 @@ def _fetch(job: Job, partitions: list[int], count: Synchronized[int], stop: Even
                 if offsets[partition] >= job.end:
                     offsets[partition] = 0
                 count.value += got
-                if not stop.is_set():
-                    fetch(partition)
-                    in_flight += 1
     finally:
         fetcher.close()
