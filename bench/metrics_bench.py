@@ -510,7 +510,8 @@ event loop; a scrape writes its text itself, each series' escaped name and label
 from the scrape before (`gregor.metrics.exposition`). Scraped {SCRAPE_COST_SAMPLES} times back
 to back after the runs, a scrape of this broker's {cost.lines} lines cost it
 {cost.broker_ms:.2f} ms of CPU: at one scrape a second, {cost.broker_ms / 10:.2f}% of
-its core; at Prometheus' usual 10 to 15 s, a tenth of that.
+its core; at Prometheus' usual 10 to 15 s, a tenth of that. When other work leaves the
+broker a fifth of its core, the same scrapes weigh five times as much on what it does.
 
 ![throughput with metrics on and off](img/bench-metrics.png)
 """
