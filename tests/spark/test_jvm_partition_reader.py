@@ -411,3 +411,26 @@ def test_a_record_cut_short_is_refused(jvm: Any, brokers: list[ScriptedBroker]) 
     broker = scripted(brokers, Answer(bytes(batch), 1))
     with pytest.raises(Py4JJavaError, match="record data ends inside a record"):
         read_rows(jvm, broker, 0, 1, SOURCE_COLUMNS)
+
+
+def test_a_column_batch_holds_about_4_mib_of_large_records(
+        jvm: Any, brokers: list[ScriptedBroker]) -> None:
+    """4096 rows is the usual column batch, but of 100 KiB records it would be 400 MiB of
+    vectors: a batch takes no more records after 4 MiB (the Python reader's CHUNK_BYTES)."""
+    big = [Record(o, 1, None, bytes([o]) * 100_000) for o in range(100)]
+    broker = scripted(brokers, Answer(encode_batch(big), 100))
+    config = jvm.java.util.HashMap()
+    config.put("bootstrap.servers", f"127.0.0.1:{broker.port}")
+    settings = jvm.io.gregor.spark.read.ReadSettings.fromOptions(config, False, True, 1000)
+    schema = jvm.org.apache.spark.sql.types.StructType.fromDDL("value BINARY")
+    reader = jvm.io.gregor.spark.read.TopicRangeReaderFactory(schema).createColumnarReader(
+        jvm.io.gregor.spark.read.TopicRange(TOPIC, 0, 0, 100, settings))
+    sizes = []
+    try:
+        while reader.next():
+            sizes.append(reader.get().numRows())
+    finally:
+        reader.close()
+    assert sum(sizes) == 100
+    assert max(sizes) == (4 << 20) // 100_000 + 1
+    assert read_column(jvm, broker, 0, 100, "value BINARY") == [r.value for r in big]

@@ -27,8 +27,25 @@ final class Decompression {
   private static final byte[] XERIAL_MAGIC = {(byte) 0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0};
   private static final int XERIAL_HEADER = 16;
 
-  private byte[] out = new byte[1 << 16];
+  /** A task's output buffer left to the next task of its executor thread (see close). */
+  private static final ThreadLocal<byte[]> SPARE = new ThreadLocal<>();
+
+  private byte[] out;
   private int length;
+
+  Decompression() {
+    byte[] spare = SPARE.get();
+    SPARE.remove();
+    out = spare != null ? spare : new byte[1 << 16];
+  }
+
+  /**
+   * Leaves the buffer to the thread's next task: grown to a batch's records (up to megabytes), it
+   * is one of G1's humongous objects, costly to allocate anew for every task.
+   */
+  void close() {
+    SPARE.set(out);
+  }
 
   /** The buffer the last call decompressed into; its first {@link #length()} bytes. */
   byte[] output() {

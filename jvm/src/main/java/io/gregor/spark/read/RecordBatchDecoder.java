@@ -70,6 +70,13 @@ final class RecordBatchDecoder {
   private long last;
   /** Header entries written into the current column batch. */
   private int headerRow;
+  /** Key, value and header bytes written into the current column batch. */
+  private long payloadBytes;
+  /**
+   * Bytes after which a column batch takes no more records (the Python reader's CHUNK_BYTES):
+   * rows alone would let large records pile up, 4096 of 1 MiB each being 4 GiB of vectors.
+   */
+  static final int BATCH_BYTES = 4 << 20;
 
   /** Vectors are null for columns that are not required; headers is array of struct. */
   RecordBatchDecoder(WritableColumnVector keys, WritableColumnVector values,
@@ -174,6 +181,12 @@ final class RecordBatchDecoder {
 
   // ---- records ----
 
+  /** Done with decoding: the decompression buffer goes to the thread's next task. */
+  void close() {
+    data = null;
+    decompression.close();
+  }
+
   /** Resets the vectors for the next column batch. */
   void resetColumns() {
     for (WritableColumnVector v :
@@ -183,6 +196,7 @@ final class RecordBatchDecoder {
       }
     }
     headerRow = 0;
+    payloadBytes = 0;
   }
 
   /**
@@ -199,6 +213,11 @@ final class RecordBatchDecoder {
       return;
     }
     recordsOf(b, at);
+  }
+
+  /** Whether the current column batch holds BATCH_BYTES of payload: it takes no more rows. */
+  boolean full() {
+    return payloadBytes >= BATCH_BYTES;
   }
 
   boolean hasRecords() {
@@ -239,7 +258,7 @@ final class RecordBatchDecoder {
       return row + taken;
     }
     try {
-      while (recordsLeft > 0 && row < capacity) {
+      while (recordsLeft > 0 && row < capacity && payloadBytes < BATCH_BYTES) {
         recordsLeft--;
         if (pos >= end) {
           throw new IllegalStateException("record data ends inside a record");
@@ -271,7 +290,9 @@ final class RecordBatchDecoder {
           timestampTypes.putInt(row, logAppendTime ? 1 : 0);
         }
         if (readsPayload) {
+          int before = pos;
           payload(row, recordEnd);
+          payloadBytes += pos - before; // lengths and header counts too: a bound, not a sum
         }
         pos = recordEnd;
         row++;

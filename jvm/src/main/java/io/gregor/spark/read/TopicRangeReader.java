@@ -42,6 +42,11 @@ public final class TopicRangeReader implements PartitionReader<ColumnarBatch> {
 
   private Bootstrap.Leader leader;
   private boolean inFlight;
+  /**
+   * Why the next Fetch could not be sent, while the last answer's batches are still decoded from
+   * the connection's buffer: the connection is dropped only once they are done.
+   */
+  private String lostLeader;
   /** The next offset still to read. */
   private long position;
   /** When waiting for the next offset turns into an error. */
@@ -72,7 +77,7 @@ public final class TopicRangeReader implements PartitionReader<ColumnarBatch> {
   public boolean next() {
     decoder.resetColumns();
     int rows = 0;
-    while (rows < capacity) {
+    while (rows < capacity && !decoder.full()) {
       if (decoder.hasRecords()) {
         rows = decoder.decode(rows, capacity);
       } else if (nextWanted < wantedCount) {
@@ -95,6 +100,7 @@ public final class TopicRangeReader implements PartitionReader<ColumnarBatch> {
   @Override
   public void close() {
     forget();
+    decoder.close();
     batch.close();
   }
 
@@ -117,6 +123,11 @@ public final class TopicRangeReader implements PartitionReader<ColumnarBatch> {
 
   /** This partition's part of the next Fetch answer; null after an error was dealt with. */
   private Fetch.PartitionData fetch() {
+    if (lostLeader != null) {
+      retryLater(lostLeader);
+      lostLeader = null;
+      return null;
+    }
     Fetch.PartitionData data;
     try {
       if (!inFlight) {
@@ -201,7 +212,7 @@ public final class TopicRangeReader implements PartitionReader<ColumnarBatch> {
         sendFetch();
         inFlight = true;
       } catch (LeaderUnavailable e) {
-        retryLater(e.getMessage());
+        lostLeader = e.getMessage();
       }
     }
   }

@@ -35,7 +35,15 @@ public final class KafkaConnection implements AutoCloseable {
   private final ArrayDeque<Integer> inFlight = new ArrayDeque<>();
   private final ByteBuffer sizeField = ByteBuffer.allocate(4);
   private int correlationId;
-  private byte[] answer = new byte[1 << 16];
+  private byte[] answer;
+
+  /**
+   * The answer buffer a closed connection leaves to the next one of its thread. A task's buffer
+   * grows to a whole fetch answer (megabytes): allocated anew for every task, such arrays are
+   * G1's humongous objects, and each one set off a young collection and a marking cycle.
+   * Executors run tasks on pooled threads, so the next task of the thread takes it over.
+   */
+  private static final ThreadLocal<byte[]> SPARE_ANSWER = new ThreadLocal<>();
 
   private KafkaConnection(SocketChannel channel, Selector selector, int timeoutMs,
       String clientId, String address) throws IOException {
@@ -45,6 +53,9 @@ public final class KafkaConnection implements AutoCloseable {
     this.timeoutMs = timeoutMs;
     this.clientId = clientId == null ? null : clientId.getBytes(StandardCharsets.UTF_8);
     this.address = address;
+    byte[] spare = SPARE_ANSWER.get();
+    SPARE_ANSWER.remove();
+    this.answer = spare != null ? spare : new byte[1 << 16];
   }
 
   /**
@@ -167,9 +178,14 @@ public final class KafkaConnection implements AutoCloseable {
     }
   }
 
+  /** Closes the connection; its answer buffer (which must no longer be used) goes spare. */
   @Override
   public void close() {
     closeQuietly(channel, selector);
+    byte[] spare = SPARE_ANSWER.get();
+    if (spare == null || spare.length < answer.length) {
+      SPARE_ANSWER.set(answer);
+    }
   }
 
   private static void closeQuietly(SocketChannel channel, Selector selector) {
