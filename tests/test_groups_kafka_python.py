@@ -8,6 +8,7 @@ broker only passes the leader's choice through.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import uuid
 
@@ -78,8 +79,16 @@ def _shared(members: list, partitions: int, sizes: list[int]) -> bool:
             and sorted(len(h) for h in held) == sorted(sizes))
 
 
+def _group_log(broker: BrokerProcess, group: str) -> str:
+    return "\n".join(line for line in broker.log_tail(100_000).splitlines() if group in line)
+
+
 def test_kafka_python_members_share_and_rebalance(broker: BrokerProcess, topic_name: str,
-                                                  group: str) -> None:
+                                                  group: str,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    # Should it fail again: the members' joins, rejoins and heartbeat errors are shown
+    # with the failure, and what the coordinator did with the group is in its message.
+    caplog.set_level(logging.INFO, logger="kafka.coordinator")
     create_topic(broker.bootstrap, topic_name, 6)
     produce(broker.bootstrap, topic_name, 60, 6)
     members = [KafkaPythonMember(broker.bootstrap, group, [topic_name]) for _ in range(3)]
@@ -91,6 +100,9 @@ def test_kafka_python_members_share_and_rebalance(broker: BrokerProcess, topic_n
         # The leaver committed what it consumed (auto-commit) before it left.
         wait_until(lambda: len({v for m in [*members, leaver] for v in m.values}) == 60,
                    what="every record")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the coordinator's log of the group:\n"
+                             f"{_group_log(broker, group)}") from exc
     finally:
         for member in members:
             member.close()
