@@ -57,20 +57,8 @@ public final class Bootstrap {
   /** A connection to the broker at {@code address}, with the settings' client id and timeout. */
   public static KafkaConnection connect(ReadSettings s, InetSocketAddress address)
       throws LeaderUnavailable {
-    try {
-      return KafkaConnection.open(
-          address.getHostString(), address.getPort(), s.clientId(), s.socketTimeoutMs());
-    } catch (LeaderUnavailable e) {
-      throw e;
-    } catch (java.io.IOException e) {
-      throw new LeaderUnavailable("cannot connect to " + address.getHostString() + ":" + address.getPort() + ": " + e, e);
-    }
-  }
-
-  /** A connection to the partition's current leader, found through the metadata. */
-  public static KafkaConnection connectToLeader(ReadSettings s, String topic, int partition)
-      throws LeaderUnavailable {
-    return leader(s, topic, partition).connection();
+    return KafkaConnection.open(
+        address.getHostString(), address.getPort(), s.clientId(), s.socketTimeoutMs());
   }
 
   /** The partition's leader, connected, with its epoch (for Fetch's current leader epoch). */

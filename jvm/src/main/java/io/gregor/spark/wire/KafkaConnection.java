@@ -63,7 +63,7 @@ public final class KafkaConnection implements AutoCloseable {
    * broker that stops answering fails the request instead of hanging the task).
    */
   public static KafkaConnection open(String host, int port, String clientId, int timeoutMs)
-      throws IOException {
+      throws LeaderUnavailable {
     String address = host + ":" + port;
     SocketChannel channel = null;
     Selector selector = null;
@@ -78,16 +78,6 @@ public final class KafkaConnection implements AutoCloseable {
       closeQuietly(channel, selector);
       throw new LeaderUnavailable("cannot connect to " + address + ": " + e, e);
     }
-  }
-
-  /** host:port, for messages. */
-  public String address() {
-    return address;
-  }
-
-  /** Requests sent whose answers have not been received yet. */
-  public int inFlight() {
-    return inFlight.size();
   }
 
   /** Sends one request (the body from its position to its limit) without waiting for it. */
