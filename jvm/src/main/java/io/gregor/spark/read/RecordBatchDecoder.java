@@ -3,6 +3,8 @@ package io.gregor.spark.read;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.nio.ByteOrder;
+import java.util.Objects;
+import java.util.stream.Stream;
 import java.util.zip.CRC32C;
 import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
 
@@ -50,6 +52,8 @@ final class RecordBatchDecoder {
   private final WritableColumnVector headerEntries;
   private final WritableColumnVector headerKeys;
   private final WritableColumnVector headerValues;
+  /** The required ones among the vectors above, reset for every column batch. */
+  private final WritableColumnVector[] required;
   /** No per-record column is required: only how many records there are matters. */
   private final boolean countOnly;
   /** Key, value or headers are required, so a record must be read past its offset. */
@@ -91,6 +95,8 @@ final class RecordBatchDecoder {
     this.headerEntries = headers == null ? null : headers.arrayData();
     this.headerKeys = headers == null ? null : headerEntries.getChild(0);
     this.headerValues = headers == null ? null : headerEntries.getChild(1);
+    this.required = Stream.of(keys, values, offsets, timestamps, timestampTypes,
+        headers).filter(Objects::nonNull).toArray(WritableColumnVector[]::new);
     this.readsPayload = keys != null || values != null || headers != null;
     this.countOnly = !readsPayload && offsets == null && timestamps == null
         && timestampTypes == null;
@@ -189,11 +195,8 @@ final class RecordBatchDecoder {
 
   /** Resets the vectors for the next column batch. */
   void resetColumns() {
-    for (WritableColumnVector v :
-        new WritableColumnVector[] {keys, values, offsets, timestamps, timestampTypes, headers}) {
-      if (v != null) {
-        v.reset();
-      }
+    for (WritableColumnVector v : required) {
+      v.reset();
     }
     headerRow = 0;
     payloadBytes = 0;

@@ -35,7 +35,6 @@ public final class TopicRangeReader implements PartitionReader<ColumnarBatch> {
   private final ReadSettings settings;
   private final RecordBatchDecoder decoder;
   private final ColumnarBatch batch;
-  private final ColumnVector[] columns;
   private final int capacity;
   private final CRC32C crc = new CRC32C();
   private final long timeoutNanos;
@@ -64,7 +63,6 @@ public final class TopicRangeReader implements PartitionReader<ColumnarBatch> {
       int capacity) {
     this.range = range;
     this.settings = range.settings();
-    this.columns = columns;
     this.decoder = decoder;
     this.capacity = capacity;
     this.batch = new ColumnarBatch(columns);
