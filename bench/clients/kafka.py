@@ -63,11 +63,9 @@ class KafkaClient:
         self.bootstrap = self.address = bootstrap
         self.admin = AdminClient(_common(bootstrap))
 
-    def create(self, name: str, partitions: int, config: dict[str, str] | None = None) -> None:
-        """``config``: the topic's own settings (bench.metrics_bench: retention)."""
+    def create(self, name: str, partitions: int) -> None:
         for future in self.admin.create_topics(
-                [NewTopic(name, partitions, 1, config=config or {})],
-                operation_timeout=30).values():
+                [NewTopic(name, partitions, 1)], operation_timeout=30).values():
             future.result(timeout=30)
         self._await_leaders(name, partitions)
 
