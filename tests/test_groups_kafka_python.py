@@ -88,7 +88,8 @@ def test_kafka_python_members_share_and_rebalance(broker: BrokerProcess, topic_n
                                                   caplog: pytest.LogCaptureFixture) -> None:
     # Should it fail again: the members' joins, rejoins and heartbeat errors are shown
     # with the failure, and what the coordinator did with the group is in its message.
-    caplog.set_level(logging.INFO, logger="kafka.coordinator")
+    coordinator_log = logging.getLogger("kafka.coordinator")
+    caplog.set_level(min(logging.INFO, coordinator_log.getEffectiveLevel()), coordinator_log.name)
     create_topic(broker.bootstrap, topic_name, 6)
     produce(broker.bootstrap, topic_name, 60, 6)
     members = [KafkaPythonMember(broker.bootstrap, group, [topic_name]) for _ in range(3)]
