@@ -9,7 +9,9 @@ Run with ``python -m bench.spark_bench`` (``--help`` for sizes).  For 100-byte a
 * source python: the same through ``format("gregor_python")``, the Python data source
   the JVM source falls back to (measured only when ``source`` was the JVM's);
 * parquet: the same records, first copied to Parquet by Spark, aggregated the same way;
-  the source/parquet ratio says what reading a broker costs next to reading local files;
+  the source/parquet ratio says what reading a broker costs next to reading local files
+  (the two, and the Python source beside them, are timed in alternating rounds; every
+  record's value is distinct random bytes, so Parquet gets no dictionary for free);
 * read_range no Spark: what the Python source's tasks run in their Python workers (Fetch,
   record batches scanned into Arrow batches), here in this process over the same ranges,
   one after another; its cores are this process's, so records/s per core is the Python
@@ -93,6 +95,10 @@ def parse_args() -> argparse.Namespace:
         "--records", type=int, default=1_000_000, help="100-byte records (1 KiB: a quarter)"
     )
     parser.add_argument("--repeat", type=int, default=3, help="measured runs per path")
+    parser.add_argument(
+        "--repeated-value", action="store_true",
+        help="every record the same value (Parquet's best case: one dictionary entry), as "
+             "this bench wrote topics before 2026-11-25")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument(
         "--workers", action="store_true",
@@ -114,15 +120,19 @@ def describe_path(path: str) -> str:
             else "the Python data source (no JVM jar: no JDK at set-up?)")
 
 
-def fill_topic(bootstrap: str, records: int, size: int) -> tuple[str, dict[int, tuple[int, int]]]:
+def fill_topic(bootstrap: str, records: int, size: int, repeated_value: bool = False,
+               ) -> tuple[str, dict[int, tuple[int, int]]]:
     """A new topic of ``records`` records of ``size`` bytes; per partition (count, bytes)."""
     topic = f"spark-bench-{size}-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20})
-    payload = os.urandom(size)
+    # Every value its own random bytes, as a topic's records are: one value repeated would
+    # let Parquet store it once, in a dictionary, and read it for nothing.
+    values = os.urandom(size if repeated_value else size * records)
     for index in range(records):
         partition = index % PARTITIONS
+        payload = values if repeated_value else values[index * size:(index + 1) * size]
         while True:
             try:
                 producer.produce(topic, payload, partition=partition)
@@ -184,6 +194,36 @@ def measure(
         watch.start()
         run()
         windows.append(watch.stop())
+    return _median(path, size, records, windows, broker_known, path_read)
+
+
+def measure_against(
+    paths: dict[str, Callable[[], None]],
+    size: int,
+    records: int,
+    repeat: int,
+    watch: Stopwatch,
+    broker_known: bool,
+    path_read: dict[str, str],
+) -> list[Measurement]:
+    """Time paths that are compared with each other in alternating rounds (ABBA...), each
+    warmed up first: measured one after the other, the first pays for the JIT compiling
+    Spark's shared code and the machine's drift lands on one side."""
+    for run in paths.values():
+        run()
+    windows: dict[str, list[Window]] = {name: [] for name in paths}
+    order = list(paths)
+    for round_ in range(repeat):
+        for name in order if round_ % 2 == 0 else reversed(order):
+            watch.start()
+            paths[name]()
+            windows[name].append(watch.stop())
+    return [_median(name, size, records, windows[name], broker_known, path_read.get(name))
+            for name in paths]
+
+
+def _median(path: str, size: int, records: int, windows: list[Window], broker_known: bool,
+            path_read: str | None) -> Measurement:
     window = sorted(windows, key=lambda w: w.seconds)[len(windows) // 2]
     return Measurement(
         path,
@@ -208,7 +248,7 @@ def bench_size(
     work: Path,
 ) -> list[Measurement]:
     """``watch`` counts Spark's CPU, ``here`` this process's."""
-    topic, expected = fill_topic(bootstrap, records, size)
+    topic, expected = fill_topic(bootstrap, records, size, args.repeated_value)
 
     def topic_df(source_format: str) -> DataFrame:
         return (spark.read.format(source_format).option("kafka.bootstrap.servers", bootstrap)
@@ -220,16 +260,14 @@ def bench_size(
     parquet = spark.read.parquet(str(parquet_path))
     path = read_path(spark)
 
-    results = [
-        measure("source", size, records, args.repeat, watch,
-                lambda: check(source, expected), broker_known, path),
-        measure("parquet", size, records, args.repeat, watch,
-                lambda: check(parquet, expected), broker_known),
-    ]
+    compared: dict[str, Callable[[], None]] = {
+        "source": partial(check, source, expected),
+        "parquet": partial(check, parquet, expected),
+    }
     if path == "jvm":
-        python_source = topic_df("gregor_python")
-        results.append(measure("source python", size, records, args.repeat, watch,
-                               lambda: check(python_source, expected), broker_known, "python"))
+        compared["source python"] = partial(check, topic_df("gregor_python"), expected)
+    results = measure_against(compared, size, records, args.repeat, watch, broker_known,
+                              {"source": path, "source python": "python"})
     results.append(
         measure("read_range no Spark", size, records, args.repeat, here,
                 partial(read_without_spark, bootstrap, topic, expected), broker_known))
@@ -299,10 +337,12 @@ def bench_workers(
     return results
 
 
-def print_table(results: list[Measurement]) -> None:
+def print_table(results: list[Measurement], repeated_value: bool) -> None:
     paths = {m.read_path for m in results if m.path == "source"}
     for path in sorted(paths):
         print(f'source = format("gregor") through {describe_path(path)}')
+    print("values: " + ("one value repeated in every record (--repeated-value)" if repeated_value
+                        else "every record's value distinct random bytes"))
     print(
         f"{'record':>7} {'path':<19} {'records':>10} {'records/s':>12} {'MB/s':>8} "
         f"{'spark cores':>11} {'broker cores':>12}"
@@ -400,7 +440,7 @@ def main() -> None:
         if args.workers:
             results += bench_workers(bootstrap, args.records, args, watch, broker is not None,
                                      work)
-        print_table(results)
+        print_table(results, args.repeated_value)
         args.out.mkdir(parents=True, exist_ok=True)
         plot(results, args.out / "spark_bench.png")
         rows = [{**asdict(m), "records_per_s": m.records_per_s} for m in results]
