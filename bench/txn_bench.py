@@ -17,6 +17,13 @@ broker process, in one run, with confluent-kafka (librdkafka), 1 KiB records ove
   the rate compared is the log's records per second of the read, delivered or not
   (records delivered per second are shown too: read_committed delivers 90% of them).
 
+Where a transaction's time goes is printed beside the targets: per 1,000 records, the
+producer's time handing them over and waiting for them, and its requests' time in the
+broker (from the broker's request metrics, ``metrics.listener`` on for every run), the
+rest being the client's; with, for reference, an idempotent producer flushing every
+1,000 records (the most any producer reaches that waits for its records as
+``commit_transaction`` does).
+
 Runs alternate in ABBA order (A, B, B, A, ...) so drift in the machine's load falls
 on both alike, each after the page cache was written back (``sync``: a run must not
 pay for the writeback of the one before); figures are medians, with the broker's CPU
@@ -35,6 +42,7 @@ import shutil
 import statistics
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -45,6 +53,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 from confluent_kafka import KafkaError, Message, Producer  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from bench.clients.kafka import PRODUCER_CONFIG, KafkaClient  # noqa: E402
 from bench.cpu import Stopwatch, Window, collector_paused  # noqa: E402
@@ -52,6 +61,7 @@ from bench.records import RecordSet, VerificationError  # noqa: E402
 from bench.run import settle  # noqa: E402
 from bench.sections import write_section  # noqa: E402
 from gregor.broker.process import BrokerProcess  # noqa: E402
+from gregor.metrics import names  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -69,6 +79,10 @@ FLUSHED = "idempotent produce, flushed every 1,000"
 # The target's two sides, and the reference that tells the transactions' own cost
 # from that of waiting for every 1,000 records (the client's flush in commit).
 PRODUCE_RUNS = (IDEMPOTENT_RUN, TRANSACTIONAL, FLUSHED)
+# The requests of a transaction whose time in the broker (arrival to answer sent, from
+# the broker's own request metrics) the breakdown shows, by Kafka's request names.
+TIMED_REQUESTS = ("Produce", "AddPartitionsToTxn", "EndTxn")
+PRODUCE_REQUESTS = "Produce requests"
 
 
 @dataclass
@@ -83,6 +97,10 @@ class Run:
     # the run has none.
     queue_ms: float = 0.0
     commit_ms: float = 0.0
+    # Per TRANSACTION records, ms from each of TIMED_REQUESTS' arrival at the broker
+    # to its answer sent, summed over the run's requests of that kind; and the number
+    # of Produce requests (PRODUCE_REQUESTS).
+    broker_ms: dict[str, float] | None = None
 
     @property
     def records_per_s(self) -> float:
@@ -218,6 +236,22 @@ def _every_tenth(number: int) -> bool:
     return number % ABORT_EVERY == ABORT_EVERY - 1
 
 
+def request_times(metrics_url: str) -> dict[str, float]:
+    """The broker's total ms so far from arrival to answer sent, per TIMED_REQUESTS, and
+    its count of Produce requests (as ``"Produce requests"``)."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as answer:
+        text = answer.read().decode()
+    totals = dict.fromkeys((*TIMED_REQUESTS, PRODUCE_REQUESTS), 0.0)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            request = sample.labels.get("request")
+            if sample.name == names.TOTAL_TIME_MS + "_sum" and request in TIMED_REQUESTS:
+                totals[request] = sample.value
+            elif sample.name == names.TOTAL_TIME_MS + "_count" and request == "Produce":
+                totals[PRODUCE_REQUESTS] = sample.value
+    return totals
+
+
 class Bench:
     def __init__(self, broker: BrokerProcess) -> None:
         self.broker = broker
@@ -240,6 +274,8 @@ class Bench:
         self.client.create(topic, PARTITIONS)
         settle()
         phases = Phases([], [])
+        assert self.broker.metrics_url is not None
+        before = request_times(self.broker.metrics_url)  # both scrapes outside the window
         with collector_paused():
             if kind == TRANSACTIONAL:
                 window = produce_in_transactions(self.broker.bootstrap, topic, records,
@@ -250,12 +286,16 @@ class Bench:
             else:
                 window = self.client.produce(topic, PARTITIONS, records, "all", self.watch,
                                              IDEMPOTENT)
+            after = request_times(self.broker.metrics_url)
             # Read back: every record once, in order, committed.
             self.client.consume(topic, PARTITIONS, records, Stopwatch(lambda: []),
                                 READ_COMMITTED)
         self.client.delete(topic, PARTITIONS)
-        return self._run(kind, records.count, records.count, window,
-                         phases if phases.queue else None)
+        run = self._run(kind, records.count, records.count, window,
+                        phases if phases.queue else None)
+        groups = records.count / TRANSACTION
+        run.broker_ms = {name: (after[name] - before[name]) / groups for name in after}
+        return run
 
     def write_aborting(self, records: RecordSet) -> str:
         topic = f"c-{uuid.uuid4().hex[:8]}"
@@ -289,7 +329,9 @@ def measure(quick: bool, pairs: int) -> tuple[list[Row], list[Run]]:
     count = 20 * TRANSACTION if quick else 400 * TRANSACTION
     records = RecordSet(RECORD, count)
     work = Path(tempfile.mkdtemp(prefix="gregor-txn-bench-"))
-    broker = BrokerProcess(work / "broker").start()
+    # Its request metrics tell a transaction's time in the broker from the client's.
+    broker = BrokerProcess(work / "broker", overrides={
+        "metrics.listener": "http://127.0.0.1:0/metrics"}).start()
     try:
         bench = Bench(broker)
         warm_up = RecordSet(RECORD, 5 * TRANSACTION, seed=1)
@@ -342,20 +384,35 @@ def report(rows: list[Row]) -> str:
 
 def breakdown(runs: list[Run]) -> str:
     """Where a transaction's time goes: per 1,000 records, each producer's time, split
-    into handing the records to the client and waiting for them (medians of the runs)."""
+    into handing the records to the client and waiting for them, and the time its
+    requests spent in the broker, the rest being the client's and the network's
+    (medians of the runs)."""
     lines = ["| producer | ms per 1,000 records | handing them to the client | "
-             "waiting: flush, and EndTxn if transactional | broker CPU per record |",
-             "|---|---|---|---|---|"]
+             "waiting: flush, and EndTxn if transactional | in the broker: "
+             + ", ".join(TIMED_REQUESTS) + " | not in the broker | Produce requests | "
+             "broker CPU per record |",
+             "|---|---|---|---|---|---|---|---|"]
     per_thousand = {}
     for kind in PRODUCE_RUNS:
         chosen = [r for r in runs if r.workload == kind]
         if not chosen:
             continue
         per_thousand[kind] = statistics.median(r.seconds / r.records for r in chosen) * 1e6
-        phases = (f"{statistics.median(r.queue_ms for r in chosen):.2f} ms | "
-                  f"{statistics.median(r.commit_ms for r in chosen):.2f} ms"
-                  if kind != IDEMPOTENT_RUN else "(overlapped) | (overlapped)")
+        in_broker = {name: statistics.median((r.broker_ms or {}).get(name, 0.0)
+                                             for r in chosen) for name in TIMED_REQUESTS}
+        requests = statistics.median((r.broker_ms or {}).get(PRODUCE_REQUESTS, 0.0)
+                                     for r in chosen)
+        if kind == IDEMPOTENT_RUN:
+            # Requests in flight together: their times overlap, and the client's work
+            # overlaps them.
+            phases, rest = "(overlapped) | (overlapped)", "(overlapped)"
+        else:
+            phases = (f"{statistics.median(r.queue_ms for r in chosen):.2f} ms | "
+                      f"{statistics.median(r.commit_ms for r in chosen):.2f} ms")
+            rest = f"{per_thousand[kind] - sum(in_broker.values()):.2f} ms"
         lines.append(f"| {kind} | {per_thousand[kind]:.2f} ms | {phases} | "
+                     + " + ".join(f"{ms:.2f}" for ms in in_broker.values()) + f" ms | {rest} | "
+                     f"{requests:.1f} | "
                      f"{statistics.median(r.broker_us_per_record for r in chosen):.1f} µs |")
     if {TRANSACTIONAL, FLUSHED, IDEMPOTENT_RUN} <= per_thousand.keys():
         lines.append(
@@ -364,7 +421,10 @@ def breakdown(runs: list[Run]) -> str:
             f"{per_thousand[FLUSHED] - per_thousand[IDEMPOTENT_RUN]:.2f} ms to the idempotent "
             f"producer's 1,000 records; the target allows a transaction "
             f"{per_thousand[IDEMPOTENT_RUN] * (1 / PRODUCE_TARGET - 1):.2f} ms more than "
-            f"those 1,000 records.")
+            f"those 1,000 records. Flushing alone, with no transaction, reaches "
+            f"{per_thousand[IDEMPOTENT_RUN] / per_thousand[FLUSHED]:.0%} of the idempotent "
+            f"producer's records/s: the most a producer can reach that waits for all its "
+            f"records every 1,000, as commit_transaction does.")
     return "\n".join(lines)
 
 
@@ -465,9 +525,72 @@ that pause from the transactions' own work.
 
 Per 1,000 records (one transaction): each run's mean, the median over the runs;
 "handing them to the client" is `begin_transaction` and `produce_batch`, "waiting" is
-`commit_transaction` (the client's flush, then EndTxn) or `flush`.
+`commit_transaction` (the client's flush, then EndTxn) or `flush`. "In the broker" is
+the time from each request's arrival to its answer sent, from the broker's own request
+metrics (`{names.TOTAL_TIME_MS}`, scraped before and after each run), summed per 1,000
+records; "not in the broker" is the rest of the producer's time: the client's own work,
+its threads handing work to each other, and the network. For the idempotent producer
+that keeps sending, these overlap and do not add up.
 
 {phases}
+
+### Why 80% is out of reach with this client
+
+A transaction's requests follow each other: librdkafka sends no record of it before
+AddPartitionsToTxn is answered, and `commit_transaction` sends EndTxn only once every
+record is acknowledged, so nothing overlaps the Python hand-over of the next 1,000
+records, where the idempotent producer keeps the broker busy throughout. Timestamps of
+one run's 110 transactions, taken at the broker (arrival and answer of each request,
+the coordinator's steps) against the client's (medians, 2026-11-25, load average 3-6,
+with scratch instrumentation not kept in the tree):
+
+| step of one transaction | ms | whose |
+|---|---|---|
+| `begin_transaction`, `produce_batch` of 1,000 records | 0.93 | client (1) |
+| records queued, to AddPartitionsToTxn arriving | 1.15 | client (2) |
+| AddPartitionsToTxn | 0.35 | broker (3) |
+| its answer, to the first Produce arriving | 0.29 | client (4) |
+| 4 Produce requests of 250 records, one per partition | 1.75 | broker 1.50 (5) |
+| last Produce answer, to EndTxn arriving | 0.18 | client |
+| EndTxn until PrepareCommit written | 0.13 | broker |
+| to `commit_transaction` returning | 0.12 | broker's answer, client |
+| **total** (the run's mean: 5.14) | 4.90 | |
+
+(1) The broker idle but for the previous transaction's markers and CompleteCommit,
+done 0.8 ms after `begin_transaction`. (2) librdkafka registers a transaction's
+partitions on a 1 ms timer started by its first record
+(`rd_kafka_txn_schedule_register_partitions(rk, 1)`), run by its main thread. (3) Of
+which the `__transaction_state` write 0.08 ms. (4) From librdkafka's main thread to its
+broker thread, then a 258 KB request. (5) The rest: the client's sends between them.
+
+The broker's transactional work on the producer's path (AddPartitionsToTxn, EndTxn up to
+PrepareCommit) is about 0.5 ms of 4.9; the markers and CompleteCommit (0.25 ms) overlap
+the client's next hand-over. The idempotent producer that flushes every 1,000 records,
+with no transaction at all, shows the bound the stop-and-go alone sets: the sentence
+under the table above gives it for this run (on 2026-11-25, 60-70% in three runs at load
+average 4-6, 103% in one at 6-8, where the load had taken the idempotent producer's
+lead: on a busy machine every producer waits for a core, and the ratio rises). To reach
+80% a transaction may add to the idempotent producer's 1,000 records only what that
+sentence allows (0.4-1 ms in those runs); handing the records to the client and the
+client's AddPartitionsToTxn timer take about 2 ms before its first record is sent, and
+the 4 Produce requests of a transaction (one per partition, one after another) take as
+long in the broker as those of the flushed producer: the broker does no more per record
+for a transactional append. Kafka 4's transactions V2 (KIP-890: partitions added by the
+Produce request itself, no AddPartitionsToTxn) would remove the timer and one round
+trip, but librdkafka (confluent-kafka 2.16) does not implement it. The bench's client
+settings stay as they are: `linger.ms` 0 shortens the wait between AddPartitionsToTxn's
+answer and the first Produce (0.2 ms instead of up to 1.2 ms in one run) but speeds up
+the idempotent producer as much (39% and 48% in two runs of two pairs, at `linger.ms` 0
+and 5).
+
+The broker's extra CPU per record (the table's last column): the flushed idempotent
+producer pays about half of it with no transaction; the transactions' own work
+(AddPartitionsToTxn, EndTxn, four markers, three `__transaction_state` writes) is the
+difference between the two rows. `python -m bench.profile txn-produce --size 1024
+--partitions 4 --acks all` against `produce` with the same options (py-spy, the same
+day) finds no per-append work of the transactional path: the appends' share of the
+broker's samples is smaller; what grows is the time in the socket write of its answers
+(31% of the samples against 9%), each answer waking a client thread that waits for it.
 
 A read_committed Fetch is answered up to the last stable offset, with the aborted
 transactions of the range read from the segments' `.txnindex`; the consumer drops
