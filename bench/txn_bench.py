@@ -567,21 +567,20 @@ The broker's transactional work on the producer's path (AddPartitionsToTxn, EndT
 PrepareCommit) is about 0.5 ms of 4.9; the markers and CompleteCommit (0.25 ms) overlap
 the client's next hand-over. The idempotent producer that flushes every 1,000 records,
 with no transaction at all, shows the bound the stop-and-go alone sets: the sentence
-under the table above gives it for this run (on 2026-11-25, 60-70% in three runs at load
-average 4-6, 103% in one at 6-8, where the load had taken the idempotent producer's
-lead: on a busy machine every producer waits for a core, and the ratio rises). To reach
-80% a transaction may add to the idempotent producer's 1,000 records only what that
-sentence allows (0.4-1 ms in those runs); handing the records to the client and the
-client's AddPartitionsToTxn timer take about 2 ms before its first record is sent, and
-the 4 Produce requests of a transaction (one per partition, one after another) take as
-long in the broker as those of the flushed producer: the broker does no more per record
-for a transactional append. Kafka 4's transactions V2 (KIP-890: partitions added by the
-Produce request itself, no AddPartitionsToTxn) would remove the timer and one round
-trip, but librdkafka (confluent-kafka 2.16) does not implement it. The bench's client
-settings stay as they are: `linger.ms` 0 shortens the wait between AddPartitionsToTxn's
-answer and the first Produce (0.2 ms instead of up to 1.2 ms in one run) but speeds up
-the idempotent producer as much (39% and 48% in two runs of two pairs, at `linger.ms` 0
-and 5).
+under the table above gives it for this run (on 2026-11-25 it went from 53% to 103% from
+one run to the next, with the load average between 3 and 8: the idempotent producer's
+lead depends most on the cores it finds free). To reach 80% a transaction may add to the
+idempotent producer's 1,000 records only what that sentence allows (0.4-1 ms in those
+runs); handing the records to the client and the client's AddPartitionsToTxn timer take
+about 2 ms before its first record is sent, and the 4 Produce requests of a transaction
+(one per partition, one after another) take no longer in the broker than those of the
+flushed producer: the broker does no more per record for a transactional append. Kafka
+4's transactions V2 (KIP-890: partitions added by the Produce request itself, no
+AddPartitionsToTxn) would remove the timer and one round trip, but librdkafka
+(confluent-kafka 2.16) does not implement it. The bench's client settings stay as they
+are: `linger.ms` 0 shortens the wait between AddPartitionsToTxn's answer and the first
+Produce (0.2 ms instead of up to 1.2 ms in one run) but speeds up the idempotent
+producer as much (39% and 48% in two runs of two pairs, at `linger.ms` 0 and 5).
 
 The broker's extra CPU per record (the table's last column): the flushed idempotent
 producer pays about half of it with no transaction; the transactions' own work
