@@ -434,3 +434,41 @@ def test_a_column_batch_holds_about_4_mib_of_large_records(
     assert sum(sizes) == 100
     assert max(sizes) == (4 << 20) // 100_000 + 1
     assert read_column(jvm, broker, 0, 100, "value BINARY") == [r.value for r in big]
+
+
+def test_values_of_several_fetch_answers_are_all_kept(
+        jvm: Any, brokers: list[ScriptedBroker]) -> None:
+    """A column batch's keys and values point into the fetch answer they came in (no copy), and
+    every answer is received into the same buffer: the column batch must end before the next
+    answer is received, or its rows would read the next answer's bytes."""
+    rng = random.Random(3)
+    batches = [encode_batch([Record(o, 1, rng.randbytes(8), rng.randbytes(64))
+                             for o in range(base, base + 10)], base_offset=base)
+               for base in (0, 10, 20)]
+    broker = scripted(brokers, *(Answer(batch, 30) for batch in batches))
+    assert read_rows(jvm, broker, 0, 30, "key BINARY, value BINARY, offset BIGINT") == [
+        {"key": row["key"], "value": row["value"], "offset": row["offset"]}
+        for row in expected_rows(batches, 0, 30)]
+    assert broker.fetched == [0, 10, 20]
+
+
+@pytest.mark.parametrize("codec", [CompressionType.LZ4, CompressionType.ZSTD],
+                         ids=["lz4", "zstd"])
+def test_values_of_compressed_batches_spanning_column_batches_are_all_kept(
+        jvm: Any, brokers: list[ScriptedBroker], codec: CompressionType) -> None:
+    """Values point into the decompressed records, so each compressed batch of a column batch
+    is decompressed into a place of its own, and a batch still being decoded when a column
+    batch ends (here one of 5000 records, and one of 9000 over three column batches) keeps its
+    records while the next column batch decompresses the batches after it (the last one
+    larger than the one before, whose place it would otherwise take)."""
+    rng = random.Random(codec)
+    batches = []
+    base = 0
+    for count, size in ((5000, 40), (100, 40), (9000, 40), (3000, 200)):
+        batches.append(encode_batch([Record(o, 1, None, rng.randbytes(rng.randrange(1, size)))
+                                     for o in range(base, base + count)],
+                                    base_offset=base, compression=codec))
+        base += count
+    broker = scripted(brokers, Answer(b"".join(batches), base))
+    assert read_column(jvm, broker, 0, base, "value BINARY") == [
+        row["value"] for row in expected_rows(batches, 0, base)]

@@ -12,8 +12,12 @@ import org.xerial.snappy.Snappy;
 /**
  * The codecs of record batch v2, in the framings Kafka's clients interoperate on (see
  * gregor/protocol/compression.py): gzip; snappy raw (librdkafka) or in xerial's stream framing
- * (the Java client); the LZ4 frame format; zstd frames, whose content size may be missing. The
- * output buffer is reused from batch to batch of a task, so it is valid until the next call.
+ * (the Java client); the LZ4 frame format; zstd frames, whose content size may be missing.
+ *
+ * <p>The record batches decompressed for one column batch go one after the other into one
+ * buffer (an arena), since the column batch's key and value slices point into them until Spark
+ * is done with it. A new column batch writes from the arena's start again, in the other of two
+ * arenas when the record batch it goes on with (begun in the last column batch) is in this one.
  */
 final class Decompression {
   static final int NONE = 0;
@@ -28,15 +32,23 @@ final class Decompression {
   private static final int XERIAL_HEADER = 16;
 
   /** A task's output buffer left to the next task of its executor thread (see close). */
-  private static final ThreadLocal<byte[]> SPARE = new ThreadLocal<>();
+  private static final ThreadLocal<byte[][]> SPARE = new ThreadLocal<>();
 
+  private final byte[][] arenas;
+  /** The arena written to, and the one the last output went into. */
+  private int current;
+  private int lastArena;
   private byte[] out;
+  /** Where the next output starts in out. */
+  private int fill;
+  private int start;
   private int length;
 
   Decompression() {
-    byte[] spare = SPARE.get();
+    byte[][] spare = SPARE.get();
     SPARE.remove();
-    out = spare != null ? spare : new byte[1 << 16];
+    arenas = spare != null ? spare : new byte[][] {new byte[1 << 16], new byte[1 << 16]};
+    out = arenas[0];
   }
 
   /**
@@ -44,12 +56,30 @@ final class Decompression {
    * is one of G1's humongous objects, costly to allocate anew for every task.
    */
   void close() {
-    SPARE.set(out);
+    arenas[current] = out;
+    SPARE.set(arenas);
   }
 
-  /** The buffer the last call decompressed into; its first {@link #length()} bytes. */
+  /**
+   * Before the record batches of the next column batch: the outputs of the last one are free
+   * again, except the last output when {@code goesOn} (its records are still being decoded).
+   */
+  void newColumnBatch(boolean goesOn) {
+    arenas[current] = out;
+    if (goesOn && lastArena == current) {
+      current ^= 1;
+      out = arenas[current];
+    }
+    fill = 0;
+  }
+
+  /** The buffer the last call decompressed into: {@link #length()} bytes from {@link #start()}. */
   byte[] output() {
     return out;
+  }
+
+  int start() {
+    return start;
   }
 
   int length() {
@@ -60,6 +90,8 @@ final class Decompression {
     if (codec < GZIP || codec > ZSTD) {
       throw new IllegalStateException("record batch with unknown compression codec " + codec);
     }
+    start = fill;
+    lastArena = current;
     try {
       switch (codec) {
         case GZIP:
@@ -82,13 +114,14 @@ final class Decompression {
       throw new IllegalStateException(
           "cannot decompress " + NAMES[codec] + " data: " + e.getMessage(), e);
     }
+    fill = start + length;
   }
 
   private int snappy(byte[] src, int offset, int size) throws IOException {
     if (size < XERIAL_HEADER
         || !Arrays.equals(src, offset, offset + XERIAL_MAGIC.length, XERIAL_MAGIC, 0,
             XERIAL_MAGIC.length)) {
-      return snappyBlock(src, offset, size, 0);
+      return snappyBlock(src, offset, size, start);
     }
     int pos = offset + XERIAL_HEADER;
     int end = offset + size;
@@ -103,7 +136,7 @@ final class Decompression {
       if (block < 0 || block > end - pos) {
         throw new IOException("xerial snappy block runs past the end of the data");
       }
-      produced += snappyBlock(src, pos, block, produced);
+      produced += snappyBlock(src, pos, block, start + produced);
       pos += block;
     }
     return produced;
@@ -116,14 +149,14 @@ final class Decompression {
   }
 
   private int drain(InputStream in) throws IOException {
-    int n = 0;
+    int n = start;
     while (true) {
       if (n == out.length) {
         room(n + 1);
       }
       int got = in.read(out, n, out.length - n);
       if (got < 0) {
-        return n;
+        return n - start;
       }
       n += got;
     }

@@ -43,8 +43,8 @@ final class RecordBatchDecoder {
   private static final VarHandle LONG =
       MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
 
-  private final WritableColumnVector keys;
-  private final WritableColumnVector values;
+  private final BinarySlices keys;
+  private final BinarySlices values;
   private final WritableColumnVector offsets;
   private final WritableColumnVector timestamps;
   private final WritableColumnVector timestampTypes;
@@ -56,12 +56,16 @@ final class RecordBatchDecoder {
   private final WritableColumnVector[] required;
   /** No per-record column is required: only how many records there are matters. */
   private final boolean countOnly;
+  /** Key or value is required: its rows point into the buffers records are decoded from. */
+  private final boolean slices;
   /** Key, value or headers are required, so a record must be read past its offset. */
   private final boolean readsPayload;
   private final Decompression decompression = new Decompression();
 
   // The batch being decoded.
   private byte[] data;
+  /** Whether data is the decompression's output, rather than the fetch answer. */
+  private boolean decompressed;
   private int pos;
   private int end;
   private int recordsLeft;
@@ -83,7 +87,7 @@ final class RecordBatchDecoder {
   static final int BATCH_BYTES = 4 << 20;
 
   /** Vectors are null for columns that are not required; headers is array of struct. */
-  RecordBatchDecoder(WritableColumnVector keys, WritableColumnVector values,
+  RecordBatchDecoder(BinarySlices keys, BinarySlices values,
       WritableColumnVector offsets, WritableColumnVector timestamps,
       WritableColumnVector timestampTypes, WritableColumnVector headers) {
     this.keys = keys;
@@ -95,8 +99,9 @@ final class RecordBatchDecoder {
     this.headerEntries = headers == null ? null : headers.arrayData();
     this.headerKeys = headers == null ? null : headerEntries.getChild(0);
     this.headerValues = headers == null ? null : headerEntries.getChild(1);
-    this.required = Stream.of(keys, values, offsets, timestamps, timestampTypes,
-        headers).filter(Objects::nonNull).toArray(WritableColumnVector[]::new);
+    this.required = Stream.of(offsets, timestamps, timestampTypes, headers)
+        .filter(Objects::nonNull).toArray(WritableColumnVector[]::new);
+    this.slices = keys != null || values != null;
     this.readsPayload = keys != null || values != null || headers != null;
     this.countOnly = !readsPayload && offsets == null && timestamps == null
         && timestampTypes == null;
@@ -104,6 +109,14 @@ final class RecordBatchDecoder {
 
   boolean countOnly() {
     return countOnly;
+  }
+
+  /**
+   * Whether the column batch being filled points into the fetch answer, so that no other answer
+   * may be received into its buffer before the column batch is done with.
+   */
+  boolean holdsAnswer() {
+    return slices;
   }
 
   // ---- the batch header, read where the batch starts in a fetch answer ----
@@ -198,6 +211,13 @@ final class RecordBatchDecoder {
     for (WritableColumnVector v : required) {
       v.reset();
     }
+    if (keys != null) {
+      keys.reset();
+    }
+    if (values != null) {
+      values.reset();
+    }
+    decompression.newColumnBatch(decompressed && recordsLeft > 0);
     headerRow = 0;
     payloadBytes = 0;
   }
@@ -238,15 +258,19 @@ final class RecordBatchDecoder {
     int codec = attributes & COMPRESSION_MASK;
     int recordsAt = at + HEADER_SIZE;
     int recordsEnd = at + size(b, at);
-    if (codec == Decompression.NONE) {
+    decompressed = codec != Decompression.NONE;
+    if (!decompressed) {
       data = b;
       pos = recordsAt;
       end = recordsEnd;
     } else {
+      if (!slices) {
+        decompression.newColumnBatch(false); // nothing points into the last output
+      }
       decompression.decompress(codec, b, recordsAt, recordsEnd - recordsAt);
       data = decompression.output();
-      pos = 0;
-      end = decompression.length();
+      pos = decompression.start();
+      end = pos + decompression.length();
     }
   }
 
@@ -312,7 +336,7 @@ final class RecordBatchDecoder {
     if (keyLength >= 0) {
       check(keyLength, recordEnd);
       if (keys != null) {
-        keys.putByteArray(row, data, pos, keyLength);
+        keys.put(row, data, pos, keyLength);
       }
       pos += keyLength;
     } else if (keys != null) {
@@ -325,7 +349,7 @@ final class RecordBatchDecoder {
     if (valueLength >= 0) {
       check(valueLength, recordEnd);
       if (values != null) {
-        values.putByteArray(row, data, pos, valueLength);
+        values.put(row, data, pos, valueLength);
       }
       pos += valueLength;
     } else if (values != null) {

@@ -81,6 +81,9 @@ public final class TopicRangeReader implements PartitionReader<ColumnarBatch> {
       } else if (nextWanted < wantedCount) {
         decoder.start(answer, wanted[nextWanted++], answerFrom, range.end());
       } else if (position < range.end()) {
+        if (rows > 0 && decoder.holdsAnswer()) {
+          break; // the next answer would be received into the buffer these rows point into
+        }
         fetchOnce();
       } else {
         break;

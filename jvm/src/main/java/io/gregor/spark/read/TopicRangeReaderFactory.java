@@ -50,6 +50,7 @@ public final class TopicRangeReaderFactory implements PartitionReaderFactory {
     StructField[] fields = requiredSchema.fields();
     ColumnVector[] columns = new ColumnVector[fields.length];
     WritableColumnVector[] byRole = new WritableColumnVector[6];
+    BinarySlices[] slices = new BinarySlices[2];
     for (int i = 0; i < fields.length; i++) {
       String name = fields[i].name();
       switch (name) {
@@ -65,6 +66,13 @@ public final class TopicRangeReaderFactory implements PartitionReaderFactory {
           columns[i] = number;
           break;
         }
+        case "key":
+        case "value": {
+          BinarySlices vector = new BinarySlices(BATCH_ROWS);
+          slices[role(name)] = vector;
+          columns[i] = vector;
+          break;
+        }
         default: {
           int role = role(name);
           OnHeapColumnVector vector = new OnHeapColumnVector(BATCH_ROWS, fields[i].dataType());
@@ -74,7 +82,7 @@ public final class TopicRangeReaderFactory implements PartitionReaderFactory {
       }
     }
     RecordBatchDecoder decoder =
-        new RecordBatchDecoder(byRole[0], byRole[1], byRole[2], byRole[3], byRole[4], byRole[5]);
+        new RecordBatchDecoder(slices[0], slices[1], byRole[2], byRole[3], byRole[4], byRole[5]);
     return new TopicRangeReader(range, columns, decoder,
         decoder.countOnly() ? COUNT_ROWS : BATCH_ROWS);
   }
