@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from clients import confluent_consume, confluent_consumer
@@ -22,7 +23,10 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from gregor.broker.process import BrokerProcess
 
-TIMESTAMP = 1_700_000_000_000
+# An hour ago, whole seconds: a fixed date in 2023 lay beyond the default 7-day
+# retention, so a retention check falling between a test's produce and consume
+# deleted its records (the shared broker checks every 5 minutes).
+TIMESTAMP = (int(time.time()) - 3600) * 1000
 # Lines as ``produce -K '|'`` reads them: a space, a tab, bytes that are not UTF-8
 # (including NUL), and an empty value.
 LINES = b"k1|hello world\nk2|tab\there\n\xff|\xfe\x00bin\nk4|\n"
