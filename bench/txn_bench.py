@@ -151,28 +151,11 @@ def produce_in_transactions(bootstrap: str, topic: str, records: RecordSet,
     """One transactional producer: transaction ``i`` holds records ``i * TRANSACTION`` to
     ``(i + 1) * TRANSACTION - 1`` (round-robin over the partitions, as every bench
     producer sends them) and is aborted if ``aborted(i)``."""
-    failures: list[KafkaError] = []
-
-    def on_delivery(error: KafkaError | None, _msg: Message) -> None:
-        if error is not None:
-            failures.append(error)
-
-    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, **IDEMPOTENT,
-                         "acks": "all", "transactional.id": f"bench-{uuid.uuid4().hex[:8]}",
-                         "on_delivery": on_delivery, "log_level": 0})
+    producer, failures = _verified_producer(
+        bootstrap, {"transactional.id": f"bench-{uuid.uuid4().hex[:8]}"})
     producer.init_transactions(_TIMEOUT_S)  # finding the coordinator is not timed
-    lanes = [[{"value": value} for value in lane] for lane in records.partitions(partitions)]
-    per_lane = TRANSACTION // partitions
-    watch.start()
-    for number, start in enumerate(range(0, len(lanes[0]), per_lane)):
-        began = time.perf_counter()
-        producer.begin_transaction()
-        for partition, lane in enumerate(lanes):
-            batch = lane[start:start + per_lane]
-            if producer.produce_batch(topic, batch, partition=partition) != len(batch):
-                raise VerificationError(f"{topic}: producer queue refused records")
-        producer.poll(0)
-        queued = time.perf_counter()
+
+    def end(number: int) -> None:
         if aborted(number):
             # Written first: abort_transaction would purge records still queued in the
             # client, and the log must hold aborted records for readers to skip.
@@ -180,13 +163,9 @@ def produce_in_transactions(bootstrap: str, topic: str, records: RecordSet,
             producer.abort_transaction(_TIMEOUT_S)
         else:
             producer.commit_transaction(_TIMEOUT_S)
-        if phases is not None:
-            phases.queue.append(queued - began)
-            phases.commit.append(time.perf_counter() - queued)
-    window = watch.stop()
-    if failures:
-        raise VerificationError(f"{topic}: {len(failures)} records failed ({failures[0]})")
-    return window
+
+    return _send_in_groups(producer, failures, topic, records, watch, partitions,
+                           producer.begin_transaction, end, phases)
 
 
 def produce_flushed(bootstrap: str, topic: str, records: RecordSet, watch: Stopwatch,
@@ -195,6 +174,21 @@ def produce_flushed(bootstrap: str, topic: str, records: RecordSet, watch: Stopw
     idempotent producer (acks=all) that flushes after every TRANSACTION records. Not a
     target's baseline: what the transactions' own work (AddPartitionsToTxn, EndTxn,
     markers) adds to a producer that waits for every 1,000 records anyway."""
+    producer, failures = _verified_producer(bootstrap, {})
+    producer.list_topics(topic, timeout=10)  # connect before the clock starts
+
+    def end(_number: int) -> None:
+        if producer.flush(_TIMEOUT_S):
+            raise VerificationError(f"{topic}: records left unacknowledged")
+
+    return _send_in_groups(producer, failures, topic, records, watch, PARTITIONS,
+                           lambda: None, end, phases)
+
+
+def _verified_producer(bootstrap: str, extra: dict[str, str]
+                       ) -> tuple[Producer, list[KafkaError]]:
+    """An idempotent acks=all producer with the bench's settings, and the list its
+    delivery reports put failures in."""
     failures: list[KafkaError] = []
 
     def on_delivery(error: KafkaError | None, _msg: Message) -> None:
@@ -202,23 +196,33 @@ def produce_flushed(bootstrap: str, topic: str, records: RecordSet, watch: Stopw
             failures.append(error)
 
     producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, **IDEMPOTENT,
-                         "acks": "all", "on_delivery": on_delivery, "log_level": 0})
-    producer.list_topics(topic, timeout=10)  # connect before the clock starts
-    lanes = [[{"value": value} for value in lane] for lane in records.partitions(PARTITIONS)]
-    per_lane = TRANSACTION // PARTITIONS
+                         "acks": "all", **extra, "on_delivery": on_delivery, "log_level": 0})
+    return producer, failures
+
+
+def _send_in_groups(producer: Producer, failures: list[KafkaError], topic: str,
+                    records: RecordSet, watch: Stopwatch, partitions: int,
+                    begin: Callable[[], None], end: Callable[[int], None],
+                    phases: Phases | None) -> Window:
+    """The records in groups of TRANSACTION (each partition's share handed over with
+    ``produce_batch``), ``begin()`` before and ``end(number)`` after each group, timed
+    by ``watch``; the two phases of each group go to ``phases``."""
+    lanes = [[{"value": value} for value in lane] for lane in records.partitions(partitions)]
+    per_lane = TRANSACTION // partitions
     watch.start()
-    for start in range(0, len(lanes[0]), per_lane):
+    for number, start in enumerate(range(0, len(lanes[0]), per_lane)):
         began = time.perf_counter()
+        begin()
         for partition, lane in enumerate(lanes):
             batch = lane[start:start + per_lane]
             if producer.produce_batch(topic, batch, partition=partition) != len(batch):
                 raise VerificationError(f"{topic}: producer queue refused records")
         producer.poll(0)
         queued = time.perf_counter()
-        if producer.flush(_TIMEOUT_S):
-            raise VerificationError(f"{topic}: records left unacknowledged")
-        phases.queue.append(queued - began)
-        phases.commit.append(time.perf_counter() - queued)
+        end(number)
+        if phases is not None:
+            phases.queue.append(queued - began)
+            phases.commit.append(time.perf_counter() - queued)
     window = watch.stop()
     if failures:
         raise VerificationError(f"{topic}: {len(failures)} records failed ({failures[0]})")
