@@ -27,6 +27,7 @@ from kio.schema.list_offsets.v5 import response as list_offsets_response
 from kio.schema.metadata.v8 import response as metadata_response
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
+from record_samples import random_batches
 
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, decode_request, encode_response
@@ -345,21 +346,6 @@ def read_rows(jvm: Any, broker: ScriptedBroker, start: int, end: int,
     return rows
 
 
-def random_records(rng: random.Random, count: int, base: int) -> list[Record]:
-    def blob(max_size: int) -> bytes | None:
-        return None if rng.random() < 0.2 else rng.randbytes(rng.randrange(max_size))
-
-    records = []
-    offset = base
-    for _ in range(count):
-        headers = [(rng.choice(["", "k", "ключ", "trace-id"]), blob(20))
-                   for _ in range(rng.choice([0, 0, 1, 3]))]
-        records.append(Record(offset, 1_700_000_000_000 + rng.randrange(-5000, 5000),
-                              blob(300), blob(3000), headers))
-        offset += rng.choice([1, 1, 1, 2, 7])  # gaps, as compaction leaves them
-    return records
-
-
 def expected_rows(batches: list[bytes], first: int, last: int,
                   headers: bool = True) -> list[dict[str, Any]]:
     rows = []
@@ -384,14 +370,7 @@ def test_every_column_equals_the_decoded_records(jvm: Any, brokers: list[Scripte
     """The Python scanner's test (tests/spark/test_record_scan.py) for the JVM decoder: keys,
     values and header values null or not, gaps, a LogAppendTime batch, a range that starts
     and ends inside batches, and the headers column left out."""
-    rng = random.Random(codec)
-    batches = []
-    base = 1000
-    for index in range(5):
-        records = random_records(rng, rng.randrange(1, 60), base)
-        batches.append(encode_batch(records, base_offset=base, compression=codec,
-                                    timestamp_type_log_append=index == 2))
-        base = records[-1].offset + 1
+    batches, base = random_batches(codec)
     broker = scripted(brokers, Answer(b"".join(batches), base))
     everything = expected_rows(batches, 0, base)
     assert read_rows(jvm, broker, 1000, base, f"{SOURCE_COLUMNS}, {HEADERS_COLUMN}") \

@@ -3,10 +3,9 @@ record codec; no Spark session needed."""
 
 from __future__ import annotations
 
-import random
-
 import pyarrow as pa
 import pytest
+from record_samples import random_batches
 
 from gregor.protocol.compression import CompressionType, decompress
 from gregor.protocol.record_batch import HEADER_SIZE, InvalidRecordBatch
@@ -23,23 +22,6 @@ def test_the_extension_is_built() -> None:
     """scripts/setup.sh builds it (gcc and Python headers are part of the set-up); the
     fallback exists for machines without them, not to hide a broken build."""
     assert NATIVE is not None
-
-
-def random_records(rng: random.Random, count: int, base: int) -> list[Record]:
-    def blob(max_size: int) -> bytes | None:
-        return None if rng.random() < 0.2 else rng.randbytes(rng.randrange(max_size))
-
-    records = []
-    offset = base
-    for _ in range(count):
-        headers = [
-            (rng.choice(["", "k", "ключ", "trace-id"]), blob(20))
-            for _ in range(rng.choice([0, 0, 1, 3]))
-        ]
-        records.append(Record(offset, 1_700_000_000_000 + rng.randrange(-5000, 5000),
-                              blob(300), blob(3000), headers))
-        offset += rng.choice([1, 1, 1, 2, 7])  # gaps, as compaction leaves them
-    return records
 
 
 def expected_rows(batches: list[bytes], first: int, last: int) -> list[dict]:
@@ -77,14 +59,7 @@ def scanned_rows(batches: list[bytes], first: int, last: int, scan: ScanRecords,
 @pytest.mark.parametrize("scanner", SCANNERS)
 @pytest.mark.parametrize("codec", list(CompressionType), ids=lambda c: c.name.lower())
 def test_scanned_columns_equal_the_decoded_records(scanner: str, codec: CompressionType) -> None:
-    rng = random.Random(codec)
-    batches = []
-    base = 1000
-    for index in range(5):
-        records = random_records(rng, rng.randrange(1, 60), base)
-        batches.append(encode_batch(records, base_offset=base, compression=codec,
-                                    timestamp_type_log_append=index == 2))
-        base = records[-1].offset + 1
+    batches, base = random_batches(codec)
     everything = expected_rows(batches, 0, 1 << 62)
     assert scanned_rows(batches, 0, 1 << 62, SCANNERS[scanner]) == everything
     # A range that starts and ends inside batches.
