@@ -33,6 +33,7 @@ from clients import (
 )
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from in_process_broker import bootstrap_of, in_process_broker
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.create_partitions.v3.request import CreatePartitionsRequest, CreatePartitionsTopic
@@ -49,7 +50,6 @@ from raw_frames import BrokerLog, RawConnection
 from gregor.broker.broker import Broker
 from gregor.broker.process import BrokerProcess
 from gregor.broker.router import Route
-from gregor.config import BrokerConfig
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import encode_request
 from gregor.protocol.compression import CompressionType
@@ -189,16 +189,11 @@ def _logged_while(tmp_path: Path, caplog: pytest.LogCaptureFixture,
     shared broker would also log for other tests, and a test's clients leaving are
     handled after the test has moved on.
     """
-    config = BrokerConfig.load(None, {"log.dirs": str(tmp_path / "data"),
-                                      "listeners": "PLAINTEXT://127.0.0.1:0"})
     logged: list[str] = []
 
     async def scenario() -> None:
-        broker = Broker(config)
-        await broker.start()
-        try:
-            host, port = broker.advertised_address
-            bootstrap = f"{host}:{port}"
+        async with in_process_broker(tmp_path / "data") as broker:
+            bootstrap = bootstrap_of(broker)
             await asyncio.to_thread(setup, bootstrap)
             start = len(caplog.records)
             await asyncio.to_thread(clients, bootstrap)
@@ -208,8 +203,6 @@ def _logged_while(tmp_path: Path, caplog: pytest.LogCaptureFixture,
                 await asyncio.sleep(0.01)
             logged.extend(f"{r.name} {r.levelname} {r.getMessage()}"
                           for r in caplog.records[start:] if r.levelno >= logging.INFO)
-        finally:
-            await broker.stop()
 
     with caplog.at_level(logging.INFO):
         asyncio.run(scenario())
@@ -629,14 +622,11 @@ def test_handler_failure_is_logged_once_and_closes_only_its_connection(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """No handler is known to fail, so one that does is put in a broker run in-process:
     its connection is closed, its traceback logged once, and other clients are served."""
-    config = BrokerConfig.load(None, {"log.dirs": str(tmp_path / "data"),
-                                      "listeners": "PLAINTEXT://127.0.0.1:0"})
+    def add_failing_route(broker: Broker) -> None:
+        broker.router.add(ApiKey.DESCRIBE_CLUSTER, Route(_failing_handler, 0, 1))
 
     async def scenario() -> None:
-        broker = Broker(config)
-        broker.router.add(ApiKey.DESCRIBE_CLUSTER, Route(_failing_handler, 0, 1))
-        await broker.start()
-        try:
+        async with in_process_broker(tmp_path / "data", before_start=add_failing_route) as broker:
             host, port = broker.advertised_address
             frame = encode_request(ApiKey.DESCRIBE_CLUSTER, 1, 7, "test", DescribeClusterRequest(
                 include_cluster_authorized_operations=False, endpoint_type=1))
@@ -652,8 +642,6 @@ def test_handler_failure_is_logged_once_and_closes_only_its_connection(
             (size,) = _SIZE.unpack(await reader.readexactly(4))
             assert (await reader.readexactly(size))[:4] == struct.pack(">i", 8)
             writer.close()
-        finally:
-            await broker.stop()
 
     with caplog.at_level(logging.WARNING):
         asyncio.run(scenario())

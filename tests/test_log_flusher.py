@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from in_process_broker import bootstrap_of, in_process_broker
 from replication_helpers import state
 from storage_helpers import batch, open_log, topic_config
 from test_replication_network import leading_broker, until
 
-from gregor.broker.broker import Broker
 from gregor.broker.log_flusher import LogFlusher
 from gregor.cluster.replica_manager import ReplicaManager
 from gregor.config import BrokerConfig
@@ -180,48 +180,43 @@ def test_answers_wait_for_their_fsyncs_and_the_broker_serves_meanwhile(
     """A produce into a flush.messages=1 topic is acknowledged only once its fsync is
     done, a DeleteRecords only once the new log start is on disk; both fsyncs run on the
     flusher's thread, and the event loop answers other requests while they are held."""
-    config = BrokerConfig.load(None, {"log.dirs": str(tmp_path / "data"),
-                                      "listeners": "PLAINTEXT://127.0.0.1:0"})
     held = HeldFsync()
 
     async def scenario() -> None:
-        broker = Broker(config)
-        await broker.start()
-        try:
-            host, port = broker.advertised_address
-            bootstrap = f"{host}:{port}"
-            admin = AdminClient({"bootstrap.servers": bootstrap})
-            await asyncio.to_thread(lambda: admin.create_topics([NewTopic(
-                "durable", 1, 1, config={"flush.messages": "1"})])["durable"].result(30))
-            monkeypatch.setattr(segment_module.os, "fsync", held)
-            producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-            producer.produce("durable", b"kept")
-            acknowledged = asyncio.ensure_future(asyncio.to_thread(producer.flush, 30))
-            while not held.calls:
-                await asyncio.sleep(0.01)
-            # Held: the loop still answers others, the producer still waits.
-            bystander = AdminClient({"bootstrap.servers": bootstrap})
-            await asyncio.to_thread(bystander.list_topics, timeout=30)
-            assert not acknowledged.done()
-            held.release.set()
-            assert await acknowledged == 0
-            assert {thread for thread, _ in held.calls} == {"log-flusher_0"}
+        async with in_process_broker(tmp_path / "data") as broker:
+            try:
+                bootstrap = bootstrap_of(broker)
+                admin = AdminClient({"bootstrap.servers": bootstrap})
+                await asyncio.to_thread(lambda: admin.create_topics([NewTopic(
+                    "durable", 1, 1, config={"flush.messages": "1"})])["durable"].result(30))
+                monkeypatch.setattr(segment_module.os, "fsync", held)
+                producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+                producer.produce("durable", b"kept")
+                acknowledged = asyncio.ensure_future(asyncio.to_thread(producer.flush, 30))
+                while not held.calls:
+                    await asyncio.sleep(0.01)
+                # Held: the loop still answers others, the producer still waits.
+                bystander = AdminClient({"bootstrap.servers": bootstrap})
+                await asyncio.to_thread(bystander.list_topics, timeout=30)
+                assert not acknowledged.done()
+                held.release.set()
+                assert await acknowledged == 0
+                assert {thread for thread, _ in held.calls} == {"log-flusher_0"}
 
-            held.release.clear()
-            held.calls.clear()
-            tp = TopicPartition("durable", 0, 1)
-            deleted = asyncio.ensure_future(asyncio.to_thread(
-                lambda: admin.delete_records([tp])[tp].result(30)))
-            while not held.calls:
-                await asyncio.sleep(0.01)
-            await asyncio.to_thread(bystander.list_topics, timeout=30)
-            assert not deleted.done()
-            held.release.set()
-            assert (await deleted).low_watermark == 1
-            assert read_checkpoint(config.log_dir / LOG_START_FILE)[("durable", 0)] == 1
-        finally:
-            held.release.set()
-            await broker.stop()
+                held.release.clear()
+                held.calls.clear()
+                tp = TopicPartition("durable", 0, 1)
+                deleted = asyncio.ensure_future(asyncio.to_thread(
+                    lambda: admin.delete_records([tp])[tp].result(30)))
+                while not held.calls:
+                    await asyncio.sleep(0.01)
+                await asyncio.to_thread(bystander.list_topics, timeout=30)
+                assert not deleted.done()
+                held.release.set()
+                assert (await deleted).low_watermark == 1
+                assert read_checkpoint(broker.config.log_dir / LOG_START_FILE)[("durable", 0)] == 1
+            finally:
+                held.release.set()  # a failed assertion must not leave the broker's stop waiting
 
     asyncio.run(scenario())
 

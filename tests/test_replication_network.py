@@ -17,6 +17,7 @@ from pathlib import Path
 
 from clients import PRODUCE_VERSION, make_batch, produce_request
 from confluent_kafka import Producer
+from in_process_broker import in_process_broker
 from kio.schema.fetch.v12 import request as fetch_request
 from kio.schema.list_offsets.v7 import request as offsets_request
 from kio.schema.offset_for_leader_epoch.v4 import request as epoch_request
@@ -41,16 +42,10 @@ RECORDS = 200
 @asynccontextmanager
 async def leading_broker(tmp_path: Path) -> AsyncIterator[tuple[Broker, TopicMetadata]]:
     """Broker 1 serving topic t, whose partition 0 it leads at epoch 1 with follower 2."""
-    broker = Broker(BrokerConfig.load(None, {"broker.id": "1",
-                                             "log.dirs": str(tmp_path / "leader"),
-                                             "listeners": "PLAINTEXT://127.0.0.1:0"}))
-    await broker.start()
-    try:
+    async with in_process_broker(tmp_path / "leader", {"broker.id": "1"}) as broker:
         topic = await broker.controller.create_topic("t", 1, 1)
         broker.replica_manager.apply_partition_state(topic, 0, state(1, 1, (1, 2), (1, 2), 1))
         yield broker, topic
-    finally:
-        await broker.stop()
 
 
 def follower_manager(tmp_path: Path, leader: Broker, backoff_ms: int = 50) -> ReplicaManager:
