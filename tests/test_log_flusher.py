@@ -158,18 +158,22 @@ def test_a_moved_log_start_is_written_on_the_worker_and_waited_for(
         manager = LogManager(tmp_path)
         manager.checkpoint_writer = flusher.write
         log = manager.get_or_create("t", 0, topic_config())
-        log.append_as_leader(batch(5), 0)
+        log.append_as_leader(batch(5), 0)  # its new epoch's checkpoint: fsynced at once
+        epochs = log.leader_epoch_cache.path
+        assert epochs.read_text() == "0\n1\n0 0\n"
+        held.calls.clear()
         assert log.advance_log_start_offset(3)
         written = asyncio.ensure_future(manager.log_starts_written())
         await asyncio.sleep(0.05)
         assert not written.done()
         assert read_checkpoint(tmp_path / LOG_START_FILE) == {}
+        assert epochs.read_text() == "0\n1\n0 0\n"
         held.release.set()
         await written
         assert read_checkpoint(tmp_path / LOG_START_FILE) == {("t", 0): 3}
-        # (The loop's own fsyncs are of the leader-epoch checkpoint.)
-        assert [thread for thread, _ in held.calls if thread != "MainThread"] == [
-            "log-flusher_0"]
+        assert epochs.read_text() == "0\n1\n0 3\n"
+        # Both files, the leader epochs' first, on the worker.
+        assert [thread for thread, _ in held.calls] == ["log-flusher_0"] * 2
         flusher.close()
 
     asyncio.run(scenario())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -166,6 +167,46 @@ def test_leader_epochs_beyond_the_recovered_end_are_dropped(tmp_path: Path) -> N
     os.truncate(log.active_segment.log_path, log.active_segment.position_of(spans[-1][1] + 1))
     recovered = crash_and_reopen(log)
     assert recovered.leader_epoch_cache.latest_epoch == 2
+
+
+def test_leader_epochs_below_a_moved_log_start_are_dropped_on_load(tmp_path: Path) -> None:
+    """A crash between DeleteRecords and the deferred write of the leader epochs leaves
+    entries below the new log start in their file: loading the log drops them."""
+    log, spans = build(tmp_path)
+    written: list[Callable[[], None]] = []
+    log.leader_epoch_cache.deferred_writer = written.append
+    start = spans[45][0]
+    assert log.advance_log_start_offset(start)
+    assert written, "the truncated epochs were not handed to the deferred writer"
+    reopened = open_log(tmp_path, CONFIG, log_start_offset=start)
+    assert reopened.leader_epoch_cache.start_offsets == [start]
+    assert reopened.leader_epoch_cache.epochs == [2]
+
+
+def test_a_deferred_leader_epoch_write_never_undoes_a_later_one(tmp_path: Path) -> None:
+    """A truncation's write waits on the worker while a new epoch is written at once: run
+    after it, the older contents must not replace the newer."""
+    log, spans = build(tmp_path)
+    cache = log.leader_epoch_cache
+    written: list[Callable[[], None]] = []
+    cache.deferred_writer = written.append
+    assert log.advance_log_start_offset(spans[45][0])
+    log.append_as_leader(batch(1), 7)
+    (deferred,) = written
+    deferred()
+    assert cache.path.read_text().split("\n")[2:4] == [f"2 {spans[45][0]}",
+                                                       f"7 {log.log_end_offset - 1}"]
+
+
+def test_a_deleted_logs_deferred_leader_epoch_write_is_dropped(tmp_path: Path) -> None:
+    log, spans = build(tmp_path / "t-0")
+    written: list[Callable[[], None]] = []
+    log.leader_epoch_cache.deferred_writer = written.append
+    assert log.advance_log_start_offset(spans[45][0])
+    log.delete()
+    (deferred,) = written
+    deferred()
+    assert not (tmp_path / "t-0").exists()
 
 
 INDEX_DAMAGE = {

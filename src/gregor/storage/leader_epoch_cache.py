@@ -5,11 +5,19 @@ Fetch's diverging epoch), and a follower compares that with its own to find wher
 its log diverges from the leader's and truncate there (KIP-101, KIP-279). On one
 node it still records every epoch change, so a broker that joins a cluster later
 has it.
+
+Only the epochs a log starts with must be on disk before the log goes on: a crash
+after the log start moved (DeleteRecords, retention) and before the file said so
+leaves entries below the new start, which loading the log removes again. So those
+writes may go to the broker's checkpoint writer, off its event loop, as Kafka's
+truncateFromStartAsync does (KAFKA-15046); the others are written at once.
 """
 
 from __future__ import annotations
 
 import bisect
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from gregor.storage.checkpoint_file import write_atomically
@@ -23,6 +31,14 @@ class LeaderEpochFileCache:
         self.path = directory / CHECKPOINT_FILE
         self.epochs: list[int] = []
         self.start_offsets: list[int] = []
+        # Set by a broker's LogManager: runs a write on its worker thread, in order.
+        self.deferred_writer: Callable[[Callable[[], None]], object] | None = None
+        # Each write carries the version of the contents it renders; a deferred one that
+        # runs after a newer write was stored (on the loop, meanwhile) is dropped.
+        self._version = 0
+        self._stored_version = 0
+        self._store_lock = threading.Lock()
+        self._deleted = False
         self._load()
 
     def _load(self) -> None:
@@ -39,9 +55,30 @@ class LeaderEpochFileCache:
         except (IndexError, ValueError):
             self.epochs, self.start_offsets = [], []
 
-    def _write(self) -> None:
+    def _write(self, deferrable: bool = False) -> None:
+        """Write the contents of this moment, now or (``deferrable``) on the deferred
+        writer if there is one."""
         body = "".join(f"{e} {o}\n" for e, o in zip(self.epochs, self.start_offsets, strict=True))
-        write_atomically(self.path, f"{_VERSION}\n{len(self.epochs)}\n{body}")
+        self._version += 1
+        version, text = self._version, f"{_VERSION}\n{len(self.epochs)}\n{body}"
+        if deferrable and self.deferred_writer is not None:
+            self.deferred_writer(lambda: self._store(version, text))
+        else:
+            self._store(version, text)
+
+    def _store(self, version: int, text: str) -> None:
+        with self._store_lock:
+            if version < self._stored_version or self._deleted:
+                return
+            write_atomically(self.path, text)
+            self._stored_version = version
+
+    def forget(self) -> None:
+        """The log's directory is about to be removed: a deferred write still to come
+        must not put the file back (a topic created again under the name would find
+        it). Waits for one being written."""
+        with self._store_lock:
+            self._deleted = True
 
     @property
     def latest_epoch(self) -> int:
@@ -97,7 +134,8 @@ class LeaderEpochFileCache:
             self._write()
 
     def truncate_from_start(self, start_offset: int) -> None:
-        """Forget epochs wholly before the new log start, keeping the one covering it."""
+        """Forget epochs wholly before the new log start, keeping the one covering it;
+        written on the deferred writer if there is one (see the module's docstring)."""
         i = bisect.bisect_right(self.start_offsets, start_offset) - 1
         changed = i > 0
         if changed:
@@ -107,4 +145,4 @@ class LeaderEpochFileCache:
             self.start_offsets[0] = start_offset
             changed = True
         if changed:
-            self._write()
+            self._write(deferrable=True)

@@ -129,6 +129,8 @@ class Log:
         # unsynced tail, lead the log end.
         self.log_start_offset = min(max(log_start_offset, self.segments[0].base_offset),
                                     self.log_end_offset)
+        # Its checkpoint may lag a moved log start (written after the move, off the loop).
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self._rebuild_producer_state()
 
     # ------------------------------------------------------------------ loading
@@ -768,6 +770,7 @@ class Log:
 
     def delete(self) -> None:
         """Remove the partition's directory (DeleteTopics)."""
+        self.leader_epoch_cache.forget()
         for segment in self.segments:
             segment.close()
         shutil.rmtree(self.directory, ignore_errors=True)

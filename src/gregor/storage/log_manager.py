@@ -84,6 +84,7 @@ class LogManager:
         lg.on_log_start_offset_moved = self._log_start_offset_moved
         lg.segment_flusher = self.segment_flusher
         lg.active_segment_flusher = self.active_segment_flusher
+        lg.leader_epoch_cache.deferred_writer = self.checkpoint_writer
         return lg
 
     def _log_start_offset_moved(self, _: Log) -> None:
