@@ -99,11 +99,12 @@ def test_ranges_and_budgets_are_planned_alike(jvm: Any) -> None:
         end = {tp: start[tp] + rng.choice([0, 1, 3, 10, 333, 10_000]) for tp in tps}
         earliest = {tp: rng.randrange(0, start[tp] + 1) for tp in tps}
         min_partitions = rng.choice([None, 2, 5, 7, 16])
-        python = [(r.topic, r.partition, r.start, r.end)
-                  for r in plan_ranges(start, end, earliest, SETTINGS, min_partitions)]
+        max_records = rng.choice([None, 1, 7, 100, 4000])
+        python = [(r.topic, r.partition, r.start, r.end) for r in plan_ranges(
+            start, end, earliest, SETTINGS, min_partitions, max_records)]
         java = jvm.io.gregor.spark.plan.RangePlanner.plan(
             java_offsets(jvm, start), java_offsets(jvm, end), java_offsets(jvm, earliest),
-            settings, min_partitions)
+            settings, min_partitions, None if max_records is None else jvm.java.lang.Long(max_records))
         assert [(r.topic(), r.partition(), r.start(), r.end()) for r in java] == python
 
         budget = rng.choice([1, 2, 7, 100, 5000])

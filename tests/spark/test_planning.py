@@ -106,6 +106,13 @@ BAD_OPTIONS = [
     ({**BASE, "startingOffsetsByTimestampStrategy": "maybe"}, "'error' or 'latest'"),
     ({**BASE, "startingOffsetsByTimestamp": '{"a": {"0": -3}}'}, "timestamp in ms"),
     ({**BASE, "minPartitions": "many"}, "positive integer"),
+    ({**BASE, "maxRecordsPerPartition": "0"}, "positive integer"),
+    ({**BASE, "fetchOffset.numRetries": "x"}, "positive integer"),
+    ({**BASE, "minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"}, "higher than"),
+    ({**BASE, "kafka.auto.offset.reset": "earliest"}, "not supported: set .* 'startingOffsets'"),
+    ({**BASE, "kafka.value.deserializer": "x.Y"}, "'kafka.value.deserializer' is not supported"),
+    ({**BASE, "kafka.enable.auto.commit": "true"}, "'kafka.enable.auto.commit' is not supp"),
+    ({"kafka.bootstrap.servers": "h:1", "subscribePattern": " "}, "names no pattern"),
 ]
 """Batch options each refused, and a word of the message; the JVM source says the same
 (test_jvm_planning)."""

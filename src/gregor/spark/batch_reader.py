@@ -35,7 +35,8 @@ class GregorBatchReader(DataSourceReader):
         )
         end = lookup.resolve(options.ending, tps, starting=False, fail_if_no_timestamp_match=False)
         return plan_ranges(
-            start, end, lookup.earliest(tps), read_settings(options), options.min_partitions
+            start, end, lookup.earliest(tps), read_settings(options), options.min_partitions,
+            options.max_records_per_partition
         )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -34,6 +34,19 @@ DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
 """Kafka's default ``transaction.max.timeout.ms``, the longest a broker accepts unless
 configured otherwise: an exactly-once micro-batch's transactions must outlive a crashed
 driver until the query restarts and commits them."""
+DEFAULT_FETCH_OFFSET_RETRIES = 3
+DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS = 1000
+"""Spark's defaults for ``fetchOffset.numRetries`` and ``fetchOffset.retryIntervalMs``."""
+REFUSED_CLIENT_CONFIG = {
+    "auto.offset.reset": ": set the source option 'startingOffsets' to 'earliest' or 'latest' "
+    "instead (it applies when a query starts; a restarted query resumes from its checkpoint)",
+    "enable.auto.commit": ": the checkpoint, not a consumer group, holds a query's progress",
+    "interceptor.classes": ": interceptors could change the records",
+    "key.deserializer": ": keys are read as bytes; deserialize them with DataFrame operations",
+    "value.deserializer": ": values are read as bytes; deserialize them with DataFrame operations",
+}
+"""Consumer settings Spark's Kafka source refuses, because the source, not the consumer,
+decides what is read and how (KafkaSourceProvider's messages, in short)."""
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 """Topics a Java consumer leaves out of pattern subscriptions (``exclude.internal.topics``)."""
 
@@ -109,6 +122,9 @@ class SourceOptions:
     max_trigger_delay_ms: int
     min_partitions: int | None
     poll_timeout_ms: int
+    max_records_per_partition: int | None = None
+    fetch_offset_num_retries: int = DEFAULT_FETCH_OFFSET_RETRIES
+    fetch_offset_retry_interval_ms: int = DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS
 
 
 @dataclass(frozen=True)
@@ -163,20 +179,35 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
             "option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', "
             f"got {strategy!r}"
         )
+    config = client_config(options)
+    for name, why in sorted(REFUSED_CLIENT_CONFIG.items()):
+        if name in config:
+            raise ValueError(f"Kafka option {KAFKA_PREFIX + name!r} is not supported{why}")
+    subscription = _subscription(options)
+    max_offsets = _positive_int(options, "maxOffsetsPerTrigger")
+    min_offsets = _positive_int(options, "minOffsetsPerTrigger")
+    if min_offsets and max_offsets and min_offsets > max_offsets:
+        raise ValueError(f"option 'minOffsetsPerTrigger' ({min_offsets}) is higher than "
+                         f"option 'maxOffsetsPerTrigger' ({max_offsets})")
     return SourceOptions(
-        client_config=client_config(options),
-        subscription=_subscription(options),
+        client_config=config,
+        subscription=subscription,
         starting=starting,
         ending=ending,
         fail_if_no_timestamp_match=strategy == "error",
         include_headers=_bool(options, "includeHeaders", default=False),
         fail_on_data_loss=_bool(options, "failOnDataLoss", default=True),
-        max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
-        min_offsets_per_trigger=_positive_int(options, "minOffsetsPerTrigger"),
+        max_offsets_per_trigger=max_offsets,
+        min_offsets_per_trigger=min_offsets,
         max_trigger_delay_ms=_duration_ms(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY),
         min_partitions=_positive_int(options, "minPartitions"),
         poll_timeout_ms=_positive_int(options, "kafkaConsumer.pollTimeoutMs")
         or DEFAULT_POLL_TIMEOUT_MS,
+        max_records_per_partition=_positive_int(options, "maxRecordsPerPartition"),
+        fetch_offset_num_retries=_positive_int(options, "fetchOffset.numRetries")
+        or DEFAULT_FETCH_OFFSET_RETRIES,
+        fetch_offset_retry_interval_ms=_positive_int(options, "fetchOffset.retryIntervalMs")
+        or DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS,
     )
 
 
@@ -219,6 +250,8 @@ def _subscription(options: Mapping[str, str]) -> Subscription:
             raise ValueError("option 'subscribe' names no topic")
         return Subscription(topics=topics)
     if name == "subscribePattern":
+        if not value.strip():
+            raise ValueError("option 'subscribePattern' names no pattern")
         try:
             re.compile(value)
         except re.error as exc:

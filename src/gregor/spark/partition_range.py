@@ -9,8 +9,8 @@ client configuration and read settings with it.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
-from itertools import pairwise
 
 from pyspark.sql.datasource import InputPartition
 
@@ -64,6 +64,7 @@ def plan_ranges(
     earliest: Offsets,
     settings: ReadSettings,
     min_partitions: int | None,
+    max_records_per_partition: int | None = None,
 ) -> list[PartitionRange]:
     """Non-empty ranges for every partition in ``end``, sorted by topic-partition.
 
@@ -87,26 +88,55 @@ def plan_ranges(
             first = earliest[tp]
         if first < last:
             spans.append((tp, first, last))
-    spans = _split_for_parallelism(spans, min_partitions)
+    spans = _split_for_parallelism(spans, min_partitions, max_records_per_partition)
     return [PartitionRange(tp[0], tp[1], first, last, settings) for tp, first, last in spans]
 
 
 def _split_for_parallelism(
-    spans: list[tuple[TopicPartition, int, int]], min_partitions: int | None
+    spans: list[tuple[TopicPartition, int, int]],
+    min_partitions: int | None,
+    max_records_per_partition: int | None,
 ) -> list[tuple[TopicPartition, int, int]]:
-    """Spark's ``minPartitions``: cut large ranges so that there are about that many tasks,
-    each range into parts proportional to its share of all offsets."""
+    """Spark's ``maxRecordsPerPartition`` and ``minPartitions``, as its
+    KafkaOffsetRangeCalculator: first each range into ceil(size / maxRecordsPerPartition)
+    even parts; then, while there are fewer ranges than ``minPartitions``, the large ones
+    into parts proportional to their share of the offsets that ranges too small to split
+    leave, so that there are about ``minPartitions``."""
+    if max_records_per_partition:
+        spans = [piece for span in spans
+                 for piece in _divide(span, -(-(span[2] - span[1]) // max_records_per_partition))]
     if not min_partitions or len(spans) >= min_partitions:
         return spans
     total = sum(last - first for _, first, last in spans)
-    ideal = total / min_partitions
-    split: list[tuple[TopicPartition, int, int]] = []
-    for tp, first, last in spans:
-        size = last - first
-        parts = max(1, min(size, round(size / ideal)))
-        bounds = [first + size * i // parts for i in range(parts + 1)]
-        split.extend((tp, lo, hi) for lo, hi in pairwise(bounds))
-    return split
+    unsplit = [(tp, last - first) for tp, first, last in spans
+               if _part_count(last - first, total, min_partitions) == 1]
+    unsplit_tps = {tp for tp, _ in unsplit}
+    split_total = total - sum(size for _, size in unsplit)
+    split_min_partitions = max(min_partitions - len(unsplit), 1)
+    return [piece for span in spans for piece in _divide(
+        span, 1 if span[0] in unsplit_tps
+        else _part_count(span[2] - span[1], split_total, split_min_partitions))]
+
+
+def _part_count(size: int, total: int, min_parts: int) -> int:
+    """Spark's share of ``min_parts`` for a range: at least 1, rounded half up (Scala's
+    math.round, not Python's round to even)."""
+    return max(math.floor(size / total * min_parts + 0.5), 1)
+
+
+def _divide(span: tuple[TopicPartition, int, int],
+            parts: int) -> list[tuple[TopicPartition, int, int]]:
+    """``parts`` ranges as even as integers allow, the remainder going to the last ones."""
+    tp, low, last = span
+    pieces = []
+    remaining = last - low
+    for part in range(parts):
+        piece = remaining // (parts - part)
+        remaining -= piece
+        if piece:
+            pieces.append((tp, low, low + piece))
+        low += piece
+    return pieces
 
 
 def read_settings(options: SourceOptions) -> ReadSettings:

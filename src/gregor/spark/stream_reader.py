@@ -108,8 +108,27 @@ class GregorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             begin.update(self._lookup.earliest(new))
             capped = latest
-        # Never move backwards, even if a log was truncated: partitions() reports that.
-        return offsets_to_json({tp: max(begin[tp], capped[tp]) for tp in latest})
+        # A log that now ends before where the query is (the topic was deleted and created
+        # again, or an unclean leader election truncated it) moves the end back, as in
+        # Spark: partitions() reports the records that are gone, and reading goes on there.
+        return offsets_to_json({
+            tp: end if end < begin[tp] else max(begin[tp], capped[tp])
+            for tp, end in latest.items()
+        })
+
+    def _latest_beyond(self, begin: Offsets) -> Offsets:
+        """Log ends of the subscribed partitions, asked again (``fetchOffset.numRetries``
+        times, ``fetchOffset.retryIntervalMs`` apart, as Spark's Kafka source) while one is
+        below where the query is: a new leader's high watermark can lag for a moment, and
+        that is no data loss."""
+        options = self._options
+        for attempt in range(1, options.fetch_offset_num_retries + 1):
+            latest = self._lookup.latest(self._lookup.partitions(options.subscription))
+            behind = any(begin.get(tp, end) > end for tp, end in latest.items())
+            if not behind or attempt == options.fetch_offset_num_retries:
+                break
+            time.sleep(options.fetch_offset_retry_interval_ms / 1000)
+        return latest
 
     def _hold_trigger(self, begin: Offsets, latest: Offsets) -> bool:
         """``minOffsetsPerTrigger``: too few new offsets, and not yet ``maxTriggerDelay``
@@ -137,12 +156,17 @@ class GregorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if begin == stop:
             return []
         earliest = self._lookup.earliest(stop)
-        for tp in stop:
+        options = self._options
+        for tp, last in stop.items():
             # A partition first seen in this batch starts at its log start (capped at the
             # planned end so that deletions since latestOffset show up as data loss).
-            begin.setdefault(tp, min(earliest[tp], stop[tp]))
-        options = self._options
-        return plan_ranges(begin, stop, earliest, read_settings(options), options.min_partitions)
+            begin.setdefault(tp, min(earliest[tp], last))
+            if last < begin[tp]:
+                report_data_loss(f"{describe(tp)}: offset was changed from {begin[tp]} to {last}",
+                                 options.fail_on_data_loss)
+                begin[tp] = last
+        return plan_ranges(begin, stop, earliest, read_settings(options), options.min_partitions,
+                           options.max_records_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_range(partition)
@@ -157,12 +181,18 @@ class GregorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _latest_offsets(self, begin: Offsets) -> Offsets:
         """Log ends of the subscribed partitions, or the frozen ends under availableNow.
 
-        Partitions of ``begin`` that no longer exist are data loss; under availableNow
-        they are simply kept where they are, as are partitions newer than the frozen end.
+        Partitions of ``begin`` that no longer exist are data loss, under availableNow too
+        (as in Spark); partitions created after the ends were frozen stay where they are
+        until the next run.
         """
         if self._available_now_end is not None:
-            return {**begin, **self._available_now_end}
-        latest = self._lookup.latest(self._lookup.partitions(self._options.subscription))
+            latest = dict(self._available_now_end)
+            if set(begin) - set(latest):
+                for tp in self._lookup.partitions(self._options.subscription):
+                    if tp in begin and tp not in latest:
+                        latest[tp] = begin[tp]
+        else:
+            latest = self._latest_beyond(begin)
         gone = sorted(set(begin) - set(latest))
         if gone:
             report_data_loss(

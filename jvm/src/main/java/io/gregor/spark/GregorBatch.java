@@ -38,7 +38,7 @@ final class GregorBatch implements Batch {
       Map<TopicPartition, Long> end = lookup.resolve(options.ending(), tps, false, false);
       List<TopicRange> ranges =
           RangePlanner.plan(
-              start, end, lookup.earliest(tps), options.readSettings(), options.minPartitions());
+              start, end, lookup.earliest(tps), options.readSettings(), options.minPartitions(), options.maxRecordsPerPartition());
       planned = ranges.toArray(new InputPartition[0]);
     }
     return planned;

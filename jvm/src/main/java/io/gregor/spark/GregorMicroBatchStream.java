@@ -120,10 +120,13 @@ public final class GregorMicroBatchStream implements MicroBatchStream, SupportsT
       begin.putAll(lookup.earliest(fresh));
       capped = latest;
     }
-    // Never move backwards, even if a log was truncated: planInputPartitions reports that.
+    // A log that now ends before where the query is (the topic was deleted and created again,
+    // or an unclean leader election truncated it) moves the end back, as in Spark:
+    // planInputPartitions reports the records that are gone, and reading goes on from there.
     Map<TopicPartition, Long> end = new TreeMap<>();
     for (TopicPartition tp : latest.keySet()) {
-      end.put(tp, Math.max(begin.get(tp), capped.get(tp)));
+      long last = latest.get(tp);
+      end.put(tp, last < begin.get(tp) ? last : Math.max(begin.get(tp), capped.get(tp)));
     }
     return new GregorOffset(end);
   }
@@ -166,12 +169,20 @@ public final class GregorMicroBatchStream implements MicroBatchStream, SupportsT
     }
     Map<TopicPartition, Long> earliest = lookup.earliest(stop.keySet());
     for (Map.Entry<TopicPartition, Long> entry : stop.entrySet()) {
+      TopicPartition tp = entry.getKey();
+      long last = entry.getValue();
       // A partition first seen in this batch starts at its log start (capped at the planned end
       // so that deletions since latestOffset show up as data loss).
-      begin.putIfAbsent(entry.getKey(), Math.min(earliest.get(entry.getKey()), entry.getValue()));
+      begin.putIfAbsent(tp, Math.min(earliest.get(tp), last));
+      if (last < begin.get(tp)) {
+        DataLoss.report(
+            tp + ": offset was changed from " + begin.get(tp) + " to " + last,
+            options.failOnDataLoss());
+        begin.put(tp, last);
+      }
     }
     return RangePlanner.plan(
-            begin, stop, earliest, options.readSettings(), options.minPartitions())
+            begin, stop, earliest, options.readSettings(), options.minPartitions(), options.maxRecordsPerPartition())
         .toArray(new InputPartition[0]);
   }
 
@@ -200,18 +211,27 @@ public final class GregorMicroBatchStream implements MicroBatchStream, SupportsT
 
   /**
    * Log ends of the subscribed partitions, or the frozen ends under availableNow. Partitions of
-   * begin that no longer exist are data loss; under availableNow they are simply kept where
-   * they are, as are partitions newer than the frozen end.
+   * begin that no longer exist are data loss, under availableNow too (as in Spark); partitions
+   * created after the ends were frozen stay where they are until the next run.
    */
   private Map<TopicPartition, Long> latestOffsets(Map<TopicPartition, Long> begin) {
-    if (availableNowEnd != null) {
-      Map<TopicPartition, Long> ends = new TreeMap<>(begin);
-      ends.putAll(availableNowEnd);
-      return ends;
-    }
-    Map<TopicPartition, Long> latest = lookup.latest(lookup.partitions(options.subscription()));
+    Map<TopicPartition, Long> latest;
     TreeSet<TopicPartition> gone = new TreeSet<>(begin.keySet());
-    gone.removeAll(latest.keySet());
+    if (availableNowEnd != null) {
+      latest = new TreeMap<>(availableNowEnd);
+      gone.removeAll(latest.keySet());
+      if (!gone.isEmpty()) {
+        // Either gone since, or created after the ends were frozen: the latter wait there.
+        for (TopicPartition tp : lookup.partitions(options.subscription())) {
+          if (gone.remove(tp)) {
+            latest.put(tp, begin.get(tp));
+          }
+        }
+      }
+    } else {
+      latest = latestBeyond(begin);
+      gone.removeAll(latest.keySet());
+    }
     if (!gone.isEmpty()) {
       List<String> names = new ArrayList<>();
       for (TopicPartition tp : gone) {
@@ -221,5 +241,30 @@ public final class GregorMicroBatchStream implements MicroBatchStream, SupportsT
           "partitions " + String.join(", ", names) + " no longer exist", options.failOnDataLoss());
     }
     return latest;
+  }
+
+  /**
+   * Log ends of the subscribed partitions, asked again (fetchOffset.numRetries times,
+   * fetchOffset.retryIntervalMs apart, as Spark's Kafka source) while one is below where the
+   * query is: a new leader's high watermark can lag for a moment, and that is no data loss.
+   */
+  private Map<TopicPartition, Long> latestBeyond(Map<TopicPartition, Long> begin) {
+    for (int attempt = 1; ; attempt++) {
+      Map<TopicPartition, Long> latest = lookup.latest(lookup.partitions(options.subscription()));
+      boolean behind = false;
+      for (Map.Entry<TopicPartition, Long> entry : latest.entrySet()) {
+        Long known = begin.get(entry.getKey());
+        behind |= known != null && known > entry.getValue();
+      }
+      if (!behind || attempt >= options.fetchOffsetNumRetries()) {
+        return latest;
+      }
+      try {
+        Thread.sleep(options.fetchOffsetRetryIntervalMs());
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        return latest;
+      }
+    }
   }
 }

@@ -1,5 +1,6 @@
 package io.gregor.spark;
 
+import io.gregor.spark.plan.SourceOptions;
 import java.util.Map;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableProvider;
@@ -18,9 +19,14 @@ public final class GregorProvider implements TableProvider, DataSourceRegister {
     return "gregor";
   }
 
+  /**
+   * Called when a read's DataFrame is made (load()), which is where Spark's Kafka source
+   * refuses bad options; Spark also calls it for a streaming write, whose options it leaves be.
+   */
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
-    return SourceSchema.of("true".equalsIgnoreCase(options.getOrDefault("includeHeaders", "false")));
+    SourceOptions.validateOnLoad(options);
+    return SourceSchema.of(options);
   }
 
   @Override

@@ -64,8 +64,20 @@ final class GregorTable implements SupportsRead, SupportsWrite {
         TableCapability.TRUNCATE);
   }
 
+  /**
+   * A read has the source's schema: a schema given to the reader (DataFrameReader.schema)
+   * that differs would have tasks decode records into columns of other types.
+   */
   @Override
   public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+    StructType fixed = SourceSchema.of(options);
+    if (!schema.equals(fixed)) {
+      throw new IllegalArgumentException(
+          "the gregor source has a fixed schema and cannot be read with a custom one: "
+              + schema.simpleString()
+              + " is not "
+              + fixed.simpleString());
+    }
     return new GregorScanBuilder(schema, options);
   }
 

@@ -4,6 +4,7 @@ import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * The schema of records read from a topic: Spark's Kafka source schema, so that queries written
@@ -19,6 +20,11 @@ public final class SourceSchema {
             DataTypes.createStructField("key", DataTypes.StringType, true),
             DataTypes.createStructField("value", DataTypes.BinaryType, true)
           });
+
+  /** The schema of a read with these options. */
+  public static StructType of(CaseInsensitiveStringMap options) {
+    return of("true".equalsIgnoreCase(options.getOrDefault("includeHeaders", "false").strip()));
+  }
 
   /** The source schema; "headers" only with includeHeaders=true, as Spark's. */
   public static StructType of(boolean includeHeaders) {

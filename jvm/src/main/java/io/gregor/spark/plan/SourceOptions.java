@@ -37,12 +37,41 @@ public record SourceOptions(
     Long minOffsetsPerTrigger,
     long maxTriggerDelayMs,
     Long minPartitions,
+    Long maxRecordsPerPartition,
     int pollTimeoutMs,
+    int fetchOffsetNumRetries,
+    long fetchOffsetRetryIntervalMs,
     ReadSettings readSettings) {
 
   private static final String KAFKA_PREFIX = "kafka.";
   /** Spark's default for kafkaConsumer.pollTimeoutMs (spark.network.timeout). */
   private static final int DEFAULT_POLL_TIMEOUT_MS = 120_000;
+  /** Spark's defaults for fetchOffset.numRetries and fetchOffset.retryIntervalMs. */
+  private static final long DEFAULT_FETCH_OFFSET_RETRIES = 3;
+
+  private static final long DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS = 1000;
+
+  /**
+   * Consumer settings Spark's Kafka source refuses, because the source, not the consumer,
+   * decides what is read and how (KafkaSourceProvider's messages, in short).
+   */
+  private static final Map<String, String> REFUSED_CLIENT_CONFIG =
+      Map.of(
+          "auto.offset.reset",
+          ": set the source option 'startingOffsets' to 'earliest' or 'latest' instead (it"
+              + " applies when a query starts; a restarted query resumes from its checkpoint)",
+          "key.deserializer",
+          ": keys are read as bytes; deserialize them with DataFrame operations",
+          "value.deserializer",
+          ": values are read as bytes; deserialize them with DataFrame operations",
+          "enable.auto.commit",
+          ": the checkpoint, not a consumer group, holds a query's progress",
+          "interceptor.classes",
+          ": interceptors could change the records");
+
+  /** The options that say what a query reads; a write never has them. */
+  private static final List<String> SUBSCRIPTIONS = List.of("subscribe", "subscribePattern", "assign");
+
   /** Spark's default for maxTriggerDelay. */
   private static final String DEFAULT_MAX_TRIGGER_DELAY = "15m";
   /** Spark's time strings (JavaUtils.timeStringAsMs): a number and an optional unit. */
@@ -55,7 +84,28 @@ public record SourceOptions(
 
   /** Validate and interpret the read options of a batch or a streaming query. */
   public static SourceOptions parse(Map<String, String> options, boolean streaming) {
-    if (streaming) {
+    return parse(options, Boolean.valueOf(streaming));
+  }
+
+  /**
+   * What can be checked when a read's DataFrame is made (load()), before it is known whether
+   * it will be read as a batch or a stream: Spark's Kafka source refuses bad options there,
+   * not only when a query runs. Options without a subscription are a write's, left to the sink.
+   */
+  public static void validateOnLoad(Map<String, String> options) {
+    for (String name : SUBSCRIPTIONS) {
+      if (options.get(name) != null) {
+        parse(options, null);
+        return;
+      }
+    }
+  }
+
+  /** {@code streaming} null: either, so only what both kinds of query refuse is refused. */
+  private static SourceOptions parse(Map<String, String> options, Boolean streaming) {
+    boolean stream = Boolean.TRUE.equals(streaming);
+    boolean batch = Boolean.FALSE.equals(streaming);
+    if (stream) {
       for (String name : List.of("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")) {
         if (options.get(name) != null) {
           throw new IllegalArgumentException(
@@ -67,13 +117,16 @@ public record SourceOptions(
         offsetBound(
             options,
             "starting",
-            new EarliestOrLatest(streaming ? OffsetBound.LATEST : OffsetBound.EARLIEST),
-            streaming ? null : OffsetBound.LATEST);
+            new EarliestOrLatest(stream ? OffsetBound.LATEST : OffsetBound.EARLIEST),
+            batch ? OffsetBound.LATEST : null);
     OffsetBound ending =
-        streaming
+        stream
             ? new EarliestOrLatest(OffsetBound.LATEST)
             : offsetBound(
-                options, "ending", new EarliestOrLatest(OffsetBound.LATEST), OffsetBound.EARLIEST);
+                options,
+                "ending",
+                new EarliestOrLatest(OffsetBound.LATEST),
+                batch ? OffsetBound.EARLIEST : null);
     String strategy =
         options.getOrDefault("startingOffsetsByTimestampStrategy", "error").toLowerCase(Locale.ROOT);
     if (!strategy.equals("error") && !strategy.equals("latest")) {
@@ -88,7 +141,18 @@ public record SourceOptions(
     Long maxOffsets = positive(options, "maxOffsetsPerTrigger");
     Long minOffsets = positive(options, "minOffsetsPerTrigger");
     long maxTriggerDelayMs = durationMs(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY);
+    if (minOffsets != null && maxOffsets != null && minOffsets > maxOffsets) {
+      throw new IllegalArgumentException(
+          "option 'minOffsetsPerTrigger' ("
+              + minOffsets
+              + ") is higher than option 'maxOffsetsPerTrigger' ("
+              + maxOffsets
+              + ")");
+    }
     Long minPartitions = positive(options, "minPartitions");
+    Long maxRecordsPerPartition = positive(options, "maxRecordsPerPartition");
+    Long retries = positive(options, "fetchOffset.numRetries");
+    Long retryInterval = positive(options, "fetchOffset.retryIntervalMs");
     Long pollTimeout = positive(options, "kafkaConsumer.pollTimeoutMs");
     int pollTimeoutMs =
         pollTimeout == null ? DEFAULT_POLL_TIMEOUT_MS : (int) Math.min(pollTimeout, Integer.MAX_VALUE);
@@ -104,7 +168,10 @@ public record SourceOptions(
         minOffsets,
         maxTriggerDelayMs,
         minPartitions,
+        maxRecordsPerPartition,
         pollTimeoutMs,
+        (int) Math.min(retries == null ? DEFAULT_FETCH_OFFSET_RETRIES : retries, Integer.MAX_VALUE),
+        retryInterval == null ? DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS : retryInterval,
         ReadSettings.fromOptions(clientConfig, includeHeaders, failOnDataLoss, pollTimeoutMs));
   }
 
@@ -127,12 +194,21 @@ public record SourceOptions(
     if (servers == null || servers.isEmpty()) {
       throw new IllegalArgumentException("option 'kafka.bootstrap.servers' is required");
     }
+    for (Map.Entry<String, String> refused : new TreeMap<>(REFUSED_CLIENT_CONFIG).entrySet()) {
+      if (config.containsKey(refused.getKey())) {
+        throw new IllegalArgumentException(
+            "Kafka option "
+                + PythonText.repr(KAFKA_PREFIX + refused.getKey())
+                + " is not supported"
+                + refused.getValue());
+      }
+    }
     return config;
   }
 
   private static Subscription subscription(Map<String, String> options) {
     Map<String, String> given = new TreeMap<>();
-    for (String name : List.of("subscribe", "subscribePattern", "assign")) {
+    for (String name : SUBSCRIPTIONS) {
       if (options.get(name) != null) {
         given.put(name, options.get(name));
       }
@@ -158,6 +234,9 @@ public record SourceOptions(
         }
         return new Subscription(Set.copyOf(topics), null, List.of());
       case "subscribePattern":
+        if (value.strip().isEmpty()) {
+          throw new IllegalArgumentException("option 'subscribePattern' names no pattern");
+        }
         try {
           return new Subscription(Set.of(), Pattern.compile(value), List.of());
         } catch (PatternSyntaxException e) {
