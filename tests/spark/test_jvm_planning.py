@@ -104,7 +104,8 @@ def test_ranges_and_budgets_are_planned_alike(jvm: Any) -> None:
             start, end, earliest, SETTINGS, min_partitions, max_records)]
         java = jvm.io.gregor.spark.plan.RangePlanner.plan(
             java_offsets(jvm, start), java_offsets(jvm, end), java_offsets(jvm, earliest),
-            settings, min_partitions, None if max_records is None else jvm.java.lang.Long(max_records))
+            settings, min_partitions,
+            None if max_records is None else jvm.java.lang.Long(max_records))
         assert [(r.topic(), r.partition(), r.start(), r.end()) for r in java] == python
 
         budget = rng.choice([1, 2, 7, 100, 5000])

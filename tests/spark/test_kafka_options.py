@@ -133,6 +133,27 @@ def test_a_schema_given_to_the_reader_is_refused(
 
 
 @pytest.mark.parametrize("source_format", ["gregor", "gregor_python"], ids=["jvm", "python"])
+def test_subscribe_pattern_selects_the_topics_it_is_found_in(
+    spark: SparkSession, broker: Any, source_format: str
+) -> None:
+    """Spark's Kafka source searches the pattern in topic names (SubscribePatternStrategy:
+    findFirstIn), so "orders" also selects "orders-eu"; anchors select one topic."""
+    prefix = f"opts-{uuid.uuid4().hex[:8]}"
+    names = [f"{prefix}-orders", f"{prefix}-orders-eu", f"x{prefix}-orders"]
+    for index, name in enumerate(names):
+        create_topic(broker.bootstrap, 1, name=name)
+        produce(broker.bootstrap, name, {0: index + 1})
+
+    def topics(pattern: str) -> list[str]:
+        df = (spark.read.format(source_format).option("kafka.bootstrap.servers", broker.bootstrap)
+              .option("subscribePattern", pattern).load())
+        return sorted(r.topic for r in df.select("topic").collect())
+
+    assert topics(f"{prefix}-orders") == sorted([names[0]] + [names[1]] * 2 + [names[2]] * 3)
+    assert topics(f" ^{prefix}-orders$ ") == [names[0]]
+
+
+@pytest.mark.parametrize("source_format", ["gregor", "gregor_python"], ids=["jvm", "python"])
 def test_max_records_per_partition_and_min_partitions_cut_tasks_as_spark(
     spark: SparkSession, broker: Any, source_format: str
 ) -> None:

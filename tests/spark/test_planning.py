@@ -131,11 +131,17 @@ def test_ending_options_are_rejected_for_streaming() -> None:
         parse_source_options({**BASE, "endingOffsets": "latest"}, streaming=True)
 
 
-def test_pattern_matches_whole_names_and_skips_internal_topics() -> None:
+def test_pattern_is_searched_in_names_as_spark_and_skips_internal_topics() -> None:
     counts = {"events-1": 2, "events-10x": 1, "x-events-2": 1, "__consumer_offsets": 50}
+    assert Subscription(pattern="^events-[0-9]+$").select(counts) == [
+        ("events-1", 0),
+        ("events-1", 1),
+    ]
     assert Subscription(pattern="events-[0-9]+").select(counts) == [
         ("events-1", 0),
         ("events-1", 1),
+        ("events-10x", 0),
+        ("x-events-2", 0),
     ]
     assert Subscription(pattern=".*").select(counts)[-1] == ("x-events-2", 0)
     assert len(Subscription(pattern=".*").select(counts)) == 4

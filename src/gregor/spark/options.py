@@ -93,6 +93,10 @@ class Subscription:
     def select(self, partition_counts: Mapping[str, int]) -> list[TopicPartition]:
         """The subscribed partitions, given the partition count of every topic in metadata.
 
+        A pattern selects the topics it is found in, not only those it matches whole:
+        Spark's Kafka source (its SubscribePatternStrategy, ``findFirstIn``) selects
+        ``orders-eu`` for ``orders``; anchor it (``^orders$``) for one topic.
+
         ``assign`` is returned as given, as Spark does: reading an assigned partition
         that does not exist is an error the broker reports, not an empty result.
         """
@@ -100,7 +104,7 @@ class Subscription:
             return sorted(self.assigned)
         if self.pattern is not None:
             regex = re.compile(self.pattern)
-            names = [t for t in partition_counts if t not in INTERNAL_TOPICS and regex.fullmatch(t)]
+            names = [t for t in partition_counts if t not in INTERNAL_TOPICS and regex.search(t)]
         else:
             names = [t for t in partition_counts if t in self.topics]
         return sorted((t, p) for t in names for p in range(partition_counts[t]))
@@ -253,10 +257,10 @@ def _subscription(options: Mapping[str, str]) -> Subscription:
         if not value.strip():
             raise ValueError("option 'subscribePattern' names no pattern")
         try:
-            re.compile(value)
+            re.compile(value.strip())
         except re.error as exc:
             raise ValueError(f"option 'subscribePattern': invalid regex {value!r}: {exc}") from exc
-        return Subscription(pattern=value)
+        return Subscription(pattern=value.strip())
     return Subscription(assigned=_assignment(value))
 
 

@@ -238,7 +238,7 @@ public record SourceOptions(
           throw new IllegalArgumentException("option 'subscribePattern' names no pattern");
         }
         try {
-          return new Subscription(Set.of(), Pattern.compile(value), List.of());
+          return new Subscription(Set.of(), Pattern.compile(value.strip()), List.of());
         } catch (PatternSyntaxException e) {
           throw new IllegalArgumentException(
               "option 'subscribePattern': invalid regex "

@@ -20,6 +20,9 @@ public record Subscription(Set<String> topics, Pattern pattern, List<TopicPartit
 
   /**
    * The subscribed partitions, sorted, given the partition count of every topic in metadata.
+   * A pattern selects the topics it is found in, not only those it matches whole: Spark's
+   * Kafka source (its SubscribePatternStrategy, findFirstIn) selects "orders-eu" for "orders";
+   * anchor it (^orders$) for one topic.
    * assign is returned as given, as Spark does: reading an assigned partition that does not
    * exist is an error the broker reports, not an empty result.
    */
@@ -32,7 +35,7 @@ public record Subscription(Set<String> topics, Pattern pattern, List<TopicPartit
         String name = topic.getKey();
         boolean wanted =
             pattern != null
-                ? !INTERNAL_TOPICS.contains(name) && pattern.matcher(name).matches()
+                ? !INTERNAL_TOPICS.contains(name) && pattern.matcher(name).find()
                 : topics.contains(name);
         for (int p = 0; wanted && p < topic.getValue(); p++) {
           selected.add(new TopicPartition(name, p));
