@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from confluent_kafka.error import KafkaException
 from pyspark.errors import IllegalArgumentException, StreamingQueryException
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
@@ -233,3 +234,59 @@ def test_available_now_reports_a_deleted_topic(
                      failOnDataLoss="false", **common)
     assert json.loads(query.lastProgress["sources"][0]["endOffset"]) == {kept: {"0": 6}}
     assert len(written(spark, tmp_path)) == 11
+
+
+@pytest.mark.parametrize("source_format", ["gregor", "gregor_python"], ids=["jvm", "python"])
+def test_assign_reads_the_assigned_partitions_that_exist(
+    spark: SparkSession, broker: Any, source_format: str
+) -> None:
+    """As Spark's AssignStrategy: a partition that does not exist (yet) is left out, not
+    waited for as a leader that never comes."""
+    topic = create_topic(broker.bootstrap, 2)
+    produce(broker.bootstrap, topic, {0: 2, 1: 3})
+    df = (spark.read.format(source_format).option("kafka.bootstrap.servers", broker.bootstrap)
+          .option("assign", json.dumps({topic: [1, 5]})).load())
+    assert offsets(df) == [(1, 0), (1, 1), (1, 2)]
+
+
+@pytest.mark.parametrize("source_format", ["gregor", "gregor_python"], ids=["jvm", "python"])
+def test_an_added_partition_whose_first_records_are_gone_is_data_loss(
+    spark: SparkSession, broker: Any, source_format: str, tmp_path: Path
+) -> None:
+    """A stream reads a partition added under it from offset 0; if records were deleted
+    before it saw the partition, Spark reports that (failOnDataLoss) or reads what is left."""
+    topic = create_topic(broker.bootstrap, 1)
+    produce(broker.bootstrap, topic, {0: 3})
+    run_once(spark, source_format, broker.bootstrap, tmp_path, subscribe=topic,
+             startingOffsets="earliest")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
+    produce(broker.bootstrap, topic, {1: 5})
+    for future in admin.delete_records([KafkaTopicPartition(topic, 1, 2)]).values():
+        future.result(30)
+
+    with pytest.raises(StreamingQueryException,
+                       match=rf"{topic}-1: added partition starts at offset 2, not 0"):
+        run_once(spark, source_format, broker.bootstrap, tmp_path, subscribe=topic)
+    run_once(spark, source_format, broker.bootstrap, tmp_path, subscribe=topic,
+             failOnDataLoss="false")
+    assert written(spark, tmp_path) == [(0, 0), (0, 1), (0, 2), (1, 2), (1, 3), (1, 4)]
+
+
+def test_progress_reports_offsets_behind_latest_as_spark(
+    spark: SparkSession, broker: Any, jvm_only: None, tmp_path: Path
+) -> None:
+    """Spark's Kafka source puts how far each micro-batch ends behind the log ends in the
+    query progress (sources[].metrics); monitoring written for it reads these names."""
+    topic = create_topic(broker.bootstrap, 2)
+    produce(broker.bootstrap, topic, {0: 10, 1: 2})
+    query = run_once(spark, "gregor", broker.bootstrap, tmp_path, available_now=True,
+                     subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger="6")
+    metrics = [p["sources"][0]["metrics"] for p in query.recentProgress if p["numInputRows"]]
+    # Budgets of 6 shared max-min fairly: ends (4, 2), (10, 2).
+    assert metrics == [
+        {"minOffsetsBehindLatest": "0", "maxOffsetsBehindLatest": "6",
+         "avgOffsetsBehindLatest": "3.0"},
+        {"minOffsetsBehindLatest": "0", "maxOffsetsBehindLatest": "0",
+         "avgOffsetsBehindLatest": "0.0"},
+    ]

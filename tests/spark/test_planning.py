@@ -80,7 +80,10 @@ def test_per_partition_offsets_and_assign() -> None:
         "startingOffsets": '{"a": {"0": 23, "2": -2}, "b": {"1": 4}}',
     }
     parsed = parse_source_options(options, streaming=True)
-    assert parsed.subscription.select({}) == [("a", 0), ("a", 2), ("b", 1)]
+    assert parsed.subscription.select({"a": 3, "b": 2}) == [("a", 0), ("a", 2), ("b", 1)]
+    # Only the assigned partitions that exist, as in Spark: a stream picks up the others
+    # when they are created.
+    assert parsed.subscription.select({"a": 1, "c": 5}) == [("a", 0)]
     assert parsed.starting == SpecificOffsets({("a", 0): 23, ("a", 2): EARLIEST, ("b", 1): 4})
 
 

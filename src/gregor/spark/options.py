@@ -95,13 +95,12 @@ class Subscription:
 
         A pattern selects the topics it is found in, not only those it matches whole:
         Spark's Kafka source (its SubscribePatternStrategy, ``findFirstIn``) selects
-        ``orders-eu`` for ``orders``; anchor it (``^orders$``) for one topic.
-
-        ``assign`` is returned as given, as Spark does: reading an assigned partition
-        that does not exist is an error the broker reports, not an empty result.
+        ``orders-eu`` for ``orders``; anchor it (``^orders$``) for one topic.  Assigned
+        partitions are those of them that exist, as in Spark (AssignStrategy): one created
+        later is picked up by a stream when it appears.
         """
         if self.assigned:
-            return sorted(self.assigned)
+            return sorted((t, p) for t, p in self.assigned if p < partition_counts.get(t, 0))
         if self.pattern is not None:
             regex = re.compile(self.pattern)
             names = [t for t in partition_counts if t not in INTERNAL_TOPICS and regex.search(t)]

@@ -158,9 +158,14 @@ class GregorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         earliest = self._lookup.earliest(stop)
         options = self._options
         for tp, last in stop.items():
-            # A partition first seen in this batch starts at its log start (capped at the
-            # planned end so that deletions since latestOffset show up as data loss).
-            begin.setdefault(tp, min(earliest[tp], last))
+            if tp not in begin:
+                # A partition first seen in this batch starts at its log start (capped at the
+                # planned end so that deletions since latestOffset show up as data loss),
+                # which is 0 unless records went before the query saw it (Spark reports that).
+                begin[tp] = min(earliest[tp], last)
+                if earliest[tp] != 0:
+                    report_data_loss(f"{describe(tp)}: added partition starts at offset "
+                                     f"{earliest[tp]}, not 0", options.fail_on_data_loss)
             if last < begin[tp]:
                 report_data_loss(f"{describe(tp)}: offset was changed from {begin[tp]} to {last}",
                                  options.fail_on_data_loss)

@@ -10,7 +10,9 @@ import io.gregor.spark.read.TopicPartition;
 import io.gregor.spark.read.TopicRangeReaderFactory;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.LongSummaryStatistics;
 import java.util.Map;
+import java.util.Optional;
 import java.util.TreeMap;
 import java.util.TreeSet;
 import org.apache.spark.sql.connector.read.InputPartition;
@@ -19,6 +21,7 @@ import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.read.streaming.Offset;
 import org.apache.spark.sql.connector.read.streaming.ReadLimit;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
+import org.apache.spark.sql.connector.read.streaming.ReportsSourceMetrics;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.util.Clock;
@@ -36,7 +39,8 @@ import org.apache.spark.util.SystemClock;
  * there could never end. The checkpoint, not a consumer group, holds the progress, so nothing
  * is committed to the broker.
  */
-public final class GregorMicroBatchStream implements MicroBatchStream, SupportsTriggerAvailableNow {
+public final class GregorMicroBatchStream
+    implements MicroBatchStream, SupportsTriggerAvailableNow, ReportsSourceMetrics {
   private final SourceOptions options;
   private final StructType readSchema;
   private final OffsetLookup lookup;
@@ -160,6 +164,28 @@ public final class GregorMicroBatchStream implements MicroBatchStream, SupportsT
     return latestSeen == null ? null : new GregorOffset(latestSeen);
   }
 
+  /**
+   * How far the query is behind the log ends seen last, per partition, in the query progress
+   * (sources[].metrics), under the names and in the form of Spark's Kafka source: dashboards
+   * and alerts written for it read minOffsetsBehindLatest, maxOffsetsBehindLatest and
+   * avgOffsetsBehindLatest.
+   */
+  @Override
+  public Map<String, String> metrics(Optional<Offset> latestConsumedOffset) {
+    if (latestConsumedOffset.isEmpty() || latestSeen == null || latestSeen.isEmpty()) {
+      return Map.of();
+    }
+    Map<TopicPartition, Long> consumed = GregorOffset.of(latestConsumedOffset.get()).offsets();
+    LongSummaryStatistics behind = new LongSummaryStatistics();
+    for (Map.Entry<TopicPartition, Long> entry : latestSeen.entrySet()) {
+      behind.accept(entry.getValue() - consumed.getOrDefault(entry.getKey(), 0L));
+    }
+    return Map.of(
+        "minOffsetsBehindLatest", Long.toString(behind.getMin()),
+        "maxOffsetsBehindLatest", Long.toString(behind.getMax()),
+        "avgOffsetsBehindLatest", Double.toString(behind.getAverage()));
+  }
+
   @Override
   public InputPartition[] planInputPartitions(Offset start, Offset end) {
     Map<TopicPartition, Long> begin = GregorOffset.of(start).offsets();
@@ -171,9 +197,17 @@ public final class GregorMicroBatchStream implements MicroBatchStream, SupportsT
     for (Map.Entry<TopicPartition, Long> entry : stop.entrySet()) {
       TopicPartition tp = entry.getKey();
       long last = entry.getValue();
-      // A partition first seen in this batch starts at its log start (capped at the planned end
-      // so that deletions since latestOffset show up as data loss).
-      begin.putIfAbsent(tp, Math.min(earliest.get(tp), last));
+      if (!begin.containsKey(tp)) {
+        // A partition first seen in this batch starts at its log start (capped at the planned
+        // end so that deletions since latestOffset show up as data loss), which is 0 unless
+        // records went before the query saw it (Spark reports that too).
+        begin.put(tp, Math.min(earliest.get(tp), last));
+        if (earliest.get(tp) != 0) {
+          DataLoss.report(
+              tp + ": added partition starts at offset " + earliest.get(tp) + ", not 0",
+              options.failOnDataLoss());
+        }
+      }
       if (last < begin.get(tp)) {
         DataLoss.report(
             tp + ": offset was changed from " + begin.get(tp) + " to " + last,

@@ -22,14 +22,17 @@ public record Subscription(Set<String> topics, Pattern pattern, List<TopicPartit
    * The subscribed partitions, sorted, given the partition count of every topic in metadata.
    * A pattern selects the topics it is found in, not only those it matches whole: Spark's
    * Kafka source (its SubscribePatternStrategy, findFirstIn) selects "orders-eu" for "orders";
-   * anchor it (^orders$) for one topic.
-   * assign is returned as given, as Spark does: reading an assigned partition that does not
-   * exist is an error the broker reports, not an empty result.
+   * anchor it (^orders$) for one topic. Assigned partitions are those of them that exist, as
+   * in Spark (AssignStrategy): one created later is picked up by a stream when it appears.
    */
   public List<TopicPartition> select(Map<String, Integer> partitionCounts) {
     List<TopicPartition> selected = new ArrayList<>();
     if (!assigned.isEmpty()) {
-      selected.addAll(assigned);
+      for (TopicPartition tp : assigned) {
+        if (tp.partition() < partitionCounts.getOrDefault(tp.topic(), 0)) {
+          selected.add(tp);
+        }
+      }
     } else {
       for (Map.Entry<String, Integer> topic : partitionCounts.entrySet()) {
         String name = topic.getKey();
