@@ -12,6 +12,7 @@ through its factory, as Spark's tasks create it, and its column batches are read
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import random
 import socket
@@ -55,7 +56,10 @@ class Answer:
 @dataclass
 class ScriptedBroker:
     """A broker of one partition whose Fetch answers are the script's, in turn (the last one
-    repeats); ListOffsets answers ``earliest`` and ``latest``."""
+    repeats); ListOffsets answers ``earliest`` and ``latest``, or the errors of
+    ``list_offsets_errors`` in turn (the last one repeats).
+    Its metadata names ``leader`` (node 1) as the partition's leader when set, else itself
+    (node 0), and ``topic_error`` as the topic's error."""
 
     answers: list[Answer]
     earliest: int = 0
@@ -63,6 +67,12 @@ class ScriptedBroker:
     fetched: list[int] = field(default_factory=list)
     """The offsets each Fetch asked for."""
     metadata_requests: int = 0
+    list_offsets_requests: int = 0
+    list_offsets_errors: list[ErrorCode] = field(default_factory=lambda: [ErrorCode.none])
+    topic_error: ErrorCode = ErrorCode.none
+    leader: ScriptedBroker | None = None
+    connections: list[socket.socket] = field(default_factory=list)
+    """Every connection accepted (the reader's pool keeps them open between tasks)."""
 
     def __post_init__(self) -> None:
         self._server = socket.create_server(("127.0.0.1", 0))
@@ -70,7 +80,18 @@ class ScriptedBroker:
         threading.Thread(target=self._accept, daemon=True).start()
 
     def close(self) -> None:
+        """Stops listening and closes every connection, as a broker that went away."""
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)  # else the blocked accept() still accepts
         self._server.close()
+        self.drop_connections()
+
+    def drop_connections(self) -> None:
+        """Closes the connections accepted so far, as a broker does with idle ones."""
+        for connection in self.connections:
+            with contextlib.suppress(OSError):  # closed already by the other side
+                connection.shutdown(socket.SHUT_RDWR)
+            connection.close()
 
     def _accept(self) -> None:
         while True:
@@ -78,6 +99,7 @@ class ScriptedBroker:
                 connection, _ = self._server.accept()
             except OSError:
                 return
+            self.connections.append(connection)
             threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
 
     def _serve(self, connection: socket.socket) -> None:
@@ -99,25 +121,33 @@ class ScriptedBroker:
         if api_key == ApiKey.METADATA:
             self.metadata_requests += 1
             m = metadata_response
+            leader, leader_id = (self, 0) if self.leader is None else (self.leader, 1)
+            brokers = {0: self.port, leader_id: leader.port}
             return build(m.MetadataResponse, throttle_time=no_throttle, cluster_id=None,
                          controller_id=0,
-                         brokers=(build(m.MetadataResponseBroker, node_id=0, host="127.0.0.1",
-                                        port=self.port, rack=None),),
-                         topics=(build(m.MetadataResponseTopic, error_code=ErrorCode.none,
+                         brokers=tuple(build(m.MetadataResponseBroker, node_id=node,
+                                             host="127.0.0.1", port=port, rack=None)
+                                       for node, port in brokers.items()),
+                         topics=(build(m.MetadataResponseTopic, error_code=self.topic_error,
                                        name=TOPIC, is_internal=False,
                                        partitions=(build(m.MetadataResponsePartition,
                                                          error_code=ErrorCode.none,
-                                                         partition_index=0, leader_id=0,
-                                                         leader_epoch=0, replica_nodes=(0,),
-                                                         isr_nodes=(0,),
+                                                         partition_index=0,
+                                                         leader_id=leader_id,
+                                                         leader_epoch=0,
+                                                         replica_nodes=(leader_id,),
+                                                         isr_nodes=(leader_id,),
                                                          offline_replicas=()),)),))
         if api_key == ApiKey.LIST_OFFSETS:
+            self.list_offsets_requests += 1
+            error = self.list_offsets_errors[
+                min(self.list_offsets_requests, len(self.list_offsets_errors)) - 1]
             timestamp = body.topics[0].partitions[0].timestamp
             o = list_offsets_response
             return build(o.ListOffsetsResponse, throttle_time=no_throttle, topics=(
                 build(o.ListOffsetsTopicResponse, name=TOPIC, partitions=(
                     build(o.ListOffsetsPartitionResponse, partition_index=0,
-                          error_code=ErrorCode.none, timestamp=-1, leader_epoch=0,
+                          error_code=error, timestamp=-1, leader_epoch=0,
                           offset=self.earliest if timestamp == -2 else self.latest),)),))
         assert api_key == ApiKey.FETCH, api_key
         self.fetched.append(body.topics[0].partitions[0].fetch_offset)
@@ -161,21 +191,32 @@ def brokers() -> Iterator[list[ScriptedBroker]]:
 
 
 def read_offsets(jvm: Any, broker: ScriptedBroker, start: int, end: int,
-                 fail_on_data_loss: bool = True, poll_timeout_ms: int = 1000) -> list[Any]:
+                 fail_on_data_loss: bool = True, poll_timeout_ms: int = 1000,
+                 also: ScriptedBroker | None = None) -> list[Any]:
     """The offsets the JVM reader reads from ``[start, end)``, batch after batch."""
     return read_column(jvm, broker, start, end, "offset BIGINT", fail_on_data_loss,
-                       poll_timeout_ms)
+                       poll_timeout_ms, also)
+
+
+def read_settings(jvm: Any, *bootstrap: ScriptedBroker, fail_on_data_loss: bool = True,
+                  poll_timeout_ms: int = 1000) -> Any:
+    """ReadSettings naming ``bootstrap`` (in that order) as bootstrap servers."""
+    config = jvm.java.util.HashMap()
+    config.put("bootstrap.servers", ",".join(f"127.0.0.1:{b.port}" for b in bootstrap))
+    config.put("retry.backoff.ms", "10")
+    config.put("socket.timeout.ms", "500")
+    return jvm.io.gregor.spark.read.ReadSettings.fromOptions(
+        config, False, fail_on_data_loss, poll_timeout_ms)
 
 
 def read_column(jvm: Any, broker: ScriptedBroker, start: int, end: int, column: str,
-                fail_on_data_loss: bool = True, poll_timeout_ms: int = 1000) -> list[Any]:
-    """One column (``name TYPE``, BIGINT or BINARY) as the JVM reader reads it."""
-    config = jvm.java.util.HashMap()
-    config.put("bootstrap.servers", f"127.0.0.1:{broker.port}")
-    config.put("retry.backoff.ms", "10")
-    config.put("socket.timeout.ms", "500")
-    settings = jvm.io.gregor.spark.read.ReadSettings.fromOptions(
-        config, False, fail_on_data_loss, poll_timeout_ms)
+                fail_on_data_loss: bool = True, poll_timeout_ms: int = 1000,
+                also: ScriptedBroker | None = None) -> list[Any]:
+    """One column (``name TYPE``, BIGINT or BINARY) as the JVM reader reads it, with
+    ``broker`` (and ``also``, if given) as bootstrap servers."""
+    settings = read_settings(jvm, broker, *([also] if also else []),
+                             fail_on_data_loss=fail_on_data_loss,
+                             poll_timeout_ms=poll_timeout_ms)
     schema = jvm.org.apache.spark.sql.types.StructType.fromDDL(column)
     factory = jvm.io.gregor.spark.read.TopicRangeReaderFactory(schema)
     reader = factory.createColumnarReader(
@@ -298,6 +339,81 @@ def test_a_broker_that_stops_answering_is_given_up_after_the_socket_timeout(
     broker = scripted(brokers, Answer(silent=True), Answer(batch, 3))
     assert read_offsets(jvm, broker, 0, 3, poll_timeout_ms=30_000) == [0, 1, 2]
     assert broker.fetched == [0, 0]
+
+
+def test_the_next_task_takes_over_the_connection_and_the_leader_of_the_last(
+        jvm: Any, brokers: list[ScriptedBroker]) -> None:
+    """Tasks of one executor share their connections and what the metadata said (as Spark's
+    Kafka connector pools its consumers), so a task does not pay a handshake and a Metadata
+    round trip before its first Fetch; a connection the broker closed while idle is left for
+    a new one."""
+    first = encode_batch([Record(o, 1, None, b"x") for o in range(3)])
+    second = encode_batch([Record(o, 1, None, b"y") for o in range(3, 6)], base_offset=3)
+    third = encode_batch([Record(o, 1, None, b"z") for o in range(6, 9)], base_offset=6)
+    broker = scripted(brokers, Answer(first, 9), Answer(second, 9), Answer(third, 9))
+    assert read_offsets(jvm, broker, 0, 3) == [0, 1, 2]
+    assert read_offsets(jvm, broker, 3, 6) == [3, 4, 5]
+    assert (broker.metadata_requests, len(broker.connections)) == (1, 1)
+    broker.drop_connections()
+    assert read_offsets(jvm, broker, 6, 9) == [6, 7, 8]
+    assert broker.fetched == [0, 3, 6]
+    assert (broker.metadata_requests, len(broker.connections)) == (1, 2)
+
+
+def test_a_leader_that_moved_since_the_last_task_is_asked_for_again(
+        jvm: Any, brokers: list[ScriptedBroker]) -> None:
+    """The leader a task remembers from the last is forgotten when it answers that it no longer
+    leads, or cannot be reached: the metadata is asked again and names the new one."""
+    batch = encode_batch([Record(o, 1, None, b"x") for o in range(3)])
+    moved = encode_batch([Record(o, 1, None, b"y") for o in range(3, 6)], base_offset=3)
+    new = scripted(brokers, Answer(moved, 6))
+    old = scripted(brokers, Answer(batch, 3), Answer(error=ErrorCode.not_leader_or_follower))
+    assert read_offsets(jvm, old, 0, 3) == [0, 1, 2]
+    old.leader = new
+    assert read_offsets(jvm, old, 3, 6) == [3, 4, 5]
+    assert (old.fetched, new.fetched, old.metadata_requests) == ([0, 3], [3], 2)
+
+    gone = scripted(brokers, Answer(batch, 3))
+    successor = scripted(brokers, Answer(moved, 6))
+    assert read_offsets(jvm, gone, 0, 3, also=successor) == [0, 1, 2]
+    gone.close()
+    assert read_offsets(jvm, gone, 3, 6, also=successor) == [3, 4, 5]
+    assert (gone.metadata_requests, successor.metadata_requests) == (1, 1)
+
+
+def list_offsets(jvm: Any, *bootstrap: ScriptedBroker) -> dict[int, int]:
+    """The latest offset of t-0 as the driver asks it (OffsetLookup, by
+    ListOffsets.fromLeaders)."""
+    tps = jvm.java.util.ArrayList()
+    tps.add(jvm.io.gregor.spark.read.TopicPartition(TOPIC, 0))
+    found = jvm.io.gregor.spark.plan.OffsetLookup(read_settings(jvm, *bootstrap)).latest(tps)
+    return {tp.partition(): found.get(tp) for tp in found.keySet()}
+
+
+def test_list_offsets_asks_again_only_when_that_may_help(
+        jvm: Any, brokers: list[ScriptedBroker]) -> None:
+    """The driver's ListOffsets retries what Kafka's clients retry (the leader moved or is not
+    there yet, a broker unreachable) and fails at once, naming the error, on what asking
+    again would only repeat: an unknown topic, a refused authorization, an unsupported
+    version."""
+    flaky = scripted(brokers, Answer(), latest=7)
+    flaky.list_offsets_errors = [ErrorCode.not_leader_or_follower,
+                                 ErrorCode.leader_not_available, ErrorCode.none]
+    assert list_offsets(jvm, flaky) == {0: 7}
+    # Each retry asked the metadata again: the leader it had named was wrong.
+    assert (flaky.list_offsets_requests, flaky.metadata_requests) == (3, 3)
+
+    for error in (ErrorCode.topic_authorization_failed, ErrorCode.unsupported_version):
+        refusing = scripted(brokers, Answer(), latest=7)
+        refusing.list_offsets_errors = [error]
+        with pytest.raises(Py4JJavaError, match=f"t-0: ListOffsets answered {error.name}"):
+            list_offsets(jvm, refusing)
+        assert refusing.list_offsets_requests == 1
+    unknown = scripted(brokers, Answer())
+    unknown.topic_error = ErrorCode.unknown_topic_or_partition
+    with pytest.raises(Py4JJavaError, match="t: metadata says unknown_topic_or_partition"):
+        list_offsets(jvm, unknown)
+    assert (unknown.metadata_requests, unknown.list_offsets_requests) == (1, 0)
 
 
 SOURCE_COLUMNS = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "

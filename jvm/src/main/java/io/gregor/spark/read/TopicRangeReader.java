@@ -1,8 +1,10 @@
 package io.gregor.spark.read;
 
 import io.gregor.spark.wire.Bootstrap;
+import io.gregor.spark.wire.ConnectionPool;
 import io.gregor.spark.wire.ErrorCodes;
 import io.gregor.spark.wire.Fetch;
+import io.gregor.spark.wire.LeaderCache;
 import io.gregor.spark.wire.LeaderUnavailable;
 import io.gregor.spark.wire.ListOffsets;
 import java.nio.ByteBuffer;
@@ -98,9 +100,18 @@ public final class TopicRangeReader implements PartitionReader<ColumnarBatch> {
     return batch;
   }
 
+  /**
+   * Gives the connection back to the JVM's pool for the next task, unless a Fetch is still in
+   * flight on it (a query that stopped early) or it failed; the column batch (whose slices point
+   * into the connection's answer buffer) is Spark's no longer.
+   */
   @Override
   public void close() {
-    forget();
+    if (leader != null && !inFlight && lostLeader == null) {
+      ConnectionPool.release(settings, leader.connection());
+      leader = null;
+    }
+    drop();
     decoder.close();
     batch.close();
   }
@@ -270,10 +281,14 @@ public final class TopicRangeReader implements PartitionReader<ColumnarBatch> {
         settings.isolationLevel()).get(tp)[0];
   }
 
-  /** The leader is gone or moved: find it again after the client's retry backoff. */
+  /**
+   * The leader is gone or moved: find it again, through a new Metadata request, after the
+   * client's retry backoff.
+   */
   private void retryLater(String reason) {
     LOG.info("{}-{}: {}; looking for the leader again", range.topic(), range.partition(), reason);
-    forget();
+    drop();
+    LeaderCache.invalidate(settings, range.topic());
     try {
       Thread.sleep(settings.retryBackoffMs());
     } catch (InterruptedException e) {
@@ -282,7 +297,8 @@ public final class TopicRangeReader implements PartitionReader<ColumnarBatch> {
     }
   }
 
-  private void forget() {
+  /** Closes the connection to the leader, if any (one that failed, or that is still busy). */
+  private void drop() {
     if (leader != null) {
       leader.connection().close();
       leader = null;

@@ -61,22 +61,21 @@ public final class Bootstrap {
         address.getHostString(), address.getPort(), s.clientId(), s.socketTimeoutMs());
   }
 
-  /** The partition's leader, connected, with its epoch (for Fetch's current leader epoch). */
+  /**
+   * The partition's leader, connected, with its epoch (for Fetch's current leader epoch): the
+   * leader as last known in this JVM ({@link LeaderCache}) and a pooled connection to it
+   * ({@link ConnectionPool}). Whoever finds it wrong or unreachable invalidates the topic.
+   */
   public static Leader leader(ReadSettings s, String topic, int partition)
       throws LeaderUnavailable {
-    ClusterMetadata metadata;
-    try (KafkaConnection any = connectAny(s)) {
-      metadata = ClusterMetadata.fetch(any, List.of(topic));
+    LeaderCache.Route route = LeaderCache.route(s, topic, partition);
+    KafkaConnection connection;
+    try {
+      connection = ConnectionPool.borrow(s, route.address());
+    } catch (LeaderUnavailable e) {
+      LeaderCache.invalidate(s, topic);
+      throw e;
     }
-    short error = metadata.topicError(topic);
-    if (error != ErrorCodes.NONE) {
-      throw new LeaderUnavailable(topic + ": metadata says " + ErrorCodes.name(error));
-    }
-    InetSocketAddress address = metadata.brokers().get(metadata.leader(topic, partition));
-    if (address == null) {
-      throw new LeaderUnavailable(
-          topic + "-" + partition + " has no live leader in metadata");
-    }
-    return new Leader(connect(s, address), metadata.leaderEpoch(topic, partition));
+    return new Leader(connection, route.epoch());
   }
 }

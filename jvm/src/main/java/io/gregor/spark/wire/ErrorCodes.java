@@ -11,8 +11,11 @@ public final class ErrorCodes {
   public static final short OFFSET_OUT_OF_RANGE = 1;
   public static final short UNKNOWN_TOPIC_OR_PARTITION = 3;
   public static final short LEADER_NOT_AVAILABLE = 5;
+  public static final short REQUEST_TIMED_OUT = 7;
+  public static final short BROKER_NOT_AVAILABLE = 8;
   public static final short NOT_LEADER_OR_FOLLOWER = 6;
   public static final short REPLICA_NOT_AVAILABLE = 9;
+  public static final short NETWORK_EXCEPTION = 13;
   public static final short KAFKA_STORAGE_ERROR = 56;
   public static final short FENCED_LEADER_EPOCH = 74;
   public static final short UNKNOWN_LEADER_EPOCH = 75;
@@ -90,5 +93,18 @@ public final class ErrorCodes {
       default:
         return false;
     }
+  }
+
+  /**
+   * Errors worth asking again (after a new look at the metadata): the leader moved or is not
+   * there yet, or the broker could not answer in time. The rest (an unknown topic, an
+   * authorization or version error...) would be answered the same way however often asked,
+   * as Kafka's clients know them apart (RetriableException).
+   */
+  public static boolean retriable(short code) {
+    return leaderMoved(code)
+        || code == REQUEST_TIMED_OUT
+        || code == BROKER_NOT_AVAILABLE
+        || code == NETWORK_EXCEPTION;
   }
 }

@@ -168,6 +168,28 @@ public final class KafkaConnection implements AutoCloseable {
     }
   }
 
+  /** host:port as connected to (what a pooled connection is kept by, with the settings). */
+  String address() {
+    return address;
+  }
+
+  /**
+   * Whether the connection can take a request from another user: nothing in flight, and the
+   * broker has not closed it meanwhile (an idle broker connection is closed after the
+   * broker's connections.max.idle.ms) nor sent anything unasked.
+   */
+  boolean reusable() {
+    if (!inFlight.isEmpty() || !channel.isOpen()) {
+      return false;
+    }
+    try {
+      sizeField.clear();
+      return channel.read(sizeField) == 0;
+    } catch (IOException e) {
+      return false;
+    }
+  }
+
   /** Closes the connection; its answer buffer (which must no longer be used) goes spare. */
   @Override
   public void close() {

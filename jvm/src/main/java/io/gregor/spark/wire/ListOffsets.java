@@ -29,7 +29,8 @@ public final class ListOffsets {
   /**
    * Asks one broker, which must lead every partition asked about. Returns {offset, timestamp}
    * per partition (offset -1 when no record is at or after a timestamp); any partition's error
-   * fails the whole question, with the error's name.
+   * fails the whole question, with the error's name: as LeaderUnavailable when asking again
+   * may help (the leader moved, say), else as a {@link BrokerError}.
    */
   public static Map<TopicPartition, long[]> query(
       KafkaConnection c, Map<TopicPartition, Long> timestamps, byte isolationLevel)
@@ -57,7 +58,11 @@ public final class ListOffsets {
         long offset = b.getLong();
         b.getInt(); // leader epoch
         if (error != ErrorCodes.NONE) {
-          throw new LeaderUnavailable(tp + ": ListOffsets answered " + ErrorCodes.name(error));
+          String message = tp + ": ListOffsets answered " + ErrorCodes.name(error);
+          if (ErrorCodes.retriable(error)) {
+            throw new LeaderUnavailable(message);
+          }
+          throw new BrokerError(message);
         }
         found.put(tp, new long[] {offset, timestamp});
       }
@@ -72,8 +77,10 @@ public final class ListOffsets {
 
   /**
    * The same question for partitions led by different brokers: each leader is asked once about
-   * all of its partitions. Leader changes and unreachable brokers are retried, after the retry
-   * backoff, for up to 30 s, as the driver's AdminClient did.
+   * all of its partitions. Retriable errors (the leader moved or is not there yet, a broker
+   * unreachable) are asked again, with the metadata asked again, after the retry backoff for
+   * up to 30 s, as the driver's AdminClient did; the others fail at once, with the error's name
+   * ({@link BrokerError}). A topic the metadata does not know is one of those.
    */
   public static Map<TopicPartition, long[]> fromLeaders(
       ReadSettings s, Map<TopicPartition, Long> timestamps, byte isolationLevel)
@@ -104,35 +111,52 @@ public final class ListOffsets {
     }
   }
 
-  /** One round: metadata, then each leader; partitions whose leader failed stay out of found. */
+  /**
+   * One round: each leader (as the JVM's LeaderCache knows it) is asked about its partitions;
+   * partitions whose leader failed stay out of found, and their topics' leaders are looked up
+   * again next round.
+   */
   private static void askLeaders(
       ReadSettings s,
       Map<TopicPartition, Long> timestamps,
       byte isolationLevel,
       Map<TopicPartition, long[]> found)
       throws LeaderUnavailable {
-    List<String> topics = timestamps.keySet().stream().map(TopicPartition::topic).distinct()
-        .toList();
-    ClusterMetadata metadata;
-    try (KafkaConnection any = Bootstrap.connectAny(s)) {
-      metadata = ClusterMetadata.fetch(any, topics);
-    }
-    Map<Integer, Map<TopicPartition, Long>> byLeader = new TreeMap<>();
+    Map<InetSocketAddress, Map<TopicPartition, Long>> byLeader = new LinkedHashMap<>();
     LeaderUnavailable failure = null;
     for (Map.Entry<TopicPartition, Long> e : timestamps.entrySet()) {
       TopicPartition tp = e.getKey();
-      int leader = metadata.leader(tp.topic(), tp.partition());
-      if (!metadata.brokers().containsKey(leader)) {
-        failure = new LeaderUnavailable(tp + " has no live leader in metadata");
+      LeaderCache.Route route;
+      try {
+        route = LeaderCache.route(s, tp.topic(), tp.partition());
+      } catch (TopicUnavailable unknown) {
+        if (unknown.error() == ErrorCodes.UNKNOWN_TOPIC_OR_PARTITION
+            || !ErrorCodes.retriable(unknown.error())) {
+          throw new BrokerError(unknown.getMessage());
+        }
+        failure = unknown;
+        continue;
+      } catch (LeaderUnavailable unavailable) {
+        failure = unavailable;
         continue;
       }
-      byLeader.computeIfAbsent(leader, l -> new LinkedHashMap<>()).put(tp, e.getValue());
+      byLeader.computeIfAbsent(route.address(), l -> new LinkedHashMap<>()).put(tp, e.getValue());
     }
-    for (Map.Entry<Integer, Map<TopicPartition, Long>> group : byLeader.entrySet()) {
-      InetSocketAddress address = metadata.brokers().get(group.getKey());
-      try (KafkaConnection leader = Bootstrap.connect(s, address)) {
-        found.putAll(query(leader, group.getValue(), isolationLevel));
+    for (Map.Entry<InetSocketAddress, Map<TopicPartition, Long>> group : byLeader.entrySet()) {
+      Map<TopicPartition, Long> asked = group.getValue();
+      try {
+        KafkaConnection leader = ConnectionPool.borrow(s, group.getKey());
+        try {
+          found.putAll(query(leader, asked, isolationLevel));
+        } catch (LeaderUnavailable | RuntimeException e) {
+          leader.close();
+          throw e;
+        }
+        ConnectionPool.release(s, leader);
       } catch (LeaderUnavailable e) {
+        for (TopicPartition tp : asked.keySet()) {
+          LeaderCache.invalidate(s, tp.topic());
+        }
         failure = e;
       }
     }
