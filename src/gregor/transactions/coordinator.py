@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 _MAX_EPOCH = 32767 - 1
 # Kafka's retry.backoff.ms: the pause before markers, or a completion, are written again.
 _MARKER_RETRY_BACKOFF_S = 0.1
+# The longest pause between attempts after unexpected failures (a failing disk, a bug):
+# the pause doubles from the one above, so that such a failure is retried soon but not
+# logged ten times a second for as long as it lasts.
+_MAX_RETRY_BACKOFF_S = 5.0
 
 
 # PRODUCER_FENCED exists from these versions on (KIP-588); older ones say
@@ -155,18 +159,23 @@ class TransactionCoordinator:
         log.info("coordinating %d transactional ids of %s-%d at epoch %d",
                  sum(m is not None for m in loaded.values()), TRANSACTION_STATE_TOPIC, index,
                  epoch)
-        for meta in loaded.values():
-            if meta is None or not meta.state.is_prepare:
-                continue
+        prepared = [meta for meta in loaded.values() if meta is not None
+                    and meta.state.is_prepare]
+        for meta in prepared:
             log.info("completing transaction of %s left in %s", meta.transactional_id,
                      meta.state.name)
-            try:
-                async with self._lock(meta.transactional_id):
-                    current = self.transactions.get(meta.transactional_id)
-                    if current is not None and current.state.is_prepare:
-                        await self._complete(current)
-            except TransactionError as exc:
-                log.warning("transaction of %s not completed: %s", meta.transactional_id, exc)
+        # Side by side: one whose partition has no leader does not hold the others back.
+        await asyncio.gather(*(self._complete_prepared(meta.transactional_id)
+                               for meta in prepared))
+
+    async def _complete_prepared(self, transactional_id: str) -> None:
+        lock = self._lock(transactional_id)
+        await lock.acquire()
+        meta = self.transactions.get(transactional_id)
+        if meta is None or not meta.state.is_prepare:
+            lock.release()
+            return
+        await self._complete_and_release(meta, lock)
 
     async def shutdown(self) -> None:
         for task in self._tasks:
@@ -368,11 +377,13 @@ class TransactionCoordinator:
 
     async def _complete_and_release(self, meta: TransactionMetadata,
                                     lock: asyncio.Lock) -> None:
+        """Complete a prepared transaction in the background, holding the id's lock
+        (taken by the caller) until it is done or no longer this broker's to do."""
         try:
             await self._complete(meta)
         except TransactionError as exc:
-            # No longer coordinated here (or fenced): the new coordinator loads the
-            # transaction in its Prepare state and completes it.
+            # No longer coordinated here: the new coordinator loads the transaction in
+            # its Prepare state and completes it.
             log.warning("transaction of %s not completed here: %s", meta.transactional_id,
                         exc)
         finally:
@@ -395,30 +406,49 @@ class TransactionCoordinator:
         return await self._complete(await self._prepare(meta, commit, epoch))
 
     async def _complete(self, meta: TransactionMetadata) -> TransactionMetadata:
-        """Have every marker of a prepared transaction written, then record it complete."""
+        """Have every marker of a prepared transaction written, then record it complete.
+
+        As Kafka's marker channel, whatever fails is tried again (after a backoff) until
+        it is written: the outcome is decided and durable, and until it is complete the
+        id can start nothing new. Only two things end the attempts: this broker no
+        longer coordinating the id at the epoch it prepared it (TransactionError
+        NOT_COORDINATOR; the new coordinator completes it from the log), and the task's
+        cancellation when the broker stops (a restart completes it)."""
         commit = meta.state == TransactionState.PREPARE_COMMIT
         index = self.state_log.partition_for(meta.transactional_id)
         epoch = self._epoch_of(meta.transactional_id)
-        try:
-            await self.markers.write(meta.producer_id, meta.producer_epoch, commit, epoch,
-                                     meta.partitions, lambda: self.epochs.get(index) == epoch)
-        except CoordinatorFenced as exc:
-            raise TransactionError(ErrorCode.not_coordinator, str(exc)) from exc
-        complete = dataclasses.replace(
-            meta, partitions=frozenset(), last_update_ms=_now_ms(),
-            state=TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT)
+        markers_written = False
+        failure_backoff = _MARKER_RETRY_BACKOFF_S
         while True:
-            # As Kafka's marker channel: the markers are out, so the completion is
-            # written however long the ISR stays short (a coordinator that took over
-            # has no producer waiting to retry it), until the partition moves away.
+            if self.epochs.get(index) != epoch:
+                raise TransactionError(ErrorCode.not_coordinator,
+                                       f"{meta.transactional_id} moved while completing")
+            step = "completion" if markers_written else "markers"
             try:
-                return await self._write(complete)
+                if not markers_written:
+                    await self.markers.write(meta.producer_id, meta.producer_epoch, commit,
+                                             epoch, meta.partitions,
+                                             lambda: self.epochs.get(index) == epoch)
+                    markers_written = True
+                return await self._write(dataclasses.replace(
+                    meta, partitions=frozenset(), last_update_ms=_now_ms(),
+                    state=TransactionState.COMPLETE_COMMIT if commit
+                    else TransactionState.COMPLETE_ABORT))
+            except CoordinatorFenced as exc:
+                raise TransactionError(ErrorCode.not_coordinator, str(exc)) from exc
             except TransactionError as exc:
+                # The ISR is short, and so on (Kafka's COORDINATOR_NOT_AVAILABLE).
                 if exc.error != ErrorCode.coordinator_not_available:
                     raise
-                log.info("transaction of %s: completion not written yet (%s); retrying",
-                         meta.transactional_id, exc)
-            await asyncio.sleep(_MARKER_RETRY_BACKOFF_S)
+                log.info("transaction of %s: %s not written yet (%s); retrying",
+                         meta.transactional_id, step, exc)
+                delay = _MARKER_RETRY_BACKOFF_S
+            except Exception:
+                delay = failure_backoff
+                failure_backoff = min(failure_backoff * 2, _MAX_RETRY_BACKOFF_S)
+                log.exception("transaction of %s: writing its %s failed; retrying in %.1f s",
+                              meta.transactional_id, step, delay)
+            await asyncio.sleep(delay)
 
     # ------------------------------------------------------------- describing
     def describe(self, transactional_id: str) -> TransactionMetadata:
@@ -472,24 +502,31 @@ class TransactionCoordinator:
     # ---------------------------------------------------------------- timeouts
     async def abort_timed_out(self) -> int:
         """Abort (with an epoch bump, fencing the producer) every transaction open
-        longer than its transaction.timeout.ms; how many."""
+        longer than its transaction.timeout.ms; how many. Each is prepared here and
+        completed in a task of its own, as a producer's EndTxn is, so that one whose
+        markers cannot be written yet holds up no other."""
         now = _now_ms()
         aborted = 0
         for meta in list(self.transactions.values()):
             if meta.state != TransactionState.ONGOING or now - meta.start_ms <= meta.timeout_ms:
                 continue
-            async with self._lock(meta.transactional_id):
-                current = self.transactions.get(meta.transactional_id)
-                if current != meta:
+            lock = self._lock(meta.transactional_id)
+            await lock.acquire()
+            completing = False
+            try:
+                if self.transactions.get(meta.transactional_id) != meta:
                     continue
                 log.info("aborting transaction of %s: open for %d ms, timeout %d ms",
                          meta.transactional_id, now - meta.start_ms, meta.timeout_ms)
-                try:
-                    await self._end(meta, commit=False, epoch=self._next_epoch(meta))
-                except TransactionError as exc:
-                    # No longer coordinated here, or its state not written: the next
-                    # round (or the new coordinator) tries again.
-                    log.warning("transaction of %s not aborted: %s", meta.transactional_id, exc)
-                    continue
+                prepared = await self._prepare(meta, False, self._next_epoch(meta))
+                self._spawn(self._complete_and_release(prepared, lock))
+                completing = True
                 aborted += 1
+            except TransactionError as exc:
+                # No longer coordinated here, or its state not written: the next round
+                # (or the new coordinator) tries again.
+                log.warning("transaction of %s not aborted: %s", meta.transactional_id, exc)
+            finally:
+                if not completing:
+                    lock.release()
         return aborted
