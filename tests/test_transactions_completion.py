@@ -8,6 +8,9 @@ expects (an OSError, as a failing disk raises). The transaction must still end: 
 records become visible to read_committed readers, the producer's next transaction
 goes through, and so does a new producer with the same transactional id. The
 retries stop when the broker stops coordinating the id, and when it shuts down.
+
+Also here, as it needs the coordinator in hand: ListTransactions while a partition of
+``__transaction_state`` is still being loaded.
 """
 
 from __future__ import annotations
@@ -20,12 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clients import WireConnection, versioned_request
 from confluent_kafka import Producer
 from group_clients import TIMEOUT, create_topic
 from in_process_broker import bootstrap_of, in_process_broker
 from test_transactions_confluent import READ_COMMITTED, read_to_end, transactional_producer
 
 from gregor.broker.broker import Broker
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
 from gregor.transactions.metadata import TransactionMetadata, TransactionState
 
 # How long the test waits for an event that comes within a second when all is well.
@@ -197,3 +203,29 @@ def test_a_broker_stops_while_a_completion_is_retried(tmp_path: Path, topic_name
     assert outcome, "the broker did not stop while a completion was being retried"
     if outcome[0] is not None:
         raise outcome[0]
+
+
+def test_transactions_are_not_listed_while_loading(tmp_path: Path) -> None:
+    """As Kafka's listTransactionStates: COORDINATOR_LOAD_IN_PROGRESS while any partition
+    is loading (the admin client asks again), not a list with that partition's ids
+    missing."""
+    def list_transactions(bootstrap: str) -> tuple[int, tuple[str, ...]]:
+        with WireConnection(bootstrap) as connection:
+            answer = connection.request(ApiKey.LIST_TRANSACTIONS, 1, versioned_request(
+                ApiKey.LIST_TRANSACTIONS, 1, "ListTransactionsRequest", state_filters=(),
+                producer_id_filters=(), duration_filter=-1))
+            return answer.error_code, tuple(t.transactional_id
+                                            for t in answer.transaction_states)
+
+    async def scenario() -> None:
+        async with in_process_broker(tmp_path / "data") as broker:
+            bootstrap = bootstrap_of(broker)
+            await _in_thread(transactional_producer, bootstrap, "loaded")
+            assert await _in_thread(list_transactions, bootstrap) == (ErrorCode.none,
+                                                                      ("loaded",))
+            coordinator = broker.transaction_coordinator
+            coordinator.loading.add(coordinator.state_log.partition_for("other"))
+            assert await _in_thread(list_transactions, bootstrap) == (
+                ErrorCode.coordinator_load_in_progress, ())
+
+    asyncio.run(scenario())

@@ -252,11 +252,44 @@ def test_transactions_are_described_and_listed(broker: BrokerProcess, topic_name
                                 duration_filter=-1)
         assert [(t.transactional_id, t.transaction_state)
                 for t in answer.transaction_states] == [(done_id, "CompleteAbort")]
-        # Open for at least an hour: none.
-        answer = client.request(ApiKey.LIST_TRANSACTIONS, 1, "ListTransactionsRequest",
-                                state_filters=(), producer_id_filters=(),
-                                duration_filter=3_600_000)
-        assert answer.transaction_states == ()
+
+
+def test_transactions_are_listed_by_duration_as_kafka_lists_them(broker: BrokerProcess,
+                                                                 topic_name: str) -> None:
+    """Kafka's TransactionStateManager.listTransactionStates keeps, for a duration d, the
+    ids whose transaction started more than d ms ago, whatever their state: a completed
+    transaction too, and an id with none begun (its start time is -1)."""
+    create_topic(broker.bootstrap, topic_name, 1)
+    open_id, done_id, empty_id = (f"{kind}-{uuid.uuid4().hex[:8]}"
+                                  for kind in ("open", "done", "empty"))
+    with WireConnection(broker.bootstrap) as connection:
+        client = Client(connection)
+        _, open_pid, open_epoch = client.init(open_id)
+        assert client.add_partition(3, open_id, open_pid, open_epoch, topic_name) == 0
+        _, done_pid, done_epoch = client.init(done_id)
+        assert client.add_partition(3, done_id, done_pid, done_epoch, topic_name) == 0
+        assert client.end(3, done_id, done_pid, done_epoch, True) == 0
+        client.init(empty_id)
+
+        def listed(duration_ms: int) -> dict[str, str]:
+            answer = client.request(ApiKey.LIST_TRANSACTIONS, 1, "ListTransactionsRequest",
+                                    state_filters=(), producer_id_filters=(),
+                                    duration_filter=duration_ms)
+            assert answer.error_code == ErrorCode.none
+            return {t.transactional_id: t.transaction_state for t in answer.transaction_states}
+
+        # Begun more than an hour ago: only ids with no transaction begun.
+        hour = listed(3_600_000)
+        assert hour[empty_id] == "Empty" and set(hour.values()) == {"Empty"}
+        wait_until(lambda: {open_id, done_id} <= listed(0).keys(),
+                   what="the transactions to be listed as begun more than 0 ms ago")
+        everything = listed(0)
+        assert (everything[open_id], everything[done_id], everything[empty_id]) == (
+            "Ongoing", "CompleteCommit", "Empty")
+        assert listed(-1).keys() >= {open_id, done_id, empty_id}
+        answer = client.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, "DescribeTransactionsRequest",
+                                transactional_ids=("",))
+        assert answer.transaction_states[0].error_code == ErrorCode.invalid_request
 
 
 def test_idle_transactional_ids_expire(tmp_path: Path) -> None:

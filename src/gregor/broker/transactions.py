@@ -169,12 +169,16 @@ async def handle_list(broker: Broker, request: Request):
     key, version, body = ApiKey.LIST_TRANSACTIONS, request.version, request.body
     unknown = tuple(name for name in body.state_filters if name not in _STATES)
     states = {_STATES[name] for name in body.state_filters if name in _STATES}
-    listed = broker.transaction_coordinator.list(states if body.state_filters else None,
-                                      set(body.producer_id_filters),
-                                      getattr(body, "duration_filter", -1))
+    try:
+        listed = broker.transaction_coordinator.list(states if body.state_filters else None,
+                                                     set(body.producer_id_filters),
+                                                     getattr(body, "duration_filter", -1))
+        error = ErrorCode.none
+    except TransactionError as exc:
+        listed, unknown, error = [], (), exc.error
     state_cls = nested(key, version, "TransactionState")
     return build(response_schema(key, version), throttle_time=_NO_THROTTLE,
-                 error_code=ErrorCode.none, unknown_state_filters=unknown,
+                 error_code=error, unknown_state_filters=unknown,
                  transaction_states=tuple(
                      build(state_cls, transactional_id=meta.transactional_id,
                            producer_id=meta.producer_id,

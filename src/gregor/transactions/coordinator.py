@@ -453,6 +453,8 @@ class TransactionCoordinator:
     # ------------------------------------------------------------- describing
     def describe(self, transactional_id: str) -> TransactionMetadata:
         """DescribeTransactions: one transactional id's state, as coordinated here."""
+        if not transactional_id:
+            raise TransactionError(ErrorCode.invalid_request, "empty transactional id")
         index = self.state_log.partition_for(transactional_id)
         if index in self.loading:
             raise TransactionError(ErrorCode.coordinator_load_in_progress)
@@ -465,14 +467,19 @@ class TransactionCoordinator:
 
     def list(self, states: set[TransactionState] | None, producer_ids: set[int],
              min_duration_ms: int) -> list[TransactionMetadata]:
-        """ListTransactions: the ids coordinated here, filtered as Kafka filters them
-        (no filter given: everything; a duration: open at least that long)."""
+        """ListTransactions: the ids coordinated here, filtered as Kafka's
+        TransactionStateManager filters them: no filter given, everything; a duration
+        (>= 0), those whose last transaction began more than that long ago, whatever
+        their state, so also an id with none begun (its start is -1). Nothing while a
+        partition is still being loaded (COORDINATOR_LOAD_IN_PROGRESS: the admin client
+        asks again)."""
+        if self.loading:
+            raise TransactionError(ErrorCode.coordinator_load_in_progress)
         now = _now_ms()
         return [meta for meta in self.transactions.values()
                 if (states is None or meta.state in states)
                 and (not producer_ids or meta.producer_id in producer_ids)
-                and (min_duration_ms < 0 or (meta.state == TransactionState.ONGOING
-                                             and now - meta.start_ms >= min_duration_ms))]
+                and (min_duration_ms < 0 or now - meta.start_ms > min_duration_ms)]
 
     # -------------------------------------------------------------- expiration
     async def expire_transactional_ids(self) -> int:
