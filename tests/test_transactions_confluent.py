@@ -377,7 +377,17 @@ def test_gregor_transactions_list_and_describe(broker: BrokerProcess, topic_name
     assert listed[open_id][1:] == ["1", listed[open_id][2], "Ongoing"]
     assert listed[idle_id][3] == "Empty"
 
+    # kafka-transactions.sh list --duration-filter: begun more than that long ago, as
+    # the broker filters (an id with no transaction begun has begun "long ago").
+    _, *rows = gregor("list", "--duration-filter", "3600000")
+    hour = {row[0]: row[3] for row in rows}
+    assert open_id not in hour and hour[idle_id] == "Empty"
+    wait_until(lambda: open_id in {row[0] for row in gregor("list", "--duration-filter", "0")},
+               what="the open transaction to be listed as begun more than 0 ms ago")
+
     header, row = gregor("describe", open_id)
+    # As kafka-transactions.sh spells it, too.
+    assert gregor("describe", "--transactional-id", open_id)[1][:6] == row[:6]
     assert header[:5] == ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
                           "TransactionState"]
     assert row[:2] == ["1", open_id] and row[2] == listed[open_id][2]

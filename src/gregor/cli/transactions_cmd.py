@@ -43,11 +43,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     transactions = subparsers.add_parser("transactions", help="list and describe transactions")
     actions = transactions.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="every transactional id: producer id and state")
+    listing.add_argument(
+        "--duration-filter", type=int, default=-1, metavar="MS",
+        help="only those whose transaction began more than MS ms ago, as the brokers "
+             "filter them (an id with none begun counts as begun long ago); < 0: all")
     listing.set_defaults(run=run_list)
     describe = actions.add_parser(
         "describe", help="one transactional id: state, producer id and epoch, partitions, "
                          "start time and timeout")
-    describe.add_argument("transactional_id", metavar="ID")
+    # kafka-transactions.sh takes the id as --transactional-id.
+    named = describe.add_mutually_exclusive_group(required=True)
+    named.add_argument("transactional_id", metavar="ID", nargs="?")
+    named.add_argument("--transactional-id", dest="transactional_id_option", metavar="ID")
     describe.set_defaults(run=run_describe)
     producers = actions.add_parser(
         "describe-producers", help="a partition's producers: id, epoch, last sequence and "
@@ -170,10 +177,13 @@ def _brokers(bootstrap: str) -> list[tuple[int, str]]:
 
 def run_list(args: argparse.Namespace) -> int:
     rows = []
+    # Version 1 carries the duration filter; version 0 serves brokers without it.
+    version, fields = ((1, {"duration_filter": args.duration_filter})
+                       if args.duration_filter >= 0 else (0, {}))
     for broker_id, address in _brokers(args.bootstrap_server):
-        schema = _schema(ApiKey.LIST_TRANSACTIONS, 0)
-        answer = _request(address, ApiKey.LIST_TRANSACTIONS, 0,
-                          schema(state_filters=(), producer_id_filters=()))
+        schema = _schema(ApiKey.LIST_TRANSACTIONS, version)
+        answer = _request(address, ApiKey.LIST_TRANSACTIONS, version,
+                          schema(state_filters=(), producer_id_filters=(), **fields))
         if answer.error_code != ErrorCode.none:
             raise CliError(f"broker {broker_id}: {ErrorCode(answer.error_code).name.upper()}")
         rows += [(t.transactional_id, broker_id, t.producer_id, t.transaction_state)
@@ -184,7 +194,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_describe(args: argparse.Namespace) -> int:
-    txn_id = args.transactional_id
+    txn_id = (args.transactional_id if args.transactional_id is not None
+              else args.transactional_id_option)
     schema = _schema(ApiKey.FIND_COORDINATOR, 3)
     found = _request(args.bootstrap_server, ApiKey.FIND_COORDINATOR, 3,
                      schema(key=txn_id, key_type=_TRANSACTION_KEY_TYPE))
