@@ -615,22 +615,27 @@ def test_complete_mode_appends_the_whole_aggregate_at_every_micro_batch(
     assert written_rows(spark, broker.bootstrap, target_topic) == expected
 
 
-def test_update_mode_is_refused_by_spark_and_done_with_foreach_batch(
+def test_update_mode_writes_the_changed_rows_and_the_python_sink_needs_foreach_batch(
     spark: SparkSession, broker: Any, tmp_path: Path
 ) -> None:
-    source_topic, target_topic = new_topic(broker.bootstrap), new_topic(broker.bootstrap)
+    """Update mode as Spark's Kafka sink: each micro-batch appends the rows it changed.
+    The JVM source's table takes it; the Python data source alone is refused by Spark, and
+    ``foreachBatch`` with the batch writer does the same there."""
+    source_topic, direct_topic, target_topic = (new_topic(broker.bootstrap) for _ in range(3))
     counts = counts_per_partition(stream(spark, broker.bootstrap, subscribe=source_topic))
-    refused = (
-        counts.writeStream.format("gregor")
-        .outputMode("update")
-        .option("kafka.bootstrap.servers", broker.bootstrap)
-        .option("topic", target_topic)
-        .option("checkpointLocation", str(tmp_path / "refused"))
-        .trigger(availableNow=True)
-        .start()
-    )
+
+    def update_mode(sink_format: str, name: str, topic: str) -> Any:
+        return (counts.writeStream.format(sink_format)
+                .outputMode("update")
+                .option("kafka.bootstrap.servers", broker.bootstrap)
+                .option("topic", topic)
+                .option("checkpointLocation", str(tmp_path / name))
+                .trigger(availableNow=True))
+
+    refused = update_mode("gregor_python", "refused", target_topic).start()
     # Spark's own check (V2Writes.buildWriteForMicroBatch); see the writer module.
-    with pytest.raises(StreamingQueryException, match="gregor does not support Update mode"):
+    with pytest.raises(StreamingQueryException,
+                       match="gregor_python does not support Update mode"):
         refused.awaitTermination(120)
 
     def write_batch(batch: DataFrame, _batch_id: int) -> None:
@@ -644,11 +649,18 @@ def test_update_mode_is_refused_by_spark_and_done_with_foreach_batch(
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
         .trigger(availableNow=True)
     )
+    direct = update_mode("gregor", "direct", direct_topic) if JAR.exists() else None
     first = produce(broker.bootstrap, source_topic, 200)
-    run_aggregation(workaround.start())
+    for writer in (workaround, direct):
+        if writer is not None:
+            run_aggregation(writer.start())
     second = first + produce(broker.bootstrap, source_topic, 50, partitions=1, first=200)
-    run_aggregation(workaround.start())
+    for writer in (workaround, direct):
+        if writer is not None:
+            run_aggregation(writer.start())
 
     # Update mode writes only the rows that changed: partition 0's.
     expected = aggregate_rows(first) + aggregate_rows(second, partitions={0})
     assert written_rows(spark, broker.bootstrap, target_topic) == expected
+    if direct is not None:
+        assert written_rows(spark, broker.bootstrap, direct_topic) == expected

@@ -290,3 +290,27 @@ def test_progress_reports_offsets_behind_latest_as_spark(
         {"minOffsetsBehindLatest": "0", "maxOffsetsBehindLatest": "0",
          "avgOffsetsBehindLatest": "0.0"},
     ]
+
+
+def test_a_batch_write_takes_sparks_default_save_mode(
+    spark: SparkSession, broker: Any, jvm_only: None
+) -> None:
+    """The integration guide writes a batch without mode(): ErrorIfExists, Spark's default,
+    which its Kafka sink takes as append; overwrite and ignore are refused."""
+    topic = create_topic(broker.bootstrap, 1)
+    rows = spark.range(3).selectExpr("CAST(id AS STRING) AS key",
+                                     "CAST(id * 10 AS STRING) AS value")
+
+    def writer(df: DataFrame) -> Any:
+        return df.write.format("gregor").option(
+            "kafka.bootstrap.servers", broker.bootstrap).option("topic", topic)
+
+    writer(rows).save()
+    writer(rows.limit(1)).mode("append").save()
+    for refused in ("overwrite", "ignore"):
+        with pytest.raises(IllegalArgumentException, match=f"save mode {refused} is not allowed"):
+            writer(rows).mode(refused).save()
+    read = (spark.read.format("gregor").option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("subscribe", topic).load().collect())
+    assert sorted((bytes(r.key), bytes(r.value)) for r in read) == [
+        (b"0", b"0"), (b"0", b"0"), (b"1", b"10"), (b"2", b"20")]

@@ -47,7 +47,7 @@ class GregorDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         # overwrite is True in Complete mode; a topic is append-only, so each micro-batch's
-        # whole result is appended, as Spark's Kafka sink does. Update mode never gets here:
-        # Spark refuses it for every Python data source (see the writer module).
+        # whole result is appended, as Spark's Kafka sink does. Update mode comes here as
+        # appends through the JVM source's table only (see the writer module).
         options = parse_sink_options(self.options)
         return GregorStreamArrowWriter(options, sink_columns(schema, options))

@@ -3,18 +3,16 @@
 Columns follow Spark's Kafka sink: ``value`` (required, binary or string), ``key``
 (optional, binary or string), ``topic`` (optional string; the ``topic`` option overrides
 it), ``partition`` (optional int) and ``headers`` (optional array of key/value structs).
-Other columns are ignored, and names match case-insensitively, as in Spark.  Batch
-writes need ``.mode("append")``: Spark refuses its default ErrorIfExists mode for every
-Python data source, and a topic cannot be overwritten.
+Other columns are ignored, and names match case-insensitively, as in Spark.
 
 Streaming output modes: Append, and Complete, which appends the whole result table at
-every micro-batch (as Spark's Kafka sink does).  Update mode, which Spark's Kafka sink
-also accepts, is refused by Spark itself for every Python data source ("gregor does not
-support Update mode"): Spark requires the JVM write builder to implement its internal
-``SupportsStreamingUpdateAsAppend``, PySpark's ``PythonWriteBuilder`` does not, and the
-output mode never reaches Python, so neither the message nor the check can be changed
-here.  Instead, write each micro-batch with ``foreachBatch`` and the batch writer
-(``df.write.format("gregor").mode("append")``), or use Complete mode.
+every micro-batch (as Spark's Kafka sink does).  Update mode and a batch write's default
+save mode (ErrorIfExists) never reach this module from ``format("gregor")``: the JVM
+source's table takes them and hands the rows here as appends (GregorTable and
+GregorProvider in jvm/).  Without that jar, Spark refuses both for every Python data
+source ("gregor does not support Update mode"; PySpark's ``PythonWriteBuilder`` lacks
+Spark's internal ``SupportsStreamingUpdateAsAppend``, and the checks never reach Python):
+batch writes then need ``.mode("append")``, and Update mode ``foreachBatch`` with it.
 
 Delivery is at-least-once by default.  Each task flushes its producer before it reports success,
 because the producer lives in the executor process: the driver-side ``commit`` runs in

@@ -10,8 +10,11 @@ import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.SupportsTruncate;
+import org.apache.spark.sql.connector.write.Write;
 import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
+import org.apache.spark.sql.internal.connector.SupportsStreamingUpdateAsAppend;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
@@ -53,13 +56,15 @@ final class GregorTable implements SupportsRead, SupportsWrite {
     return properties;
   }
 
-  /** TRUNCATE as the Python source's: overwrite reaches its writer, which refuses it in batch. */
+  /**
+   * No BATCH_WRITE: batch writes go to GregorProvider.createRelation, where Spark's default save
+   * mode is allowed. TRUNCATE for Complete mode, as the Python sink's.
+   */
   @Override
   public Set<TableCapability> capabilities() {
     return EnumSet.of(
         TableCapability.BATCH_READ,
         TableCapability.MICRO_BATCH_READ,
-        TableCapability.BATCH_WRITE,
         TableCapability.STREAMING_WRITE,
         TableCapability.TRUNCATE);
   }
@@ -81,11 +86,36 @@ final class GregorTable implements SupportsRead, SupportsWrite {
     return new GregorScanBuilder(schema, options);
   }
 
+  /** A stream's writes: the Python sink's, in Update mode too (see SinkWriteBuilder). */
   @Override
   public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
     PythonDataSourceV2 python = new PythonDataSourceV2();
     python.setShortName(PYTHON_SOURCE);
     SupportsWrite sink = (SupportsWrite) python.getTable(info.schema(), new Transform[0], properties);
-    return sink.newWriteBuilder(info);
+    return new SinkWriteBuilder((SupportsTruncate) sink.newWriteBuilder(info));
+  }
+
+  /**
+   * The Python sink's write builder, also taking Update mode, which Spark allows only a builder
+   * marked SupportsStreamingUpdateAsAppend (PySpark's is not): a topic takes each micro-batch's
+   * updated rows appended, as Spark's Kafka sink, which is so marked, writes them.
+   */
+  private static final class SinkWriteBuilder
+      implements SupportsTruncate, SupportsStreamingUpdateAsAppend {
+    private final SupportsTruncate python;
+
+    SinkWriteBuilder(SupportsTruncate python) {
+      this.python = python;
+    }
+
+    @Override
+    public Write build() {
+      return python.build();
+    }
+
+    @Override
+    public WriteBuilder truncate() {
+      return python.truncate();
+    }
   }
 }
