@@ -290,16 +290,23 @@ def _wait_aborted(bootstrap: str, topic: str) -> None:
         consumer.close()
 
 
+def _confluent_idle_past_its_timeout(bootstrap: str, topic: str, kind: str) -> Producer:
+    """A producer whose transaction, one record sent, the coordinator aborted for its
+    timeout while the producer stayed idle."""
+    create_topic(bootstrap, topic, 1)
+    producer = transactional_producer(bootstrap, _txn_id(kind),
+                                      **{"transaction.timeout.ms": _TXN_TIMEOUT_MS})
+    producer.begin_transaction()
+    producer.produce(topic, value=b"idle", partition=0)
+    assert producer.flush(TIMEOUT) == 0
+    _wait_aborted(bootstrap, topic)
+    return producer
+
+
 def test_confluent_producer_idle_past_its_timeout_is_fenced(txn_broker: BrokerProcess,
                                                             topic_name: str) -> None:
     bootstrap = txn_broker.bootstrap
-    create_topic(bootstrap, topic_name, 1)
-    producer = transactional_producer(bootstrap, _txn_id("idle"),
-                                      **{"transaction.timeout.ms": _TXN_TIMEOUT_MS})
-    producer.begin_transaction()
-    producer.produce(topic_name, value=b"idle", partition=0)
-    assert producer.flush(TIMEOUT) == 0
-    _wait_aborted(bootstrap, topic_name)
+    producer = _confluent_idle_past_its_timeout(bootstrap, topic_name, "idle")
     # Its next record: INVALID_PRODUCER_EPOCH, which librdkafka takes as fenced.
     producer.produce(topic_name, value=b"late", partition=0)
     with pytest.raises(KafkaException) as fenced:
@@ -313,13 +320,7 @@ def test_confluent_producer_idle_past_its_timeout_cannot_commit(txn_broker: Brok
                                                                 topic_name: str) -> None:
     """Nothing more sent: EndTxn of the old epoch is PRODUCER_FENCED."""
     bootstrap = txn_broker.bootstrap
-    create_topic(bootstrap, topic_name, 1)
-    producer = transactional_producer(bootstrap, _txn_id("idle-commit"),
-                                      **{"transaction.timeout.ms": _TXN_TIMEOUT_MS})
-    producer.begin_transaction()
-    producer.produce(topic_name, value=b"idle", partition=0)
-    assert producer.flush(TIMEOUT) == 0
-    _wait_aborted(bootstrap, topic_name)
+    producer = _confluent_idle_past_its_timeout(bootstrap, topic_name, "idle-commit")
     with pytest.raises(KafkaException) as fenced:
         producer.commit_transaction(TIMEOUT)
     assert fenced.value.args[0].code() == KafkaError._FENCED

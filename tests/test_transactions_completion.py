@@ -79,6 +79,24 @@ def _in_thread(call: Callable[..., Any], *args: Any) -> Awaitable[Any]:
     return asyncio.to_thread(call, *args)
 
 
+async def _commit_with_markers_failing(broker: Broker, topic: str,
+                                       transactional_id: str) -> None:
+    """A transaction of one record committed while its markers can never be written:
+    returns once they failed twice, the coordinator retrying them."""
+    def commit(bootstrap: str) -> None:
+        create_topic(bootstrap, topic, 1)
+        producer = transactional_producer(bootstrap, transactional_id)
+        producer.begin_transaction()
+        producer.produce(topic, value=b"x", partition=0)
+        producer.commit_transaction(TIMEOUT)
+
+    coordinator = broker.transaction_coordinator
+    failing = FailFirst(coordinator.markers.write, 1_000_000)
+    coordinator.markers.write = failing  # type: ignore[method-assign]
+    await _in_thread(commit, bootstrap_of(broker))
+    await _event(failing.failed_enough, "the markers to fail twice")
+
+
 @pytest.mark.parametrize("fault", ["markers", "completion"])
 @pytest.mark.parametrize("commit", [True, False])
 def test_a_failed_completion_is_retried_until_written(tmp_path: Path, topic_name: str,
@@ -141,20 +159,10 @@ def test_retries_stop_when_the_id_is_coordinated_elsewhere(tmp_path: Path,
     transaction from the log) and lets go of the id."""
     transactional_id = f"moved-{uuid.uuid4().hex[:8]}"
 
-    def open_transaction(bootstrap: str) -> None:
-        create_topic(bootstrap, topic_name, 1)
-        producer = transactional_producer(bootstrap, transactional_id)
-        producer.begin_transaction()
-        producer.produce(topic_name, value=b"x", partition=0)
-        producer.commit_transaction(TIMEOUT)
-
     async def scenario() -> None:
         async with in_process_broker(tmp_path / "data") as broker:
             coordinator = broker.transaction_coordinator
-            failing = FailFirst(coordinator.markers.write, 1_000_000)
-            coordinator.markers.write = failing  # type: ignore[method-assign]
-            await _in_thread(open_transaction, bootstrap_of(broker))
-            await _event(failing.failed_enough, "the markers to fail twice")
+            await _commit_with_markers_failing(broker, topic_name, transactional_id)
             index = coordinator.state_log.partition_for(transactional_id)
             epoch = coordinator.epochs[index]
             coordinator.leadership_changed(index, False, epoch)
@@ -171,20 +179,9 @@ def test_retries_stop_when_the_id_is_coordinated_elsewhere(tmp_path: Path,
 def test_a_broker_stops_while_a_completion_is_retried(tmp_path: Path, topic_name: str) -> None:
     transactional_id = f"stopping-{uuid.uuid4().hex[:8]}"
 
-    def open_transaction(bootstrap: str) -> None:
-        create_topic(bootstrap, topic_name, 1)
-        producer = transactional_producer(bootstrap, transactional_id)
-        producer.begin_transaction()
-        producer.produce(topic_name, value=b"x", partition=0)
-        producer.commit_transaction(TIMEOUT)
-
     async def scenario() -> None:
         async with in_process_broker(tmp_path / "data") as broker:
-            coordinator = broker.transaction_coordinator
-            failing = FailFirst(coordinator.markers.write, 1_000_000)
-            coordinator.markers.write = failing  # type: ignore[method-assign]
-            await _in_thread(open_transaction, bootstrap_of(broker))
-            await _event(failing.failed_enough, "the markers to fail twice")
+            await _commit_with_markers_failing(broker, topic_name, transactional_id)
 
     # In a thread of its own: a completion deaf to its cancellation would keep the
     # broker's stop, and asyncio.run's own cleanup after it, from ever returning.
