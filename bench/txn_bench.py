@@ -36,6 +36,7 @@ unless ``--quick``, ``docs/txn-benchmarks.md`` with the plot as
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
@@ -47,12 +48,16 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+from aiokafka import AIOKafkaProducer  # noqa: E402
 from confluent_kafka import KafkaError, Message, Producer  # noqa: E402
+from kafka import KafkaProducer  # noqa: E402
+from kafka.producer.future import FutureRecordMetadata  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from bench.clients.kafka import PRODUCER_CONFIG, KafkaClient  # noqa: E402
@@ -76,9 +81,23 @@ READ_UNCOMMITTED = {"isolation.level": "read_uncommitted"}
 _TIMEOUT_S = 60
 TRANSACTIONAL, IDEMPOTENT_RUN = "transactional produce", "idempotent produce"
 FLUSHED = "idempotent produce, flushed every 1,000"
-# The target's two sides, and the reference that tells the transactions' own cost
-# from that of waiting for every 1,000 records (the client's flush in commit).
-PRODUCE_RUNS = (IDEMPOTENT_RUN, TRANSACTIONAL, FLUSHED)
+CONFLUENT, KAFKA_PYTHON, AIOKAFKA = "confluent-kafka", "kafka-python", "aiokafka"
+# Per client, the target's two sides; and for librdkafka the reference that tells the
+# transactions' own cost from that of waiting for every 1,000 records (the client's
+# flush in commit).
+PRODUCE_RUNS = {CONFLUENT: (IDEMPOTENT_RUN, TRANSACTIONAL, FLUSHED),
+                KAFKA_PYTHON: (IDEMPOTENT_RUN, TRANSACTIONAL),
+                AIOKAFKA: (IDEMPOTENT_RUN, TRANSACTIONAL)}
+# The pure-Python clients' settings, the same for both of a client's producers: their
+# defaults (16 KiB batches, no linger) would send 16 records a request, so librdkafka's
+# (PRODUCER_CONFIG: linger 5 ms, batches up to 1 MB) where they have the setting.
+KAFKA_PYTHON_CONFIG: dict[str, Any] = {"linger_ms": 5, "batch_size": 1_000_000}
+AIOKAFKA_CONFIG: dict[str, Any] = {"linger_ms": 5, "max_batch_size": 1_000_000}
+# Records per produce run: the pure-Python clients hand over each record with a Python
+# call (tens of µs), so they get fewer records, to keep the bench's time in bounds.
+RECORDS = {CONFLUENT: 400 * TRANSACTION, KAFKA_PYTHON: 100 * TRANSACTION,
+           AIOKAFKA: 100 * TRANSACTION}
+QUICK_RECORDS = 20 * TRANSACTION
 # The requests of a transaction whose time in the broker (arrival to answer sent, from
 # the broker's own request metrics) the breakdown shows, by Kafka's request names.
 TIMED_REQUESTS = ("Produce", "AddPartitionsToTxn", "EndTxn")
@@ -164,8 +183,8 @@ def produce_in_transactions(bootstrap: str, topic: str, records: RecordSet,
         else:
             producer.commit_transaction(_TIMEOUT_S)
 
-    return _send_in_groups(producer, failures, topic, records, watch, partitions,
-                           producer.begin_transaction, end, phases)
+    return _send_batches_in_groups(producer, failures, topic, records, watch, partitions,
+                                   producer.begin_transaction, end, phases)
 
 
 def produce_flushed(bootstrap: str, topic: str, records: RecordSet, watch: Stopwatch,
@@ -181,8 +200,8 @@ def produce_flushed(bootstrap: str, topic: str, records: RecordSet, watch: Stopw
         if producer.flush(_TIMEOUT_S):
             raise VerificationError(f"{topic}: records left unacknowledged")
 
-    return _send_in_groups(producer, failures, topic, records, watch, PARTITIONS,
-                           lambda: None, end, phases)
+    return _send_batches_in_groups(producer, failures, topic, records, watch, PARTITIONS,
+                                   lambda: None, end, phases)
 
 
 def _verified_producer(bootstrap: str, extra: dict[str, str]
@@ -200,33 +219,138 @@ def _verified_producer(bootstrap: str, extra: dict[str, str]
     return producer, failures
 
 
-def _send_in_groups(producer: Producer, failures: list[KafkaError], topic: str,
-                    records: RecordSet, watch: Stopwatch, partitions: int,
-                    begin: Callable[[], None], end: Callable[[int], None],
-                    phases: Phases | None) -> Window:
-    """The records in groups of TRANSACTION (each partition's share handed over with
-    ``produce_batch``), ``begin()`` before and ``end(number)`` after each group, timed
-    by ``watch``; the two phases of each group go to ``phases``."""
+def _send_batches_in_groups(producer: Producer, failures: list[KafkaError], topic: str,
+                            records: RecordSet, watch: Stopwatch, partitions: int,
+                            begin: Callable[[], None], end: Callable[[int], None],
+                            phases: Phases | None) -> Window:
+    """:func:`_send_in_groups` with librdkafka: each partition's share of a group handed
+    over with one ``produce_batch``, the one call that keeps the Python loop from setting
+    the pace (see :meth:`bench.clients.kafka.KafkaClient.produce`)."""
     lanes = [[{"value": value} for value in lane] for lane in records.partitions(partitions)]
-    per_lane = TRANSACTION // partitions
-    watch.start()
-    for number, start in enumerate(range(0, len(lanes[0]), per_lane)):
-        began = time.perf_counter()
-        begin()
+
+    def send(start: int, stop: int) -> None:
         for partition, lane in enumerate(lanes):
-            batch = lane[start:start + per_lane]
+            batch = lane[start:stop]
             if producer.produce_batch(topic, batch, partition=partition) != len(batch):
                 raise VerificationError(f"{topic}: producer queue refused records")
         producer.poll(0)
+
+    window = _send_in_groups(send, len(lanes[0]), partitions, watch, begin, end, phases)
+    if failures:
+        raise VerificationError(f"{topic}: {len(failures)} records failed ({failures[0]})")
+    return window
+
+
+def _send_in_groups(send: Callable[[int, int], None], lane_length: int, partitions: int,
+                    watch: Stopwatch, begin: Callable[[], None], end: Callable[[int], None],
+                    phases: Phases | None, finish: Callable[[], None] = lambda: None
+                    ) -> Window:
+    """The records in groups of TRANSACTION, whatever the client: ``send(start, stop)``
+    hands over each partition's records ``start`` to ``stop - 1``, ``begin()`` before and
+    ``end(number)`` after each group, ``finish()`` after the last, all timed by ``watch``;
+    the two phases of each group go to ``phases``."""
+    per_lane = TRANSACTION // partitions
+    watch.start()
+    for number, start in enumerate(range(0, lane_length, per_lane)):
+        began = time.perf_counter()
+        begin()
+        send(start, start + per_lane)
         queued = time.perf_counter()
         end(number)
         if phases is not None:
             phases.queue.append(queued - began)
             phases.commit.append(time.perf_counter() - queued)
-    window = watch.stop()
-    if failures:
-        raise VerificationError(f"{topic}: {len(failures)} records failed ({failures[0]})")
+    finish()
+    return watch.stop()
+
+
+def produce_kafka_python(bootstrap: str, topic: str, records: RecordSet, watch: Stopwatch,
+                         transactional: bool, phases: Phases) -> Window:
+    """kafka-python's producer, idempotent (acks=all) or transactional (``begin_transaction``,
+    each record ``send``, ``commit_transaction``), with KAFKA_PYTHON_CONFIG; records in the
+    transactional producer's groups either way, the idempotent one flushing only at the
+    end."""
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, **KAFKA_PYTHON_CONFIG,
+        transactional_id=f"bench-{uuid.uuid4().hex[:8]}" if transactional else None)
+    lanes = records.partitions(PARTITIONS)
+    futures: list[FutureRecordMetadata] = []
+
+    def send(start: int, stop: int) -> None:
+        for partition, lane in enumerate(lanes):
+            futures.extend(producer.send(topic, value, partition=partition)
+                           for value in lane[start:stop])
+
+    try:
+        if transactional:
+            producer.init_transactions()  # finding the coordinator is not timed
+            window = _send_in_groups(send, len(lanes[0]), PARTITIONS, watch,
+                                     producer.begin_transaction,
+                                     lambda _number: producer.commit_transaction(), phases)
+        else:
+            producer.partitions_for(topic)  # connect before the clock starts
+            window = _send_in_groups(send, len(lanes[0]), PARTITIONS, watch, lambda: None,
+                                     lambda _number: None, None, producer.flush)
+    finally:
+        producer.close()
+    failed = [f for f in futures if not f.succeeded()]
+    if failed:
+        raise VerificationError(f"{topic}: {len(failed)} records failed ({failed[0].exception})")
     return window
+
+
+def produce_aiokafka(bootstrap: str, topic: str, records: RecordSet, watch: Stopwatch,
+                     transactional: bool, phases: Phases) -> Window:
+    """aiokafka's producer, as :func:`produce_kafka_python`: each record ``await send``,
+    transactions with ``begin_transaction`` and ``commit_transaction``. One event loop runs
+    each step to completion, so that the groups are timed by the loop the other clients
+    share; its producer's sender runs while a step is awaited, as in an application that
+    does nothing else."""
+    loop = asyncio.new_event_loop()
+    run = loop.run_until_complete
+
+    async def create() -> AIOKafkaProducer:  # it takes the loop it is created in
+        return AIOKafkaProducer(
+            bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, **AIOKAFKA_CONFIG,
+            transactional_id=f"bench-{uuid.uuid4().hex[:8]}" if transactional else None)
+
+    producer = run(create())
+    lanes = records.partitions(PARTITIONS)
+    futures: list[asyncio.Future[Any]] = []
+
+    async def send(start: int, stop: int) -> None:
+        for partition, lane in enumerate(lanes):
+            for value in lane[start:stop]:
+                futures.append(await producer.send(topic, value, partition=partition))
+
+    try:
+        run(producer.start())  # connects and, if transactional, initialises: not timed
+        if transactional:
+            window = _send_in_groups(lambda start, stop: run(send(start, stop)), len(lanes[0]),
+                                     PARTITIONS, watch, lambda: run(producer.begin_transaction()),
+                                     lambda _number: run(producer.commit_transaction()), phases)
+        else:
+            run(producer.partitions_for(topic))
+            window = _send_in_groups(lambda start, stop: run(send(start, stop)), len(lanes[0]),
+                                     PARTITIONS, watch, lambda: None, lambda _number: None, None,
+                                     lambda: run(producer.flush()))
+    finally:
+        run(producer.stop())
+        loop.close()
+    failed = [f for f in futures if not f.done() or f.exception() is not None]
+    if failed:
+        raise VerificationError(f"{topic}: {len(failed)} records failed "
+                                f"({failed[0].exception() if failed[0].done() else 'pending'})")
+    return window
+
+
+PURE_PYTHON: dict[str, Callable[[str, str, RecordSet, Stopwatch, bool, Phases], Window]] = {
+    KAFKA_PYTHON: produce_kafka_python, AIOKAFKA: produce_aiokafka}
+
+
+def produce_workload(kind: str, client: str) -> str:
+    """A produce run's name in the tables: its kind, then its client."""
+    return f"{kind} ({client})"
 
 
 def committed_values(records: RecordSet, aborted: Callable[[int], bool]) -> list[list[bytes]]:
@@ -272,7 +396,7 @@ class Bench:
             run.commit_ms = statistics.fmean(phases.commit) * 1000
         return run
 
-    def produce(self, records: RecordSet, kind: str) -> Run:
+    def produce(self, records: RecordSet, client: str, kind: str) -> Run:
         """``kind``: TRANSACTIONAL, IDEMPOTENT_RUN or FLUSHED (see :data:`PRODUCE_RUNS`)."""
         topic = f"p-{uuid.uuid4().hex[:8]}"
         self.client.create(topic, PARTITIONS)
@@ -281,7 +405,10 @@ class Bench:
         assert self.broker.metrics_url is not None
         before = request_times(self.broker.metrics_url)  # both scrapes outside the window
         with collector_paused():
-            if kind == TRANSACTIONAL:
+            if client != CONFLUENT:
+                window = PURE_PYTHON[client](self.broker.bootstrap, topic, records, self.watch,
+                                             kind == TRANSACTIONAL, phases)
+            elif kind == TRANSACTIONAL:
                 window = produce_in_transactions(self.broker.bootstrap, topic, records,
                                                  self.watch, phases=phases)
             elif kind == FLUSHED:
@@ -295,7 +422,7 @@ class Bench:
             self.client.consume(topic, PARTITIONS, records, Stopwatch(lambda: []),
                                 READ_COMMITTED)
         self.client.delete(topic, PARTITIONS)
-        run = self._run(kind, records.count, records.count, window,
+        run = self._run(produce_workload(kind, client), records.count, records.count, window,
                         phases if phases.queue else None)
         groups = records.count / TRANSACTION
         run.broker_ms = {name: (after[name] - before[name]) / groups for name in after}
@@ -330,8 +457,9 @@ def abba(pairs: int, *sides: Callable[[], Run]) -> list[Run]:
 
 
 def measure(quick: bool, pairs: int) -> tuple[list[Row], list[Run]]:
-    count = 20 * TRANSACTION if quick else 400 * TRANSACTION
-    records = RecordSet(RECORD, count)
+    produced = {client: RecordSet(RECORD, QUICK_RECORDS if quick else count)
+                for client, count in RECORDS.items()}
+    records = produced[CONFLUENT]
     work = Path(tempfile.mkdtemp(prefix="gregor-txn-bench-"))
     # Its request metrics tell a transaction's time in the broker from the client's.
     broker = BrokerProcess(work / "broker", overrides={
@@ -339,17 +467,24 @@ def measure(quick: bool, pairs: int) -> tuple[list[Row], list[Run]]:
     try:
         bench = Bench(broker)
         warm_up = RecordSet(RECORD, 5 * TRANSACTION, seed=1)
-        for kind in PRODUCE_RUNS:  # the first creates __transaction_state; not recorded
-            bench.produce(warm_up, kind)
-        runs = abba(pairs, *(lambda kind=kind: bench.produce(records, kind)
-                             for kind in PRODUCE_RUNS))
+        runs = []
+        for client, kinds in PRODUCE_RUNS.items():
+            # Not recorded: the first creates __transaction_state, and each client's
+            # first run imports its modules.
+            for kind in kinds:
+                bench.produce(warm_up, client, kind)
+            runs += abba(pairs, *(lambda client=client, kind=kind:
+                                  bench.produce(produced[client], client, kind)
+                                  for kind in kinds))
         topic = bench.write_aborting(records)
         runs += abba(pairs, lambda: bench.consume(topic, records, False),
                      lambda: bench.consume(topic, records, True))
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return [_row(runs, TRANSACTIONAL, IDEMPOTENT_RUN, PRODUCE_TARGET),
+    return [*(_row(runs, produce_workload(TRANSACTIONAL, client),
+                   produce_workload(IDEMPOTENT_RUN, client), PRODUCE_TARGET)
+              for client in PRODUCE_RUNS),
             _row(runs, "read_committed consume", "read_uncommitted consume",
                  CONSUME_TARGET)], runs
 
@@ -397,16 +532,17 @@ def breakdown(runs: list[Run]) -> str:
              "broker CPU per record |",
              "|---|---|---|---|---|---|---|---|"]
     per_thousand, broker_total = {}, {}
-    for kind in PRODUCE_RUNS:
-        chosen = [r for r in runs if r.workload == kind]
+    for kind, name in ((kind, produce_workload(kind, client))
+                       for client, kinds in PRODUCE_RUNS.items() for kind in kinds):
+        chosen = [r for r in runs if r.workload == name]
         if not chosen:
             continue
-        per_thousand[kind] = statistics.median(r.seconds / r.records for r in chosen) * 1e6
+        per_thousand[name] = statistics.median(r.seconds / r.records for r in chosen) * 1e6
         in_broker = {name: statistics.median((r.broker_ms or {}).get(name, 0.0)
                                              for r in chosen) for name in TIMED_REQUESTS}
         requests = statistics.median((r.broker_ms or {}).get(PRODUCE_REQUESTS, 0.0)
                                      for r in chosen)
-        broker_total[kind] = sum(in_broker.values())
+        broker_total[name] = sum(in_broker.values())
         if kind == IDEMPOTENT_RUN:
             # Requests in flight together: their times overlap, and the client's work
             # overlaps them.
@@ -414,20 +550,20 @@ def breakdown(runs: list[Run]) -> str:
         else:
             phases = (f"{statistics.median(r.queue_ms for r in chosen):.2f} ms | "
                       f"{statistics.median(r.commit_ms for r in chosen):.2f} ms")
-            rest = f"{per_thousand[kind] - sum(in_broker.values()):.2f} ms"
-        lines.append(f"| {kind} | {per_thousand[kind]:.2f} ms | {phases} | "
+            rest = f"{per_thousand[name] - sum(in_broker.values()):.2f} ms"
+        lines.append(f"| {name} | {per_thousand[name]:.2f} ms | {phases} | "
                      + " + ".join(f"{ms:.2f}" for ms in in_broker.values()) + f" ms | {rest} | "
                      f"{requests:.1f} | "
                      f"{statistics.median(r.broker_us_per_record for r in chosen):.1f} µs |")
-    if {TRANSACTIONAL, FLUSHED, IDEMPOTENT_RUN} <= per_thousand.keys():
-        idempotent, flushed = per_thousand[IDEMPOTENT_RUN], per_thousand[FLUSHED]
-        transactional = per_thousand[TRANSACTIONAL]
-        outside = ((transactional - broker_total[TRANSACTIONAL])
-                   - (flushed - broker_total[FLUSHED]))
+    sides = [produce_workload(kind, CONFLUENT) for kind in PRODUCE_RUNS[CONFLUENT]]
+    if set(sides) <= per_thousand.keys():
+        idempotent, transactional, flushed = (per_thousand[side] for side in sides)
+        outside = ((transactional - broker_total[sides[1]])
+                   - (flushed - broker_total[sides[2]]))
         lines.append(
-            f"\nA transaction adds {transactional - flushed:.2f} ms to flushing its records, "
-            f"and flushing them adds {flushed - idempotent:.2f} ms to the idempotent "
-            f"producer's 1,000 records; the target allows a transaction "
+            f"\nWith librdkafka, a transaction adds {transactional - flushed:.2f} ms to "
+            f"flushing its records, and flushing them adds {flushed - idempotent:.2f} ms to "
+            f"the idempotent producer's 1,000 records; the target allows a transaction "
             f"{idempotent * (1 / PRODUCE_TARGET - 1):.2f} ms more than those 1,000 records. "
             f"Flushing alone, with no transaction, reaches {idempotent / flushed:.0%} of the "
             f"idempotent producer's records/s: the most a producer can reach that waits for "
@@ -435,12 +571,12 @@ def breakdown(runs: list[Run]) -> str:
             f"transaction {idempotent / PRODUCE_TARGET - flushed:.2f} ms over the flushed "
             f"producer's 1,000 records; outside the broker it takes {outside:.2f} ms more, "
             f"its requests in the broker "
-            f"{broker_total[TRANSACTIONAL] - broker_total[FLUSHED]:+.2f} ms.")
+            f"{broker_total[sides[1]] - broker_total[sides[2]]:+.2f} ms.")
     return "\n".join(lines)
 
 
 def plot(rows: list[Row], path: Path) -> None:
-    figure, axis = plt.subplots(figsize=(8, 3.5))
+    figure, axis = plt.subplots(figsize=(9, 3.5))
     positions = range(len(rows))
     axis.bar([p - 0.2 for p in positions], [r.baseline_records_per_s / 1e3 for r in rows],
              0.4, label="idempotent / read_uncommitted", color="#888")
@@ -451,9 +587,12 @@ def plot(rows: list[Row], path: Path) -> None:
                       (p + 0.2, r.measured_records_per_s / 1e3), ha="center", va="bottom",
                       fontsize=8)
     axis.set_xticks(list(positions))
-    axis.set_xticklabels(["produce, transactions of 1,000", "consume, 10% aborted"])
+    labels = {produce_workload(TRANSACTIONAL, client): f"produce, {client}"
+              for client in PRODUCE_RUNS}
+    axis.set_xticklabels([labels.get(r.measured, "consume, 10% aborted") for r in rows],
+                         fontsize=8)
     axis.set_ylabel("thousand 1 KiB records/s (median)")
-    axis.set_title(f"librdkafka, {PARTITIONS} partitions, one broker")
+    axis.set_title(f"transactions of 1,000, {PARTITIONS} partitions, one broker")
     top = max(max(r.measured_records_per_s, r.baseline_records_per_s) for r in rows) / 1e3
     axis.set_ylim(0, top * 1.3)  # room for the legend above the bars
     axis.legend(fontsize=8, loc="upper center", ncols=2)
