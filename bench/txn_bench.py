@@ -2,34 +2,36 @@
 against read_uncommitted consume.
 
 Run with ``python -m bench.txn_bench`` (``--quick`` for a smoke run). Against one
-broker process, in one run, with confluent-kafka (librdkafka), 1 KiB records over
-:data:`PARTITIONS` partitions, bench's usual producer and consumer settings:
+broker process, in one run, 1 KiB records over :data:`PARTITIONS` partitions:
 
-* produce: one transactional producer sending transactions of 1,000 records
-  (``begin_transaction``, the records, ``commit_transaction``) against one idempotent
-  producer (acks=all) sending the same records as fast as it goes; target: at least
-  80% of the idempotent producer's records/s. Each run writes a fresh topic, and is
-  read back at read_committed, every record checked.
-* consume: a topic written in transactions of 1,000 records, every tenth one aborted,
-  read from the start at read_uncommitted (every record must come back, the aborted
-  ones too) and at read_committed (exactly the committed ones, none of the aborted);
-  target: read_committed at least 90% of read_uncommitted. Both read the same log, so
-  the rate compared is the log's records per second of the read, delivered or not
-  (records delivered per second are shown too: read_committed delivers 90% of them).
+* produce, with each transactional client users have here (confluent-kafka, kafka-python,
+  aiokafka: :data:`PRODUCE_RUNS`): one transactional producer sending transactions of
+  1,000 records (``begin_transaction``, the records, ``commit_transaction``) against
+  one idempotent producer (acks=all) of the same client and settings sending the same
+  records as fast as it goes; target: at least 80% of the idempotent producer's
+  records/s, for each client. Each run writes a fresh topic, and is read back at
+  read_committed by librdkafka, every record checked.
+* consume, with confluent-kafka: a topic written in transactions of 1,000 records,
+  every tenth one aborted, read from the start at read_uncommitted (every record must
+  come back, the aborted ones too) and at read_committed (exactly the committed ones,
+  none of the aborted); target: read_committed at least 90% of read_uncommitted. Both
+  read the same log, so the rate compared is the log's records per second of the read,
+  delivered or not (records delivered per second are shown too: read_committed
+  delivers 90% of them).
 
-Where a transaction's time goes is printed beside the targets: per 1,000 records, the
+Where a transaction's time goes is printed beside the targets: per 1,000 records, each
 producer's time handing them over and waiting for them, and its requests' time in the
 broker (from the broker's request metrics, ``metrics.listener`` on for every run), the
-rest being the client's; with, for reference, an idempotent producer flushing every
-1,000 records (the most any producer reaches that waits for its records as
+rest being the client's; with, for reference, a librdkafka idempotent producer flushing
+every 1,000 records (the most any producer reaches that waits for its records as
 ``commit_transaction`` does).
 
-Runs alternate in ABBA order (A, B, B, A, ...) so drift in the machine's load falls
-on both alike, each after the page cache was written back (``sync``: a run must not
-pay for the writeback of the one before); figures are medians, with the broker's CPU
-per record. It prints a
-table, writes ``txn_bench.json`` and the plot ``txn_bench.png`` to ``bench/out/`` and,
-unless ``--quick``, ``docs/txn-benchmarks.md`` with the plot as
+Each client's runs alternate in ABBA order (A, B, B, A, ...) so drift in the machine's
+load falls on both alike, each after the page cache was written back (``sync``: a run
+must not pay for the writeback of the one before); figures are medians, with the
+broker's CPU per record. It prints a table, writes ``txn_bench.json`` and the plot
+``txn_bench.png`` to ``bench/out/`` and, unless ``--quick``, ``docs/txn-benchmarks.md``
+with the plot as
 ``docs/img/bench-txn.png`` and its table in a section of ``docs/benchmarks.md``.
 """
 
@@ -53,6 +55,9 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
+import aiokafka  # noqa: E402
+import confluent_kafka  # noqa: E402
+import kafka  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 from aiokafka import AIOKafkaProducer  # noqa: E402
 from confluent_kafka import KafkaError, Message, Producer  # noqa: E402
@@ -637,22 +642,43 @@ def main() -> None:
 def _document(table: str, phases: str, pairs: int, runs: list[Run], minutes: float,
               load: str) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    records = runs[0].records
+    records = {client: next(r.records for r in runs
+                            if r.workload == produce_workload(IDEMPOTENT_RUN, client))
+               for client in PRODUCE_RUNS}
     return f"""# What transactions cost: produce and consume
 
 `python -m bench.txn_bench`, {when}, {minutes:.0f} minutes on this 2-core machine, one
 broker process and the load generator sharing the cores ({load}). {pairs} runs of each side per
 comparison in ABBA order, after a warm-up, each after `sync`; figures are medians.
-Records: {records:,} of 1 KiB per run, each numbered and checked, over {PARTITIONS}
-partitions; client: confluent-kafka (librdkafka) with bench's usual settings
-(`linger.ms` 5, `batch.size` 1 MB, records handed over with `produce_batch`).
+Records: 1 KiB, each numbered and checked, over {PARTITIONS} partitions;
+{records[CONFLUENT]:,} per run with confluent-kafka (produce and consume),
+{records[KAFKA_PYTHON]:,} with kafka-python and {records[AIOKAFKA]:,} with aiokafka: the
+pure-Python clients take a Python call per record (tens of µs), and fewer records keep
+the bench within a few minutes. Each client with its throughput settings, the same for
+its transactional and its idempotent producer:
 
-- **Produce**: one transactional producer (`transactional.id` set, transactions of
-  {TRANSACTION:,} records: `begin_transaction`, the records, `commit_transaction`,
-  which waits for the commit) against one idempotent producer (`enable.idempotence`,
-  acks=all) of the same records, a fresh topic per run; and, for reference only, the
-  idempotent producer flushing after every {TRANSACTION:,} records. Every run is read back at
-  read_committed and every record checked (count, order, content).
+- confluent-kafka {confluent_kafka.version()[0]} (librdkafka {confluent_kafka.libversion()[0]}):
+  bench's usual settings, `linger.ms` 5, `batch.size` 1 MB; each partition's share of
+  {TRANSACTION:,} records handed over with one `produce_batch`.
+- kafka-python {kafka.__version__}: `linger_ms` 5, `batch_size` 1 MB; each record `send()`.
+- aiokafka {aiokafka.__version__}: `linger_ms` 5, `max_batch_size` 1 MB; each record
+  `await send()`, one event loop running each step (a group's sends,
+  `begin_transaction()`, `commit_transaction()`, the idempotent producer's final
+  `flush()`) to completion.
+
+The pure-Python clients' defaults (16 KiB batches, no linger) put 16 records in a
+batch; librdkafka's settings are theirs where they have them (in a scratch run of
+50,000 records, 2026-11-27, their idempotent producers sent 10,000 (kafka-python) and
+17,000 (aiokafka) records/s with 16 KiB batches, 33,000 and 57,000 with 1 MB).
+
+- **Produce**, with each client: one transactional producer (transactional id set,
+  transactions of {TRANSACTION:,} records: `begin_transaction`, the records,
+  `commit_transaction`, which waits for the commit) against one idempotent producer of
+  the same client (idempotence on, acks=all) of the same records, a fresh topic per
+  run, the client's runs in ABBA order of their own; and, for reference only, a
+  librdkafka idempotent producer flushing after every {TRANSACTION:,} records. Every run is
+  read back at read_committed (by librdkafka) and every record checked (count, order,
+  content).
 - **Consume**: one topic written in transactions of {TRANSACTION:,} records, every
   {ABORT_EVERY}th aborted, read from the start by a librdkafka consumer at
   read_uncommitted (all records come back, aborted ones too) and at read_committed
@@ -674,17 +700,18 @@ that pause from the transactions' own work.
 ## Where a transaction's time goes
 
 Per 1,000 records (one transaction): each run's mean, the median over the runs;
-"handing them to the client" is `begin_transaction` and `produce_batch`, "waiting" is
-`commit_transaction` (the client's flush, then EndTxn) or `flush`. "In the broker" is
+"handing them to the client" is `begin_transaction` and the records' hand-over
+(`produce_batch`, or each record's `send`), "waiting" is `commit_transaction` (the
+client's flush, then EndTxn) or `flush`. "In the broker" is
 the time from each request's arrival to its answer sent, from the broker's own request
 metrics (`{names.TOTAL_TIME_MS}`, scraped before and after each run), summed per 1,000
 records; "not in the broker" is the rest of the producer's time: the client's own work,
-its threads handing work to each other, and the network. For the idempotent producer
-that keeps sending, these overlap and do not add up.
+its threads handing work to each other, and the network. For the idempotent producers
+that keep sending, these overlap and do not add up.
 
 {phases}
 
-### Why 80% is out of reach with this client
+### Why 80% is out of reach with librdkafka
 
 A transaction's requests follow each other: librdkafka sends no record of it before
 AddPartitionsToTxn is answered, and `commit_transaction` sends EndTxn only once every
@@ -732,7 +759,7 @@ transaction (one per partition, one after another) take no longer in the broker 
 those of the flushed producer: the broker does no more per record for a transactional
 append. Kafka 4's transactions V2 (KIP-890: partitions added by the Produce request
 itself, no AddPartitionsToTxn) would remove the timer and one round trip, but librdkafka
-(confluent-kafka 2.16) does not implement it. The bench's client settings stay as they
+2.16 does not implement it (below). The bench's client settings stay as they
 are: `linger.ms` 0 shortens the wait between AddPartitionsToTxn's answer and the first
 Produce (0.2 ms instead of up to 1.2 ms in one run) but speeds up the idempotent
 producer as much (39% and 48% in two runs of two pairs, at `linger.ms` 0 and 5).
@@ -751,6 +778,34 @@ no per-append work of the transactional path: the coordinator's share of the bro
 samples is about 10% (markers 5.7%, EndTxn 2.1%, AddPartitionsToTxn 1.8%); what grows is
 the time in the socket write of its answers (26-31% of the samples against 9%), each
 answer waking a client thread that waits for it.
+
+### KIP-890 (transactions V2) in librdkafka 2.16: not implemented
+
+With transactions V2 (Kafka 4.0) a producer sends no AddPartitionsToTxn: Produce v12
+adds the partition to the transaction, and EndTxn v5 answers with the next epoch. A
+client uses it where the brokers' ApiVersions answer finalizes the feature
+`transaction.version` at 2 or more. The librdkafka that confluent-kafka 2.16.1 bundles
+(`confluent_kafka.libs/librdkafka-0cb94173.so.1`, `libversion()` 2.16.0; the wheel
+ships no CHANGELOG) has none of it, checked on 2026-11-27:
+
+- `strings` on the library finds neither `transaction.version` (the feature name it
+  would look for) nor `KIP-890`; the KIPs it names are 4, 62, 98, 107, 133, 140, 195,
+  229, 339, 345, 360, 396, 460, 464, 496, 554, 714, 848 and 896. It has AddPartitionsToTxn's
+  request and handler (`rd_kafka_AddPartitionsToTxnRequest`,
+  `rd_kafka_txn_handle_AddPartitionsToTxn`, "Not registering partitions: waiting for
+  previous AddPartitionsToTxn request to complete").
+- With `debug=protocol,eos,feature` against gregor, which offers AddPartitionsToTxn
+  v0-3, EndTxn v0-3 and Produce v0-9, a transaction is sent as InitProducerId v4,
+  AddPartitionsToTxn v0, Produce v9 and EndTxn v1: librdkafka takes the highest version
+  both sides support, so v0 and v1 are its own highest, far from EndTxn v5.
+- Its built-in mock cluster (`test.mock.num.brokers`, what librdkafka's own tests run
+  against) offers AddPartitionsToTxn and EndTxn v0-1, Produce v0-10.
+- Its request for KIP-890 support, confluentinc/librdkafka#5423, is open (status:planned).
+
+Neither does gregor offer transactions V2 (no `transaction.version` feature,
+AddPartitionsToTxn up to v3, EndTxn up to v3, Produce up to v9), so every client here
+registers a transaction's partitions with AddPartitionsToTxn, as the breakdown's column
+shows for all three.
 
 A read_committed Fetch is answered up to the last stable offset, with the aborted
 transactions of the range read from the segments' `.txnindex`; the consumer drops

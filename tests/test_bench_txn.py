@@ -17,6 +17,7 @@ from bench.txn_bench import (
     IDEMPOTENT_RUN,
     PRODUCE_RUNS,
     TRANSACTIONAL,
+    _document,
     breakdown,
     measure,
     produce_workload,
@@ -48,3 +49,6 @@ def test_quick_run_measures_every_client() -> None:
     for client in PRODUCE_RUNS:
         assert f"| transactional produce ({client}) | idempotent produce ({client}) |" in table
         assert f"| transactional produce ({client}) |" in phases
+    document = _document(table, phases, 1, runs, 0.5, "load average 1")
+    assert table in document and phases in document
+    assert f"{txn_bench.QUICK_RECORDS:,} with kafka-python" in document
