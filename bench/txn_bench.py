@@ -92,7 +92,7 @@ PRODUCE_RUNS = {CONFLUENT: (IDEMPOTENT_RUN, TRANSACTIONAL, FLUSHED),
                 KAFKA_PYTHON: (IDEMPOTENT_RUN, TRANSACTIONAL),
                 AIOKAFKA: (IDEMPOTENT_RUN, TRANSACTIONAL)}
 # The pure-Python clients' settings, the same for both of a client's producers: their
-# defaults (16 KiB batches, no linger) would send 16 records a request, so librdkafka's
+# defaults (16 KiB batches, no linger) would put 16 records in a batch, so librdkafka's
 # (PRODUCER_CONFIG: linger 5 ms, batches up to 1 MB) where they have the setting.
 KAFKA_PYTHON_CONFIG: dict[str, Any] = {"linger_ms": 5, "batch_size": 1_000_000}
 AIOKAFKA_CONFIG: dict[str, Any] = {"linger_ms": 5, "max_batch_size": 1_000_000}
@@ -306,9 +306,9 @@ def produce_aiokafka(bootstrap: str, topic: str, records: RecordSet, watch: Stop
                      transactional: bool, phases: Phases) -> Window:
     """aiokafka's producer, as :func:`produce_kafka_python`: each record ``await send``,
     transactions with ``begin_transaction`` and ``commit_transaction``. One event loop runs
-    each step to completion, so that the groups are timed by the loop the other clients
-    share; its producer's sender runs while a step is awaited, as in an application that
-    does nothing else."""
+    each step to completion, so that its groups go through the other clients' loop
+    (:func:`_send_in_groups`); its producer's sender runs while a step is awaited, as in
+    an application that does nothing else."""
     loop = asyncio.new_event_loop()
     run = loop.run_until_complete
 
@@ -472,8 +472,8 @@ def measure(quick: bool, pairs: int) -> tuple[list[Row], list[Run]]:
         warm_up = RecordSet(RECORD, 5 * TRANSACTION, seed=1)
         runs = []
         for client, kinds in PRODUCE_RUNS.items():
-            # Not recorded: the first creates __transaction_state, and each client's
-            # first run imports its modules.
+            # Not recorded: the first creates __transaction_state; and no measured run
+            # is the first of its kind.
             for kind in kinds:
                 bench.produce(warm_up, client, kind)
             runs += abba(pairs, *(lambda client=client, kind=kind:
