@@ -104,7 +104,10 @@ QUICK_RECORDS = 20 * TRANSACTION
 # The requests of a transaction whose time in the broker (arrival to answer sent, from
 # the broker's own request metrics) the breakdown shows, by Kafka's request names.
 TIMED_REQUESTS = ("Produce", "AddPartitionsToTxn", "EndTxn")
-PRODUCE_REQUESTS = "Produce requests"
+# And those it counts, per 1,000 records: how many requests a client splits the records
+# and the registration of their partitions into.
+COUNTED_REQUESTS = {"Produce": "Produce requests",
+                    "AddPartitionsToTxn": "AddPartitionsToTxn requests"}
 
 
 @dataclass
@@ -121,7 +124,7 @@ class Run:
     commit_ms: float = 0.0
     # Per TRANSACTION records, ms from each of TIMED_REQUESTS' arrival at the broker
     # to its answer sent, summed over the run's requests of that kind; and the number
-    # of Produce requests (PRODUCE_REQUESTS).
+    # of COUNTED_REQUESTS (by their values).
     broker_ms: dict[str, float] | None = None
 
     @property
@@ -369,17 +372,17 @@ def _every_tenth(number: int) -> bool:
 
 def request_times(metrics_url: str) -> dict[str, float]:
     """The broker's total ms so far from arrival to answer sent, per TIMED_REQUESTS, and
-    its count of Produce requests (as ``"Produce requests"``)."""
+    its count of each of COUNTED_REQUESTS (by their values)."""
     with urllib.request.urlopen(metrics_url, timeout=10) as answer:
         text = answer.read().decode()
-    totals = dict.fromkeys((*TIMED_REQUESTS, PRODUCE_REQUESTS), 0.0)
+    totals = dict.fromkeys((*TIMED_REQUESTS, *COUNTED_REQUESTS.values()), 0.0)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             request = sample.labels.get("request")
             if sample.name == names.TOTAL_TIME_MS + "_sum" and request in TIMED_REQUESTS:
                 totals[request] = sample.value
-            elif sample.name == names.TOTAL_TIME_MS + "_count" and request == "Produce":
-                totals[PRODUCE_REQUESTS] = sample.value
+            elif sample.name == names.TOTAL_TIME_MS + "_count" and request in COUNTED_REQUESTS:
+                totals[COUNTED_REQUESTS[request]] = sample.value
     return totals
 
 
@@ -531,7 +534,8 @@ def breakdown(runs: list[Run]) -> str:
     (medians of the runs)."""
     lines = ["| producer | ms per 1,000 records | handing them to the client | "
              "waiting: flush, and EndTxn if transactional | in the broker: "
-             + ", ".join(TIMED_REQUESTS) + " | not in the broker | Produce requests | "
+             + ", ".join(TIMED_REQUESTS) + " | not in the broker | requests: "
+             + ", ".join(COUNTED_REQUESTS) + " | "
              "broker CPU per record |",
              "|---|---|---|---|---|---|---|---|"]
     per_thousand, broker_total = {}, {}
@@ -541,10 +545,11 @@ def breakdown(runs: list[Run]) -> str:
         if not chosen:
             continue
         per_thousand[name] = statistics.median(r.seconds / r.records for r in chosen) * 1e6
-        in_broker = {name: statistics.median((r.broker_ms or {}).get(name, 0.0)
-                                             for r in chosen) for name in TIMED_REQUESTS}
-        requests = statistics.median((r.broker_ms or {}).get(PRODUCE_REQUESTS, 0.0)
-                                     for r in chosen)
+        in_broker = {request: statistics.median((r.broker_ms or {}).get(request, 0.0)
+                                                for r in chosen) for request in TIMED_REQUESTS}
+        requests = ", ".join(
+            f"{statistics.median((r.broker_ms or {}).get(counted, 0.0) for r in chosen):.1f}"
+            for counted in COUNTED_REQUESTS.values())
         broker_total[name] = sum(in_broker.values())
         if kind == IDEMPOTENT_RUN:
             # Requests in flight together: their times overlap, and the client's work
@@ -556,7 +561,7 @@ def breakdown(runs: list[Run]) -> str:
             rest = f"{per_thousand[name] - sum(in_broker.values()):.2f} ms"
         lines.append(f"| {name} | {per_thousand[name]:.2f} ms | {phases} | "
                      + " + ".join(f"{ms:.2f}" for ms in in_broker.values()) + f" ms | {rest} | "
-                     f"{requests:.1f} | "
+                     f"{requests} | "
                      f"{statistics.median(r.broker_us_per_record for r in chosen):.1f} µs |")
     sides = [produce_workload(kind, CONFLUENT) for kind in PRODUCE_RUNS[CONFLUENT]]
     if set(sides) <= per_thousand.keys():
@@ -785,10 +790,14 @@ Both hold a transaction's records back until AddPartitionsToTxn has added their
 partitions, as librdkafka does (kafka-python's accumulator drains no batch of a
 partition not yet added, `is_send_to_partition_allowed`; aiokafka's sender mutes those
 partitions), though with no timer before it, and `commit_transaction` waits for every
-record before EndTxn. Their ratios are the clients' more than the broker's: their
-requests' time in the broker (the breakdown's "in the broker") is a small part of their
-time per 1,000 records, the rest being their own Python work, most of it in `send` (the
-column "handing them to the client").
+record before EndTxn. kafka-python registers a transaction's partitions in several
+AddPartitionsToTxn requests (the breakdown's requests column): its sender thread
+registers the partitions it has seen so far, one request at a time, while the records of
+the next partitions are still being handed over; librdkafka and aiokafka in one. Their
+ratios are the clients' more than the broker's: their requests' time in the broker (the
+breakdown's "in the broker") is a small part of their time per 1,000 records, the rest
+being their own Python work, most of it in `send` (the column "handing them to the
+client").
 
 ### KIP-890 (transactions V2) in librdkafka 2.16: not implemented
 

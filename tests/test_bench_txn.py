@@ -44,6 +44,7 @@ def test_quick_run_measures_every_client() -> None:
             transactional = kind == TRANSACTIONAL
             assert (run.broker_ms["AddPartitionsToTxn"] > 0) == transactional, run
             assert (run.broker_ms["EndTxn"] > 0) == transactional, run
+            assert (run.broker_ms["AddPartitionsToTxn requests"] >= 1) == transactional, run
             assert (run.commit_ms > 0) == (kind != IDEMPOTENT_RUN), run
     table, phases = report(rows), breakdown(runs)
     for client in PRODUCE_RUNS:
