@@ -102,12 +102,14 @@ class Connection:
                     await self.send(response)
                 # Counted as Kafka's RequestMetrics do: the time from arrival to the answer
                 # sent, of which the wait behind earlier requests. Inline: once per request.
-                api_key, version, _ = peek_api(frame)
                 request = self.request
-                metrics.request_completed(
-                    api_key, version, api_key == FETCH and request is not None
-                    and getattr(request.body, "replica_id", -1) >= 0,
-                    self.frames.received_at, started, perf_counter())
+                assert request is not None  # dispatch decoded it
+                header = request.header
+                api_key = header.api_key
+                metrics.completed.append((
+                    api_key, header.api_version,
+                    api_key == FETCH and getattr(request.body, "replica_id", -1) >= 0,
+                    self.frames.received_at, started, perf_counter()))
         except (ConnectionError, TimeoutError, ConnectionClosed):
             pass  # the client left (possibly mid-frame), or was refused and that was logged
         except asyncio.CancelledError:
@@ -125,8 +127,8 @@ class Connection:
         """``_count`` for an answer sent later: what it reads of this request, read now."""
         api_key, version, _ = peek_api(frame)
         received = self.frames.received_at
-        return lambda: metrics.request_completed(api_key, version, False, received, started,
-                                                 perf_counter())
+        return lambda: metrics.completed.append((api_key, version, False, received, started,
+                                                 perf_counter()))
 
     def _answer_later(self, response: Response, sent: Callable[[], None] | None) -> None:
         """Send ``response`` once it is ready and the answers before it went out; then

@@ -190,13 +190,13 @@ def _response(broker: Broker, version: int, acks: int,
         partition_responses = []
         for index, result in results:
             failed = failed or result.error != ErrorCode.none
-            if metrics is not None:
-                metrics.produce_answered(name, result.error)
             partition_responses.append(build(
                 partition_cls, index=index, error_code=result.error,
                 base_offset=result.base_offset, log_append_time=result.log_append_time,
                 log_start_offset=result.log_start_offset, record_errors=(),
                 error_message=result.message))
+        if metrics is not None:
+            metrics.produce_answered(name, partition_responses)
         responses.append(build(topic_cls, name=name,
                                partition_responses=tuple(partition_responses)))
     if acks == 0:
