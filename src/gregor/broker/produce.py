@@ -83,9 +83,14 @@ def _append(broker: Broker, request: Request, topic: str, data
         return _PartitionResult(exc.error, str(exc)), None, -1
     if not result.duplicate:
         broker.replica_manager.notify((topic, data.index))
-        if broker.metrics is not None:
-            # The record count is the batch headers' (the log never reads records).
-            broker.metrics.appended(topic, result.record_count, len(data.records))
+        metrics = broker.metrics
+        if metrics is not None:
+            # Counted at the append, as Kafka's MessagesInPerSec and BytesInPerSec are,
+            # whatever the acks; inline, as it is once per partition. The record count is
+            # the batch headers' (the log never reads records).
+            counters = metrics.topics[topic]
+            counters.messages_in += result.record_count
+            counters.bytes_in += len(data.records)
     append_time = None
     if result.log_append_time >= 0:
         append_time = datetime.datetime.fromtimestamp(result.log_append_time / 1000,

@@ -36,6 +36,7 @@ FETCH_NOT_FAILED = frozenset(map(int, (
     ErrorCode.replica_not_available, ErrorCode.kafka_storage_error,
     ErrorCode.offset_out_of_range, ErrorCode.inconsistent_topic_id)))
 PRODUCE = int(ApiKey.PRODUCE)
+NONE = int(ErrorCode.none)
 FETCH = int(ApiKey.FETCH)
 
 # Kafka's request times run from well under a millisecond (metadata) to the
@@ -188,20 +189,18 @@ class BrokerMetrics:
 
     def produce_answered(self, topic: str, answers: Sequence[Answer]) -> None:
         """A topic's partitions of a produce request answered: one call for all of them,
-        their errors counted by Counter, in C."""
-        codes = list(map(_ERROR_CODE, answers))
-        self._produce_errors.update(codes)
+        and, when none failed (map and any, in C), one addition for their errors."""
         counters = self.topics[topic]
-        counters.produce_requests += len(codes)
-        if any(codes):
-            counters.failed_produces += sum(code not in PRODUCE_NOT_FAILED for code in codes)
+        counters.produce_requests += len(answers)
+        if not any(map(_ERROR_CODE, answers)):
+            self._produce_errors[NONE] += len(answers)
+            return
+        for code in map(_ERROR_CODE, answers):
+            self._produce_errors[code] += 1
+            if code and code not in PRODUCE_NOT_FAILED:
+                counters.failed_produces += 1
 
     # ---------------------------------------------------------- produce, fetch
-    def appended(self, topic: str, records: int, size: int) -> None:
-        counters = self.topics[topic]
-        counters.messages_in += records
-        counters.bytes_in += size
-
     def retire(self, topic: str) -> None:
         """Forget a deleted topic's series (as Kafka removes its BrokerTopicMetrics),
         keeping its counts in the broker's totals, which never go down."""
@@ -224,7 +223,7 @@ class BrokerMetrics:
         topic, answers = topics[0]
         counters = self.topics[topic]
         counters.fetch_requests += len(answers)
-        self._fetch_errors[ErrorCode.none] += len(answers)
+        self._fetch_errors[NONE] += len(answers)
         if follower:
             self.replication_bytes_out += size
         else:
