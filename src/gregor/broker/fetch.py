@@ -21,6 +21,7 @@ import time
 from typing import TYPE_CHECKING
 
 from gregor.broker.request import RawResponse, Request
+from gregor.metrics.broker_metrics import NONE
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.fetch_response import FetchedPartition, encode_fetch_response
 from gregor.storage.log import OffsetOutOfRange
@@ -154,7 +155,20 @@ async def handle(broker: Broker, request: Request):
         if total >= min_bytes or urgent or remaining <= 0 or not watched:
             break
         await broker.replica_manager.wait_for_data(watched, remaining)
-    if broker.metrics is not None:
-        broker.metrics.fetch_answered(topics, total, not urgent, replica_id >= 0)
+    metrics = broker.metrics
+    if metrics is not None:
+        if urgent or len(topics) != 1:
+            metrics.fetch_answered(topics, replica_id >= 0)
+        else:
+            # One topic, every partition answered NONE: counted inline, without looking at
+            # each partition (their bytes are ``total``), as this is once per fetch.
+            name, answers = topics[0]
+            counters = metrics.topics[name]
+            counters.fetch_requests += len(answers)
+            metrics.fetch_errors[NONE] += len(answers)
+            if replica_id >= 0:
+                metrics.replication_bytes_out += total
+            else:
+                counters.bytes_out += total
     return RawResponse(encode_fetch_response(version, request.header.correlation_id, 0,
                                              ErrorCode.none, _NO_SESSION, topics))

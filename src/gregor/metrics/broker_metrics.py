@@ -134,7 +134,7 @@ class BrokerMetrics:
         self._fetch_follower = self.requests[names.FETCH_FOLLOWER]
         # Counted per partition: their own references, looked up once.
         self._produce_errors = self.for_api(PRODUCE).errors
-        self._fetch_errors = self.for_api(FETCH).errors
+        self.fetch_errors = self.for_api(FETCH).errors
 
     def for_api(self, api_key: int) -> RequestCounters:
         counters = self._by_key.get(api_key)
@@ -172,7 +172,7 @@ class BrokerMetrics:
         self.fold()
         scraped = dict(self.requests)
         fetch = RequestCounters()
-        fetch.errors = self._fetch_errors
+        fetch.errors = self.fetch_errors
         for part in (self._fetch_consumer, self._fetch_follower):
             for version, count in part.by_version.items():
                 fetch.by_version[version] += count
@@ -211,39 +211,24 @@ class BrokerMetrics:
                         getattr(self.retired, field) + getattr(counters, field))
 
     def fetch_answered(self, topics: Sequence[tuple[str, Sequence[FetchedPartition]]],
-                       size: int, settled: bool, follower: bool) -> None:
-        """A fetch answered: each partition's error, each topic's bytes of records sent (to
-        a consumer or a follower). ``size`` is the bytes of all its record sets, and
-        ``settled`` says that every partition's error is NONE: then a fetch of one topic,
-        as most are, is counted without looking at each of its partitions."""
-        if not settled or len(topics) != 1:
-            for topic, answers in topics:
-                self._fetch_topic_answered(topic, answers, follower)
-            return
-        topic, answers = topics[0]
-        counters = self.topics[topic]
-        counters.fetch_requests += len(answers)
-        self._fetch_errors[NONE] += len(answers)
-        if follower:
-            self.replication_bytes_out += size
-        else:
-            counters.bytes_out += size
-
-    def _fetch_topic_answered(self, topic: str, answers: Sequence[FetchedPartition],
-                              follower: bool) -> None:
-        errors = self._fetch_errors
-        counters = self.topics[topic]
-        counters.fetch_requests += len(answers)
-        sent = 0
-        for answer in answers:
-            code = answer.error_code
-            errors[code] += 1
-            if code and code not in FETCH_NOT_FAILED:
-                counters.failed_fetches += 1
-            records = answer.records
-            if records is not None:
-                sent += len(records) if isinstance(records, bytes) else records.length
-        if follower:
-            self.replication_bytes_out += sent
-        else:
-            counters.bytes_out += sent
+                       follower: bool) -> None:
+        """A fetch answered, partition by partition: each one's error, each topic's bytes
+        of records sent (to a consumer or a follower). The fetch handler counts one of a
+        single topic without errors, as most are, itself."""
+        errors = self.fetch_errors
+        for topic, answers in topics:
+            counters = self.topics[topic]
+            counters.fetch_requests += len(answers)
+            sent = 0
+            for answer in answers:
+                code = answer.error_code
+                errors[code] += 1
+                if code and code not in FETCH_NOT_FAILED:
+                    counters.failed_fetches += 1
+                records = answer.records
+                if records is not None:
+                    sent += len(records) if isinstance(records, bytes) else records.length
+            if follower:
+                self.replication_bytes_out += sent
+            else:
+                counters.bytes_out += sent
