@@ -76,9 +76,7 @@ def serve(data_dir: Path, metrics: bool, library: Path) -> None:
 
     # The loop monitor probes every half second of wall time, which under callgrind
     # (some 50 times slower) would fall on a phase some 50 times as often as on a broker
-    # at work, and as often as the machine's load makes it: here it does not probe, and
-    # what its probes do per request, folding the requests counted, is done (and counted)
-    # at the end of each phase.
+    # at work, and as often as the machine's load makes it: here it does not probe.
     loop_monitor.PROBE_INTERVAL_S = 24 * 3600.0
     counting = ctypes.CDLL(str(library))
     loop = asyncio.new_event_loop()
@@ -101,8 +99,6 @@ def serve(data_dir: Path, metrics: bool, library: Path) -> None:
         print("measuring", flush=True)
         counting.measure_start()
         loop.run_until_complete(lines.get())
-        if broker.metrics is not None:
-            broker.metrics.fold()
         counting.measure_stop(command.split(" ", 1)[1].encode())
         print("measured", flush=True)
     loop.run_until_complete(broker.stop())

@@ -106,10 +106,10 @@ class Connection:
                 assert request is not None  # dispatch decoded it
                 header = request.header
                 api_key = header.api_key
-                metrics.completed.append((
+                metrics.request_completed(
                     api_key, header.api_version,
                     api_key == FETCH and getattr(request.body, "replica_id", -1) >= 0,
-                    self.frames.received_at, started, perf_counter()))
+                    self.frames.received_at, started, perf_counter())
         except (ConnectionError, TimeoutError, ConnectionClosed):
             pass  # the client left (possibly mid-frame), or was refused and that was logged
         except asyncio.CancelledError:
@@ -127,8 +127,8 @@ class Connection:
         """``_count`` for an answer sent later: what it reads of this request, read now."""
         api_key, version, _ = peek_api(frame)
         received = self.frames.received_at
-        return lambda: metrics.completed.append((api_key, version, False, received, started,
-                                                 perf_counter()))
+        return lambda: metrics.request_completed(api_key, version, False, received, started,
+                                                 perf_counter())
 
     def _answer_later(self, response: Response, sent: Callable[[], None] | None) -> None:
         """Send ``response`` once it is ready and the answers before it went out; then

@@ -10,9 +10,8 @@ code of each answer, never from decoding records.
 from __future__ import annotations
 
 import bisect
-import itertools
 import operator
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -55,13 +54,6 @@ class Histogram:
         self.counts = [0] * (len(TIME_BUCKETS_MS) + 1)  # the last one is +Inf
         self.total = 0.0
 
-    def add(self, times_ms: list[float]) -> None:
-        counts = self.counts
-        for bucket, count in Counter(map(bisect.bisect_left, itertools.repeat(TIME_BUCKETS_MS),
-                                         times_ms)).items():
-            counts[bucket] += count
-        self.total = sum(times_ms, self.total)  # added in turn, as one at a time would be
-
 
 class TopicCounters:
     """A topic's BrokerTopicMetrics (produce and fetch requests: one per partition asked)."""
@@ -88,22 +80,12 @@ class RequestCounters:
     __slots__ = ("by_version", "errors", "total_time", "queue_time")
 
     def __init__(self) -> None:
-        self.by_version: Counter[int] = Counter()
-        self.errors: Counter[int] = Counter()
+        self.by_version: defaultdict[int, int] = defaultdict(int)
+        self.errors: defaultdict[int, int] = defaultdict(int)
         self.total_time = Histogram()
         self.queue_time = Histogram()
 
 
-# A completed request, as the connection appends it to BrokerMetrics.completed: its API
-# key, version, whether it is a follower's fetch, and when (time.perf_counter seconds)
-# its last byte arrived, its handler began, and its answer was written out.
-Completed = tuple[int, int, bool, float, float, float]
-_COUNTERS_OF = operator.itemgetter(0, 2)
-_VERSION = operator.itemgetter(1)
-_RECEIVED = operator.itemgetter(3)
-_STARTED = operator.itemgetter(4)
-_DONE = operator.itemgetter(5)
-_MS_PER_S = itertools.repeat(1000)  # an endless supply, for map
 _ERROR_CODE = operator.attrgetter("error_code")
 
 
@@ -118,11 +100,6 @@ class BrokerMetrics:
     """What happened on this broker since it started, by topic and by API."""
 
     def __init__(self) -> None:
-        # Requests answered and not yet counted: the connection appends each (a tuple and
-        # an append, where counting it there cost a call, two bisects and a dozen
-        # additions in Python), and ``fold`` counts them in bulk, at each scrape and
-        # every probe of the loop monitor (half a second), which bounds the list.
-        self.completed: list[Completed] = []
         self.topics: defaultdict[str, TopicCounters] = defaultdict(TopicCounters)
         # What deleted topics counted: still part of the broker's totals.
         self.retired = TopicCounters()
@@ -143,33 +120,31 @@ class BrokerMetrics:
         return counters
 
     # ------------------------------------------------------------- requests
-    def fold(self) -> None:
-        """Count the requests completed since the last fold, each API's at once: their
-        versions, queue and total times go through map, Counter and sum, in C."""
-        completed = self.completed
-        if not completed:
-            return
-        by_counters = sorted(completed, key=_COUNTERS_OF)  # stable: times keep their order
-        completed.clear()
-        for (api_key, follower_fetch), group in itertools.groupby(by_counters, _COUNTERS_OF):
-            if api_key == FETCH:
-                # Fetch's own requests and times are these two's sum, added at scrape
-                # time (as_scraped) rather than counted a second time here.
-                counters = self._fetch_follower if follower_fetch else self._fetch_consumer
-            else:
-                counters = self.for_api(api_key)
-            requests = list(group)
-            counters.by_version.update(map(_VERSION, requests))
-            received = list(map(_RECEIVED, requests))
-            counters.queue_time.add(list(map(
-                operator.mul, map(operator.sub, map(_STARTED, requests), received), _MS_PER_S)))
-            counters.total_time.add(list(map(
-                operator.mul, map(operator.sub, map(_DONE, requests), received), _MS_PER_S)))
+    def request_completed(self, api_key: int, version: int, follower_fetch: bool,
+                          received_s: float, started_s: float, done_s: float) -> None:
+        """One request answered (or, for acks=0, handled): ``received_s`` when its last
+        byte arrived, ``started_s`` when its handler began, ``done_s`` once its answer
+        was written out (``time.perf_counter`` seconds)."""
+        if api_key == FETCH:
+            # Fetch's own requests and times are these two's sum, added at scrape time
+            # (as_scraped) rather than counted a second time here.
+            counters = self._fetch_follower if follower_fetch else self._fetch_consumer
+        else:
+            counters = self._by_key.get(api_key) or self.for_api(api_key)
+        # Once per request: written out here rather than in methods of the counters.
+        counters.by_version[version] += 1
+        queue_ms = (started_s - received_s) * 1000
+        queue = counters.queue_time
+        queue.counts[bisect.bisect_left(TIME_BUCKETS_MS, queue_ms)] += 1
+        queue.total += queue_ms
+        total_ms = (done_s - received_s) * 1000
+        total = counters.total_time
+        total.counts[bisect.bisect_left(TIME_BUCKETS_MS, total_ms)] += 1
+        total.total += total_ms
 
     def as_scraped(self) -> dict[str, RequestCounters]:
         """Every API's counters by name, Fetch's requests and times being its consumer
         and follower fetches' together (its errors are its own: counted per partition)."""
-        self.fold()
         scraped = dict(self.requests)
         fetch = RequestCounters()
         fetch.errors = self.fetch_errors

@@ -47,7 +47,7 @@ class MetricsServer:
         self.host, self.port, self.path = listener
         self.broker = broker
         self.metrics = metrics
-        self.loop_monitor = LoopMonitor(metrics.fold)
+        self.loop_monitor = LoopMonitor()
         self._server: asyncio.Server | None = None
         # The process's own figures (CPU, memory, file descriptors), as
         # prometheus_client reads them.

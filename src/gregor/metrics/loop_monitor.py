@@ -4,8 +4,7 @@ Kafka reports NetworkProcessorAvgIdlePercent, the share of time its network thre
 wait for sockets. gregor's one network thread is the event loop, and it waits in its
 selector's ``select``: the monitor times those waits. It also schedules a probe every
 :data:`PROBE_INTERVAL_S`; how late the probe runs is the loop's lag, the delay every
-ready request was waiting behind whatever held the loop. Each probe also calls
-``every_probe`` (the broker's metrics fold the requests counted since the last one).
+ready request was waiting behind whatever held the loop.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import asyncio
 import selectors
 import time
 from collections import deque
-from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
@@ -52,8 +50,7 @@ class _TimedSelector:
 
 
 class LoopMonitor:
-    def __init__(self, every_probe: Callable[[], None]) -> None:
-        self._every_probe = every_probe
+    def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._selector: _TimedSelector | None = None
         self._handle: asyncio.TimerHandle | None = None
@@ -104,6 +101,5 @@ class LoopMonitor:
             self.lag_s = max(0.0, loop.time() - due)
             if self._selector is not None:
                 self._samples.append((time.perf_counter(), self._selector.idle_s))
-            self._every_probe()
         next_due = loop.time() + PROBE_INTERVAL_S
         self._handle = loop.call_at(next_due, self._probe, next_due)
