@@ -15,6 +15,11 @@ them. The clients run natively: only the broker's user-space instructions (all i
 threads) are counted, not the kernel's (sockets, sendfile, page cache), so the relative
 cost is an upper bound of what metrics add to the broker's CPU.
 
+A phase's count still moves between runs by up to 2-3% of a fetch (about 10,000
+instructions): how the sockets' timing splits the work into turns of the event loop,
+when the garbage collector runs. Compare metrics on and off over two or three runs;
+what one hook costs is measured best by calling it alone under callgrind.
+
 Needs valgrind and a C compiler (the start and stop of counting are callgrind's client
 requests, in a small library compiled on the spot). Takes a few minutes.
 """
