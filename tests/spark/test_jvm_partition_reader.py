@@ -547,20 +547,6 @@ def test_values_of_several_fetch_answers_are_all_kept(
     assert broker.fetched == [0, 10, 20]
 
 
-def test_a_repeated_value_is_told_apart_from_one_that_differs_in_its_last_byte(
-        jvm: Any, brokers: list[ScriptedBroker]) -> None:
-    """getBinary hands a row the array of the row before when their bytes are equal (a value
-    repeated record after record is not copied again): a value of the same length differing
-    only in its last byte, a shorter one with the same start, an empty one and a null one are
-    each their own."""
-    value = bytes(range(200)) * 5
-    changed = value[:-1] + b"\xff"
-    values = [value, value, changed, value, value[:999], value[:999], b"", b"", None, value]
-    broker = scripted(brokers, Answer(encode_batch(
-        [Record(o, 1, None, v) for o, v in enumerate(values)]), len(values)))
-    assert read_column(jvm, broker, 0, len(values), "value BINARY") == values
-
-
 @pytest.mark.parametrize("codec", [CompressionType.LZ4, CompressionType.ZSTD],
                          ids=["lz4", "zstd"])
 def test_values_of_compressed_batches_spanning_column_batches_are_all_kept(

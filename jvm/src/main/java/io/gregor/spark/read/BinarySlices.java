@@ -22,14 +22,6 @@ final class BinarySlices extends ColumnVector {
   /** -1 for null. */
   private final int[] lengths;
   private int nulls;
-  /**
-   * The array getBinary returned last: a row with the same bytes gets it again, as Parquet's
-   * dictionary gives every row of one entry the same array (what getBinary returns is never
-   * written to, by Spark or by this column). A value repeated record after record is thus
-   * compared instead of allocated and copied; another value costs a comparison that ends at its
-   * first differing byte.
-   */
-  private byte[] last;
 
   BinarySlices(int capacity) {
     super(DataTypes.BinaryType);
@@ -59,7 +51,6 @@ final class BinarySlices extends ColumnVector {
   @Override
   public void close() {
     Arrays.fill(buffers, null);
-    last = null;
   }
 
   @Override
@@ -84,15 +75,7 @@ final class BinarySlices extends ColumnVector {
       return null;
     }
     int offset = offsets[row];
-    byte[] buffer = buffers[row];
-    byte[] previous = last;
-    if (previous != null && previous.length == length
-        && Arrays.equals(buffer, offset, offset + length, previous, 0, length)) {
-      return previous;
-    }
-    previous = Arrays.copyOfRange(buffer, offset, offset + length);
-    last = previous;
-    return previous;
+    return Arrays.copyOfRange(buffers[row], offset, offset + length);
   }
 
   @Override
