@@ -54,7 +54,7 @@ def build_session(app_name: str = "gregor-pipeline", master: str | None = None,
         configs = {**configs, "spark.jars": ",".join(
             filter(None, (configs.get("spark.jars"), str(JAR))))}
     if not submitted:
-        _launch_jvm_in_its_own_session(configs.get("spark.jars"))
+        _launch_jvm_in_its_own_session(configs)
     builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
     builder = (
         builder.appName(app_name)
@@ -90,7 +90,7 @@ def _on_this_machine(master: str) -> bool:
     return master.startswith("local") or host == "localhost" or (host or "").startswith("127.")
 
 
-def _launch_jvm_in_its_own_session(jars: str | None) -> None:
+def _launch_jvm_in_its_own_session(configs: dict[str, str]) -> None:
     """Start Spark's JVM outside the terminal's process group, once per process, with
     its console output passing through this process.
 
@@ -103,15 +103,16 @@ def _launch_jvm_in_its_own_session(jars: str | None) -> None:
     start-up banner that would otherwise follow gregor's last line. The JVM still
     ends with this process: PySpark's gateway exits when its stdin pipe closes.
 
-    ``jars`` are given to spark-submit, which puts them on the driver's classpath: set on
-    the session later, they would reach executors only, and Spark would not find the JVM
-    source. The JVM lives as long as this process, so the first session's jars stay.
+    Every setting goes to spark-submit, as PySpark's own builder hands them over when
+    it starts the JVM: some only act there, on the driver's JVM itself (``spark.jars``
+    on its classpath, where the JVM source must be; ``spark.driver.memory``,
+    ``spark.driver.extraJavaOptions``); set on the session later, they would be
+    silently ignored in local mode. The JVM lives as long as this process, so the first
+    session's settings of that kind stay.
     """
     if SparkContext._gateway is not None:
         return
-    conf = SparkConf(loadDefaults=False)
-    if jars:
-        conf.set("spark.jars", jars)
+    conf = SparkConf(loadDefaults=False).setAll(list(configs.items()))
     gateway = launch_gateway(conf=conf, popen_kwargs={
         "start_new_session": True, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT})
     threading.Thread(target=_relay, args=(gateway.proc.stdout,), name="spark-console",
