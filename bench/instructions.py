@@ -12,8 +12,10 @@ runs) uninstrumented, and nothing of Python's start is counted. The load is
 processes, 5 requests in flight each, one 64 KiB batch per partition, 2 partitions per
 request), and Fetch v4 of 2 partitions at 1 MiB each, one at a time as a consumer sends
 them. The clients run natively: only the broker's user-space instructions (all its
-threads) are counted, not the kernel's (sockets, sendfile, page cache), so the relative
-cost is an upper bound of what metrics add to the broker's CPU.
+threads) are counted, not the kernel's (sockets, sendfile, page cache). Instructions
+are not cycles: ``bench.metrics_bench`` side by side measured produce's broker CPU per
+record about 4% higher with metrics on (2026-11-27) where this counted 1-2% more
+instructions, so a count here is a floor of the cost, not a measure of it.
 
 A phase's count still moves between runs by up to 2-3% of a fetch (about 10,000
 instructions): how the sockets' timing splits the work into turns of the event loop,
