@@ -15,7 +15,7 @@ them. The clients run natively: only the broker's user-space instructions (all i
 threads) are counted, not the kernel's (sockets, sendfile, page cache). Instructions
 are not cycles: ``bench.metrics_bench`` side by side measured produce's broker CPU per
 record about 4% higher with metrics on (2026-11-27) where this counted 1-2% more
-instructions, so a count here is a floor of the cost, not a measure of it.
+instructions: a count here is not the whole of what metrics cost.
 
 A phase's count still moves between runs by up to 2-3% of a fetch (about 10,000
 instructions): how the sockets' timing splits the work into turns of the event loop,
