@@ -21,6 +21,13 @@ undecided. The broker's CPU per record is shown beside it, paired the same way.
 
 It prints a table, writes ``metrics_bench.json`` to ``bench/out/`` and, unless
 ``--quick``, ``docs/metrics-benchmarks.md`` with its plot ``docs/img/bench-metrics.png``.
+
+``--control`` runs the same with neither broker having metrics (an A/A run; it only
+prints): what it measures is the bench's own bias and spread. On 2026-11-27 (6 pairs,
+8 side-by-side runs) side by side gave produce -0.6% [-1.3%, +2.0%] at 100 B and
+-0.0% [-2.1%, +1.9%] at 1 KiB, while one broker at a time gave +7.5% [+1.3%, +18.7%]
+and -2.4% [-10.2%, +8.9%]: the side-by-side runs are the precise measure, the
+one-at-a-time ones are moved by drift more than by metrics.
 """
 
 from __future__ import annotations
@@ -265,24 +272,26 @@ def scrape_cost(broker: BrokerProcess) -> ScrapeCost:
     return ScrapeCost(used / SCRAPE_COST_SAMPLES * 1e3, text.count(b"\n"))
 
 
-def measure(quick: bool, pairs: int, side_by_side: int
-            ) -> tuple[list[Row], list[Run], int, ScrapeCost]:
+def measure(quick: bool, pairs: int, side_by_side: int, control: bool = False
+            ) -> tuple[list[Row], list[Run], int, ScrapeCost | None]:
     """``pairs`` of runs one broker at a time, then ``side_by_side`` runs of both at once,
-    per workload."""
+    per workload. ``control``: the "on" broker without metrics too (an A/A run), so that
+    the changes measured are the bench's own bias and spread."""
     os.sched_setaffinity(0, {CLIENT_CPU})  # the harness, and the processes it spawns
     seconds = 1.0 if quick else RUN_S
     fill = FILL_REQUESTS // 8 if quick else FILL_REQUESTS
     work = Path(tempfile.mkdtemp(prefix="gregor-metrics-bench-"))
     off = BrokerProcess(work / "off").start()
-    on = BrokerProcess(work / "on", overrides={
+    on = BrokerProcess(work / "on", overrides={} if control else {
         "metrics.listener": "http://127.0.0.1:0/metrics"}).start()
-    assert on.metrics_url is not None and on.pid is not None and off.pid is not None
+    assert on.pid is not None and off.pid is not None
     pin(off.pid, BROKER_CPU)
     pin(on.pid, BROKER_CPU)
     load, second_load = Load(), Load()
     runs: list[Run] = []
     try:
-        with Scraper(on.metrics_url) as scraper:
+        scraper = None if on.metrics_url is None else Scraper(on.metrics_url)
+        with scraper or contextlib.nullcontext():
             for size in SIZES:
                 fetches = {False: _filled(load, off, size, fill),
                            True: _filled(load, on, size, fill)}
@@ -295,8 +304,8 @@ def measure(quick: bool, pairs: int, side_by_side: int
                             runs += _run([load], [broker], size, consumed, seconds)
                     for _ in range(side_by_side):
                         runs += _run([load, second_load], both, size, consumed, seconds)
-            scrapes = scraper.scrapes
-        cost = scrape_cost(on)
+        scrapes = 0 if scraper is None else scraper.scrapes
+        cost = None if control else scrape_cost(on)
     finally:
         load.close()
         second_load.close()
@@ -385,31 +394,37 @@ def main() -> None:
     parser.add_argument("--side-by-side", type=int, default=None,
                         help="runs of both brokers at once per workload "
                              f"(default {SIDE_BY_SIDE}, quick 1)")
+    parser.add_argument("--control", action="store_true",
+                        help="an A/A run: neither broker has metrics, so the changes "
+                             "printed are the bench's own bias and spread (writes no "
+                             "document)")
     args = parser.parse_args()
     pairs = args.pairs or (1 if args.quick else PAIRS)
     side_by_side = args.side_by_side if args.side_by_side is not None else (
         1 if args.quick else SIDE_BY_SIDE)
     started = time.monotonic()
     load_before = os.getloadavg()[0]
-    rows, runs, scrapes, cost = measure(args.quick, pairs, side_by_side)
+    rows, runs, scrapes, cost = measure(args.quick, pairs, side_by_side, args.control)
     load = (load_before, os.getloadavg()[0])
     minutes = (time.monotonic() - started) / 60
+    table = report(rows)
+    print(table)
+    print(f"{len(runs)} runs, {scrapes} scrapes, {minutes:.1f} minutes, "
+          f"load average {load[0]:.2f} before, {load[1]:.2f} after", end="")
+    if cost is None:
+        print("; an A/A run: neither broker had metrics")
+        return
+    print(f"; a scrape of {cost.lines} lines: {cost.broker_ms:.2f} ms of broker CPU")
     OUT.mkdir(exist_ok=True)
     (OUT / "metrics_bench.json").write_text(json.dumps(
         {"rows": [{**asdict(r), "verdict": r.verdict} for r in rows],
          "runs": [asdict(r) for r in runs], "scrapes": scrapes, "load_average": load,
          "scrape_cost": asdict(cost)},
         indent=1))
-    table = report(rows)
-    print(table)
-    print(f"{len(runs)} runs, {scrapes} scrapes, {minutes:.1f} minutes, "
-          f"load average {load[0]:.2f} before, {load[1]:.2f} after; a scrape of "
-          f"{cost.lines} lines: {cost.broker_ms:.2f} ms of broker CPU")
     if not args.quick:
         plot([r for r in rows if not r.side_by_side], DOCS / "img" / "bench-metrics.png")
         (DOCS / "metrics-benchmarks.md").write_text(
             _document(table, rows, pairs, side_by_side, scrapes, minutes, load, cost))
-
 
 def _document(table: str, rows: list[Row], pairs: int, side_by_side: int, scrapes: int,
               minutes: float, load: tuple[float, float], cost: ScrapeCost) -> str:
