@@ -327,8 +327,11 @@ def test_confluent_producer_idle_past_its_timeout_cannot_commit(txn_broker: Brok
     assert read_to_end(bootstrap, topic_name, 1, READ_COMMITTED) == []
 
 
-def test_kafka_python_producer_idle_past_its_timeout_is_fenced(txn_broker: BrokerProcess,
-                                                               topic_name: str) -> None:
+@pytest.mark.parametrize("send_more", [True, False], ids=["sends-again", "commits"])
+def test_kafka_python_producer_idle_past_its_timeout_is_fenced(
+        txn_broker: BrokerProcess, topic_name: str, send_more: bool) -> None:
+    """Its next record is refused with INVALID_PRODUCER_EPOCH (the transaction then
+    fails to commit); with nothing more sent, EndTxn of the old epoch is PRODUCER_FENCED."""
     bootstrap = txn_broker.bootstrap
     create_topic(bootstrap, topic_name, 1)
     producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=_txn_id("kp-idle"),
@@ -338,28 +341,10 @@ def test_kafka_python_producer_idle_past_its_timeout_is_fenced(txn_broker: Broke
         producer.begin_transaction()
         producer.send(topic_name, b"idle", partition=0).get(TIMEOUT)
         _wait_aborted(bootstrap, topic_name)
-        with pytest.raises(InvalidProducerEpochError):
-            producer.send(topic_name, b"late", partition=0).get(TIMEOUT)
-        with pytest.raises(KafkaPythonError):
-            producer.commit_transaction()
-    finally:
-        producer.close(timeout=1)
-    assert read_to_end(bootstrap, topic_name, 1, READ_COMMITTED) == []
-
-
-def test_kafka_python_producer_idle_past_its_timeout_cannot_commit(
-        txn_broker: BrokerProcess, topic_name: str) -> None:
-    bootstrap = txn_broker.bootstrap
-    create_topic(bootstrap, topic_name, 1)
-    producer = KafkaProducer(bootstrap_servers=bootstrap,
-                             transactional_id=_txn_id("kp-idle-commit"),
-                             transaction_timeout_ms=_TXN_TIMEOUT_MS)
-    try:
-        producer.init_transactions()
-        producer.begin_transaction()
-        producer.send(topic_name, b"idle", partition=0).get(TIMEOUT)
-        _wait_aborted(bootstrap, topic_name)
-        with pytest.raises(ProducerFencedError):
+        if send_more:
+            with pytest.raises(InvalidProducerEpochError):
+                producer.send(topic_name, b"late", partition=0).get(TIMEOUT)
+        with pytest.raises(KafkaPythonError if send_more else ProducerFencedError):
             producer.commit_transaction()
     finally:
         producer.close(timeout=1)
