@@ -22,6 +22,7 @@ from clients import (
     PRODUCE_VERSION,
     TIMEOUT,
     WireConnection,
+    api_versions,
     confluent_consume,
     fetch_request,
     make_batch,
@@ -293,6 +294,31 @@ def test_request_times_count_from_arrival_including_the_wait_behind_others(
     every = frozenset({("request", "Fetch"), ("le", "+Inf")})
     assert queued[below] - queued_before.get(below, 0) <= 1
     assert queued[every] - queued_before.get(every, 0) == count
+
+
+def test_an_api_versions_version_not_served_is_counted_and_the_retry_answered(
+        metered: BrokerProcess) -> None:
+    """ApiVersions at a version the broker does not serve is answered (error 35) before
+    anything is decoded; with metrics on, the request is still counted, at the version
+    the frame names, and the client's retry on the same connection is answered."""
+    before = _scrape(metered)
+    with RawConnection(metered.bootstrap) as connection:
+        frame = bytearray(connection.frame(ApiKey.API_VERSIONS, 3, versioned_request(
+            ApiKey.API_VERSIONS, 3, "ApiVersionsRequest", client_software_name="gregor-tests",
+            client_software_version="1")))
+        frame[6:8] = (99).to_bytes(2, "big")  # the header's api_version
+        connection.send_raw(bytes(frame))
+        assert connection.read_frame()[4:6] == ErrorCode.unsupported_version.to_bytes(2, "big")
+        assert api_versions(connection)  # the retry, answered
+    after = _scrape(metered)
+
+    def grew(version: int) -> float:
+        return (after.get("kafka_network_requestmetrics_requests_total",
+                          request="ApiVersions", version=str(version))
+                - before.get("kafka_network_requestmetrics_requests_total",
+                             request="ApiVersions", version=str(version)))
+
+    assert (grew(99), grew(3)) == (1, 1)
 
 
 def test_a_failed_produce_is_counted_by_its_error(metered: BrokerProcess, admin: AdminClient,

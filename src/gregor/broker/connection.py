@@ -67,7 +67,8 @@ class Connection:
         self.transport = frames.transport
         peer = self.transport.get_extra_info("peername") or ("?", 0)
         self.client_host, self.client_port = peer[0], peer[1]
-        self.request: Request | None = None  # the latest request decoded
+        # The request being served; None when it was answered without being decoded.
+        self.request: Request | None = None
         # Answers still to send, oldest first, while acks=all produces wait: each a
         # task that sends its answer once ready and once the one before it went out.
         self._answers: deque[asyncio.Task[None]] = deque()
@@ -103,13 +104,15 @@ class Connection:
                 # Counted as Kafka's RequestMetrics do: the time from arrival to the answer
                 # sent, of which the wait behind earlier requests. Inline: once per request.
                 request = self.request
-                assert request is not None  # dispatch decoded it
-                header = request.header
-                api_key = header.api_key
-                metrics.request_completed(
-                    api_key, header.api_version,
-                    api_key == FETCH and getattr(request.body, "replica_id", -1) >= 0,
-                    self.frames.received_at, started, perf_counter())
+                if request is None:  # answered undecoded: an ApiVersions version not served
+                    api_key, version, _ = peek_api(frame)
+                    follower = False
+                else:
+                    header = request.header
+                    api_key, version = header.api_key, header.api_version
+                    follower = api_key == FETCH and getattr(request.body, "replica_id", -1) >= 0
+                metrics.request_completed(api_key, version, follower, self.frames.received_at,
+                                          started, perf_counter())
         except (ConnectionError, TimeoutError, ConnectionClosed):
             pass  # the client left (possibly mid-frame), or was refused and that was logged
         except asyncio.CancelledError:
@@ -182,6 +185,7 @@ class Connection:
         route = router.route(api_key, version)
         if route is None:
             if api_key == ApiKey.API_VERSIONS:
+                self.request = None  # nothing decoded: counted from the frame's header
                 return api_versions.unsupported_version_response(
                     correlation_id, router.supported_versions())
             # One log kind per served API (plus one for all unknown keys), so that
