@@ -102,17 +102,18 @@ class Connection:
                 if response is not None:
                     await self.send(response)
                 # Counted as Kafka's RequestMetrics do: the time from arrival to the answer
-                # sent, of which the wait behind earlier requests. Inline: once per request.
+                # sent, of which the wait behind earlier requests; later, in bulk
+                # (BrokerMetrics.fold).
                 request = self.request
                 if request is None:  # answered undecoded: an ApiVersions version not served
                     api_key, version, _ = peek_api(frame)
-                    follower = False
-                else:
-                    header = request.header
-                    api_key, version = header.api_key, header.api_version
-                    follower = api_key == FETCH and getattr(request.body, "replica_id", -1) >= 0
-                metrics.request_completed(api_key, version, follower, self.frames.received_at,
-                                          started, perf_counter())
+                    metrics.request_completed(api_key, version, False, self.frames.received_at,
+                                              started, perf_counter())
+                    continue
+                header = request.header
+                follower = header.api_key == FETCH and getattr(request.body, "replica_id", -1) >= 0
+                metrics.completed.append((header, follower, self.frames.received_at, started,
+                                          perf_counter()))
         except (ConnectionError, TimeoutError, ConnectionClosed):
             pass  # the client left (possibly mid-frame), or was refused and that was logged
         except asyncio.CancelledError:

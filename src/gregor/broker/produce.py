@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from gregor.broker.connection import ConnectionClosed
 from gregor.broker.request import DelayedResponse, Request
+from gregor.metrics.broker_metrics import NONE
 from gregor.protocol import record_batch
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
@@ -45,6 +46,10 @@ class _PartitionResult:
     base_offset: int = -1
     log_append_time: datetime.datetime | None = None
     log_start_offset: int = -1
+    # For metrics (BrokerMetrics.fold): bytes of records appended, 0 for a duplicate,
+    # -1 if not appended.
+    records: int = 0
+    appended_bytes: int = -1
 
 
 def _refusal(broker: Broker, body) -> tuple[ErrorCode, str] | None:
@@ -81,22 +86,19 @@ def _append(broker: Broker, request: Request, topic: str, data
     except LogAppendError as exc:
         broker.log_rejection(request, topic, data.index, exc)
         return _PartitionResult(exc.error, str(exc)), None, -1
-    if not result.duplicate:
+    if result.duplicate:
+        records = appended_bytes = 0
+    else:
         broker.replica_manager.notify((topic, data.index))
-        metrics = broker.metrics
-        if metrics is not None:
-            # Counted at the append, as Kafka's MessagesInPerSec and BytesInPerSec are,
-            # whatever the acks; inline, as it is once per partition. The record count is
-            # the batch headers' (the log never reads records).
-            counters = metrics.topics[topic]
-            counters.messages_in += result.record_count
-            counters.bytes_in += len(data.records)
+        # The record count is the batch headers' (the log never reads records).
+        records, appended_bytes = result.record_count, len(data.records)
     append_time = None
     if result.log_append_time >= 0:
         append_time = datetime.datetime.fromtimestamp(result.log_append_time / 1000,
                                                        tz=datetime.UTC)
     answer = _PartitionResult(base_offset=result.first_offset, log_append_time=append_time,
-                              log_start_offset=partition.log_start_offset)
+                              log_start_offset=partition.log_start_offset, records=records,
+                              appended_bytes=appended_bytes)
     return answer, partition, result.last_offset + 1
 
 
@@ -168,6 +170,10 @@ async def handle(broker: Broker, request: Request):
                         flushes.append(flush)
             results.append((data.index, result))
         appended.append((topic.name, results))
+    if broker.metrics is not None:
+        # Counted at the append, as Kafka's MessagesInPerSec and BytesInPerSec are,
+        # whatever the acks: later, in bulk (BrokerMetrics.fold).
+        broker.metrics.appended.append(appended)
     if waits:
         settled = broker.replica_manager.delayed_produce.settled(
             [(partition, required) for _, partition, required in waits])
@@ -190,7 +196,7 @@ def _response(broker: Broker, version: int, acks: int,
     topic_cls = nested(_KEY, version, "TopicProduceResponse")
     failed = False
     responses = []
-    metrics = broker.metrics
+    answered = 0
     for name, results in appended:
         partition_responses = []
         for index, result in results:
@@ -200,10 +206,16 @@ def _response(broker: Broker, version: int, acks: int,
                 base_offset=result.base_offset, log_append_time=result.log_append_time,
                 log_start_offset=result.log_start_offset, record_errors=(),
                 error_message=result.message))
-        if metrics is not None:
-            metrics.produce_answered(name, partition_responses)
+        answered += len(partition_responses)
         responses.append(build(topic_cls, name=name,
                                partition_responses=tuple(partition_responses)))
+    metrics = broker.metrics
+    if metrics is not None:
+        # The answer's errors, one per partition as Kafka's ErrorsPerSec counts them.
+        if failed:
+            metrics.produce_failed(appended)
+        else:
+            metrics.produce_errors[NONE] += answered
     if acks == 0:
         # acks=0 producers read no response; sending one would desync their stream.
         # An error is signalled as Kafka does, by closing the connection: the client

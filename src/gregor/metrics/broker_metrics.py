@@ -5,6 +5,16 @@ to an attribute or a list slot instead, since the event loop is the only writer 
 the scrape runs on that same loop. Counts come from what the broker has at hand
 anyway: a batch header's record count, a batch's or a file region's size, the error
 code of each answer, never from decoding records.
+
+A request answered and a produce request's appends are not counted as they happen:
+each is one list append on the hot path (:attr:`BrokerMetrics.completed`,
+:attr:`BrokerMetrics.appended`), counted in bulk by :meth:`BrokerMetrics.fold` before
+each scrape and every :data:`FOLD_INTERVAL_S`. Python run between two requests'
+record copies and CRCs costs the broker far more than the same code run in a loop: a
+call that takes 0.9 µs under ``timeit`` made 1 KiB produces 1.1% slower when added to
+every request (``bench.metrics_bench``'s load, 2026-11-27, about 10 µs a request), and
+counting in place cost produce about 3% where the same work folded in bulk costs
+well under 1%.
 """
 
 from __future__ import annotations
@@ -13,7 +23,7 @@ import bisect
 import operator
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from gregor.metrics import names
 from gregor.protocol.api_keys import ApiKey
@@ -35,6 +45,9 @@ FETCH_NOT_FAILED = frozenset(map(int, (
     ErrorCode.replica_not_available, ErrorCode.kafka_storage_error,
     ErrorCode.offset_out_of_range, ErrorCode.inconsistent_topic_id)))
 PRODUCE = int(ApiKey.PRODUCE)
+# Often enough that the lists stay small (a few thousand requests), seldom enough to be
+# a bulk job; a scrape folds first anyway.
+FOLD_INTERVAL_S = 0.5
 NONE = int(ErrorCode.none)
 FETCH = int(ApiKey.FETCH)
 
@@ -86,14 +99,20 @@ class RequestCounters:
         self.queue_time = Histogram()
 
 
-_ERROR_CODE = operator.attrgetter("error_code")
-
-
-class Answer(Protocol):
-    """A partition's answer (kio's response classes): what is counted of it."""
+class Appended(Protocol):
+    """What a produce request did to one partition: ``appended_bytes`` of ``records``
+    appended, 0 for a duplicate batch, -1 when refused with ``error``."""
 
     @property
-    def error_code(self) -> int: ...
+    def error(self) -> int: ...
+    @property
+    def records(self) -> int: ...
+    @property
+    def appended_bytes(self) -> int: ...
+
+
+# One produce request's partitions: by topic, each partition's index and outcome.
+ProduceOutcome = Sequence[tuple[str, Sequence[tuple[int, Appended]]]]
 
 
 class BrokerMetrics:
@@ -110,14 +129,45 @@ class BrokerMetrics:
         self._fetch_consumer = self.requests[names.FETCH_CONSUMER]
         self._fetch_follower = self.requests[names.FETCH_FOLLOWER]
         # Counted per partition: their own references, looked up once.
-        self._produce_errors = self.for_api(PRODUCE).errors
+        self.produce_errors = self.for_api(PRODUCE).errors
         self.fetch_errors = self.for_api(FETCH).errors
+        # Still to count (fold): requests answered, as (header, follower fetch, received,
+        # started, done) with the header's api_key and api_version; produce requests'
+        # appends.
+        self.completed: list[tuple[Any, bool, float, float, float]] = []
+        self.appended: list[ProduceOutcome] = []
 
     def for_api(self, api_key: int) -> RequestCounters:
         counters = self._by_key.get(api_key)
         if counters is None:
             counters = self._by_key[api_key] = self.requests[names.request_name(api_key)]
         return counters
+
+    def fold(self) -> None:
+        """Count what the hot path left in :attr:`completed` and :attr:`appended`."""
+        completed, self.completed = self.completed, []
+        for header, follower, received, started, done in completed:
+            self.request_completed(header.api_key, header.api_version, follower, received,
+                                   started, done)
+        appended, self.appended = self.appended, []
+        for request in appended:
+            for topic, partitions in request:
+                self._count_appends(topic, partitions)
+
+    def _count_appends(self, topic: str, partitions: Sequence[tuple[int, Appended]]) -> None:
+        """A topic's partitions of one produce request, as Kafka's ReplicaManager counts
+        them when appending: each one a produce request, its records and bytes if
+        appended, a failed one if refused for the broker's reasons (not a refusal the
+        client is to handle, nor an error once appended, such as a replication timeout)."""
+        counters = self.topics[topic]
+        counters.produce_requests += len(partitions)
+        for _, outcome in partitions:
+            size = outcome.appended_bytes
+            if size > 0:
+                counters.messages_in += outcome.records
+                counters.bytes_in += size
+            elif size < 0 and outcome.error not in PRODUCE_NOT_FAILED:
+                counters.failed_produces += 1
 
     # ------------------------------------------------------------- requests
     def request_completed(self, api_key: int, version: int, follower_fetch: bool,
@@ -162,18 +212,12 @@ class BrokerMetrics:
         """An answer's error (NONE too, as Kafka's ErrorsPerSec counts it)."""
         (self._by_key.get(api_key) or self.for_api(api_key)).errors[error_code] += 1
 
-    def produce_answered(self, topic: str, answers: Sequence[Answer]) -> None:
-        """A topic's partitions of a produce request answered: one call for all of them,
-        and, when none failed (map and any, in C), one addition for their errors."""
-        counters = self.topics[topic]
-        counters.produce_requests += len(answers)
-        if not any(map(_ERROR_CODE, answers)):
-            self._produce_errors[NONE] += len(answers)
-            return
-        for code in map(_ERROR_CODE, answers):
-            self._produce_errors[code] += 1
-            if code and code not in PRODUCE_NOT_FAILED:
-                counters.failed_produces += 1
+    def produce_failed(self, outcome: ProduceOutcome) -> None:
+        """The errors of a produce request's answer with some partition refused (one
+        with none adds its partitions to :attr:`produce_errors` itself)."""
+        for _, partitions in outcome:
+            for _, answer in partitions:
+                self.produce_errors[answer.error] += 1
 
     # ---------------------------------------------------------- produce, fetch
     def retire(self, topic: str) -> None:
