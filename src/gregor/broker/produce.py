@@ -46,8 +46,8 @@ class _PartitionResult:
     base_offset: int = -1
     log_append_time: datetime.datetime | None = None
     log_start_offset: int = -1
-    # For metrics (BrokerMetrics.fold): bytes of records appended, 0 for a duplicate,
-    # -1 if not appended.
+    # For metrics (BrokerMetrics.fold): the records and bytes appended; 0 and 0 for a
+    # duplicate, bytes -1 if not appended.
     records: int = 0
     appended_bytes: int = -1
 
