@@ -111,9 +111,10 @@ class Connection:
                                               started, perf_counter())
                     continue
                 header = request.header
-                follower = header.api_key == FETCH and getattr(request.body, "replica_id", -1) >= 0
-                metrics.completed.append((header, follower, self.frames.received_at, started,
-                                          perf_counter()))
+                api_key = header.api_key
+                follower = api_key == FETCH and getattr(request.body, "replica_id", -1) >= 0
+                metrics.completed.append((api_key, header.api_version, follower,
+                                          self.frames.received_at, started, perf_counter()))
         except (ConnectionError, TimeoutError, ConnectionClosed):
             pass  # the client left (possibly mid-frame), or was refused and that was logged
         except asyncio.CancelledError:

@@ -21,7 +21,7 @@ import bisect
 import operator
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from gregor.metrics import names
 from gregor.protocol.api_keys import ApiKey
@@ -129,10 +129,10 @@ class BrokerMetrics:
         # Counted per partition: their own references, looked up once.
         self.produce_errors = self.for_api(PRODUCE).errors
         self.fetch_errors = self.for_api(FETCH).errors
-        # Still to count (fold): requests answered, as (header, follower fetch, received,
-        # started, done) with the header's api_key and api_version; produce requests'
+        # Still to count (fold): requests answered, as request_completed's arguments
+        # (plain numbers, which the garbage collector stops tracking); produce requests'
         # appends.
-        self.completed: list[tuple[Any, bool, float, float, float]] = []
+        self.completed: list[tuple[int, int, bool, float, float, float]] = []
         self.appended: list[ProduceOutcome] = []
 
     def for_api(self, api_key: int) -> RequestCounters:
@@ -144,9 +144,8 @@ class BrokerMetrics:
     def fold(self) -> None:
         """Count what the hot path left in :attr:`completed` and :attr:`appended`."""
         completed, self.completed = self.completed, []
-        for header, follower, received, started, done in completed:
-            self.request_completed(header.api_key, header.api_version, follower, received,
-                                   started, done)
+        for answered in completed:
+            self.request_completed(*answered)
         appended, self.appended = self.appended, []
         for request in appended:
             for topic, partitions in request:
