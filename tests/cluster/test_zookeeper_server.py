@@ -139,6 +139,16 @@ def _unused_port(host: str) -> int:
         return sock.getsockname()[1]
 
 
+def _where(pid: int) -> str:
+    """A process's state and the kernel function it waits in, if it still runs."""
+    try:
+        state = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                     if line.startswith("State:"))
+        return f"{state.split(':', 1)[1].strip()} in {Path(f'/proc/{pid}/wchan').read_text()}"
+    except (FileNotFoundError, ProcessLookupError):
+        return "gone"
+
+
 def test_gregor_zookeeper_start_runs_in_the_foreground_until_ctrl_c(tmp_path: Path) -> None:
     host = f"{loopback_block()}.1"
     port = _unused_port(host)
@@ -155,7 +165,13 @@ def test_gregor_zookeeper_start_runs_in_the_foreground_until_ctrl_c(tmp_path: Pa
         assert any(s.listening and s.local == (host, port) for s in tcp_sockets(java))
         assert ZooKeeperServer(tmp_path, host=host, port=port).is_ok()
         command.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground command
-        assert command.wait(WAIT_S) == 0
+        try:
+            assert command.wait(WAIT_S) == 0
+        except subprocess.TimeoutExpired:
+            # Seen once in CI (2026-11-27, both cores busy with Spark tests): say where
+            # the command and ZooKeeper were stuck.
+            raise AssertionError(f"still running {WAIT_S} s after Ctrl-C: command "
+                                 f"{_where(command.pid)}, ZooKeeper {_where(java)}") from None
         assert not Path(f"/proc/{java}").exists(), "ZooKeeper outlived the command"
         assert command.stderr is not None and command.stderr.read() == ""
     finally:
