@@ -20,6 +20,7 @@ from pathlib import Path
 from clients import confluent_consume, confluent_consumer
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from foreground import default_sigint
 
 from gregor.broker.process import BrokerProcess
 
@@ -256,7 +257,7 @@ def test_consume_ctrl_c_prints_what_it_read_and_exits_130(broker: BrokerProcess,
     follow = subprocess.Popen(
         [sys.executable, "-m", "gregor.cli.main", "consume", topic_name, "--from-beginning"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        preexec_fn=default_sigint)
     try:
         assert follow.stdout is not None
         assert follow.stdout.readline() == b"first\n"  # following the topic now

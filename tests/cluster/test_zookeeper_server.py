@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from foreground import default_sigint
 from kazoo.client import KazooClient
 from kazoo.protocol.states import WatchedEvent
 from network import loopback_block
@@ -155,7 +156,7 @@ def test_gregor_zookeeper_start_runs_in_the_foreground_until_ctrl_c(tmp_path: Pa
     command = subprocess.Popen(
         [sys.executable, "-m", "gregor.cli.main", "zookeeper", "start",
          "--data-dir", str(tmp_path), "--host", host, "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     try:
         assert command.stdout is not None
         line = command.stdout.readline()
@@ -168,8 +169,8 @@ def test_gregor_zookeeper_start_runs_in_the_foreground_until_ctrl_c(tmp_path: Pa
         try:
             assert command.wait(WAIT_S) == 0
         except subprocess.TimeoutExpired:
-            # Seen once in CI (2026-11-27, both cores busy with Spark tests): say where
-            # the command and ZooKeeper were stuck.
+            # Say where the command and ZooKeeper were stuck (in CI started with SIGINT
+            # ignored, before default_sigint: the command in do_wait, ZooKeeper in futex).
             raise AssertionError(f"still running {WAIT_S} s after Ctrl-C: command "
                                  f"{_where(command.pid)}, ZooKeeper {_where(java)}") from None
         assert not Path(f"/proc/{java}").exists(), "ZooKeeper outlived the command"

@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import pyarrow.parquet as pq
 import pytest
+from foreground import default_sigint
 
 from gregor.broker.process import BrokerProcess
 
@@ -49,12 +50,6 @@ def last_offsets(checkpoint: Path) -> dict:
     offsets = checkpoint / "offsets"
     newest = max(offsets.glob("[0-9]*"), key=lambda p: int(p.name))
     return json.loads(newest.read_text().splitlines()[-1])
-
-
-def default_sigint() -> None:
-    """A terminal's foreground job has SIGINT at its default even when pytest itself was
-    started with it ignored (``&`` in a script), which the child would inherit."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def generate_activity(bootstrap: str, seed: int) -> None:
