@@ -107,14 +107,13 @@ class Connection:
                 request = self.request
                 if request is None:  # answered undecoded: an ApiVersions version not served
                     api_key, version, _ = peek_api(frame)
-                    metrics.request_completed(api_key, version, False, self.frames.received_at,
-                                              started, perf_counter())
-                    continue
-                header = request.header
-                api_key = header.api_key
-                follower = api_key == FETCH and getattr(request.body, "replica_id", -1) >= 0
-                metrics.completed.append((api_key, header.api_version, follower,
-                                          self.frames.received_at, started, perf_counter()))
+                    follower = False
+                else:
+                    header = request.header
+                    api_key, version = header.api_key, header.api_version
+                    follower = api_key == FETCH and getattr(request.body, "replica_id", -1) >= 0
+                metrics.completed.append((api_key, version, follower, self.frames.received_at,
+                                          started, perf_counter()))
         except (ConnectionError, TimeoutError, ConnectionClosed):
             pass  # the client left (possibly mid-frame), or was refused and that was logged
         except asyncio.CancelledError:
@@ -129,11 +128,12 @@ class Connection:
 
     def _counter(self, metrics: BrokerMetrics, frame: bytes | memoryview, started: float
                  ) -> Callable[[], None]:
-        """``_count`` for an answer sent later: what it reads of this request, read now."""
+        """What counts an answer sent later, as ``run`` counts one sent at once: what it
+        reads of this request, read now."""
         api_key, version, _ = peek_api(frame)
         received = self.frames.received_at
-        return lambda: metrics.request_completed(api_key, version, False, received, started,
-                                                 perf_counter())
+        return lambda: metrics.completed.append((api_key, version, False, received, started,
+                                                 perf_counter()))
 
     def _answer_later(self, response: Response, sent: Callable[[], None] | None) -> None:
         """Send ``response`` once it is ready and the answers before it went out; then
