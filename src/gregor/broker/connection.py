@@ -112,7 +112,7 @@ class Connection:
                     header = request.header
                     api_key, version = header.api_key, header.api_version
                     follower = api_key == FETCH and getattr(request.body, "replica_id", -1) >= 0
-                metrics.completed.append((api_key, version, follower, self.frames.received_at,
+                metrics.completed.extend((api_key, version, follower, self.frames.received_at,
                                           started, perf_counter()))
         except (ConnectionError, TimeoutError, ConnectionClosed):
             pass  # the client left (possibly mid-frame), or was refused and that was logged
@@ -132,7 +132,7 @@ class Connection:
         reads of this request, read now."""
         api_key, version, _ = peek_api(frame)
         received = self.frames.received_at
-        return lambda: metrics.completed.append((api_key, version, False, received, started,
+        return lambda: metrics.completed.extend((api_key, version, False, received, started,
                                                  perf_counter()))
 
     def _answer_later(self, response: Response, sent: Callable[[], None] | None) -> None:

@@ -46,10 +46,6 @@ class _PartitionResult:
     base_offset: int = -1
     log_append_time: datetime.datetime | None = None
     log_start_offset: int = -1
-    # For metrics (BrokerMetrics.fold): the records and bytes appended; 0 and 0 for a
-    # duplicate, bytes -1 if not appended.
-    records: int = 0
-    appended_bytes: int = -1
 
 
 def _refusal(broker: Broker, body) -> tuple[ErrorCode, str] | None:
@@ -86,19 +82,21 @@ def _append(broker: Broker, request: Request, topic: str, data
     except LogAppendError as exc:
         broker.log_rejection(request, topic, data.index, exc)
         return _PartitionResult(exc.error, str(exc)), None, -1
+    metrics = broker.metrics
     if result.duplicate:
-        records = appended_bytes = 0
+        if metrics is not None:
+            metrics.appended(topic, 0, 0)
     else:
         broker.replica_manager.notify((topic, data.index))
-        # The record count is the batch headers' (the log never reads records).
-        records, appended_bytes = result.record_count, len(data.records)
+        if metrics is not None:
+            # The record count is the batch headers' (the log never reads records).
+            metrics.appended(topic, result.record_count, len(data.records))
     append_time = None
     if result.log_append_time >= 0:
         append_time = datetime.datetime.fromtimestamp(result.log_append_time / 1000,
                                                        tz=datetime.UTC)
     answer = _PartitionResult(base_offset=result.first_offset, log_append_time=append_time,
-                              log_start_offset=partition.log_start_offset, records=records,
-                              appended_bytes=appended_bytes)
+                              log_start_offset=partition.log_start_offset)
     return answer, partition, result.last_offset + 1
 
 
@@ -151,6 +149,7 @@ async def _answer_when_flushed(broker: Broker, version: int, acks: int,
 
 async def handle(broker: Broker, request: Request):
     body = request.body
+    metrics = broker.metrics
     refusal = _refusal(broker, body)
     appended: list[tuple[str, list[tuple[int, _PartitionResult]]]] = []
     waits = []
@@ -159,21 +158,19 @@ async def handle(broker: Broker, request: Request):
         results = []
         for data in topic.partition_data:
             if refusal is not None:
-                result = _PartitionResult(*refusal)
+                result, partition = _PartitionResult(*refusal), None
             else:
                 result, partition, required = _append(broker, request, topic.name, data)
-                if partition is not None:
-                    if body.acks == -1:
-                        waits.append((result, partition, required))
-                    flush = partition.log.pending_flush
-                    if flush is not None and not flush.done():
-                        flushes.append(flush)
+            if partition is not None:
+                if body.acks == -1:
+                    waits.append((result, partition, required))
+                flush = partition.log.pending_flush
+                if flush is not None and not flush.done():
+                    flushes.append(flush)
+            elif metrics is not None:
+                metrics.produce_refused(topic.name, result.error)
             results.append((data.index, result))
         appended.append((topic.name, results))
-    if broker.metrics is not None:
-        # Counted at the append, as Kafka's MessagesInPerSec and BytesInPerSec are,
-        # whatever the acks: later, in bulk (BrokerMetrics.fold).
-        broker.metrics.appended.append(appended)
     if waits:
         settled = broker.replica_manager.delayed_produce.settled(
             [(partition, required) for _, partition, required in waits])
@@ -213,7 +210,8 @@ def _response(broker: Broker, version: int, acks: int,
     if metrics is not None:
         # The answer's errors, one per partition as Kafka's ErrorsPerSec counts them.
         if failed:
-            metrics.produce_failed(appended)
+            metrics.produce_failed(result.error for _, results in appended
+                                   for _, result in results)
         else:
             metrics.produce_errors[NONE] += answered
     if acks == 0:

@@ -6,22 +6,28 @@ the scrape runs on that same loop. Counts come from what the broker has at hand
 anyway: a batch header's record count, a batch's or a file region's size, the error
 code of each answer, never from decoding records.
 
-A request answered and a produce request's appends are not counted as they happen:
-each is one list append on the hot path (:attr:`BrokerMetrics.completed`,
-:attr:`BrokerMetrics.appended`), counted in bulk by :meth:`BrokerMetrics.fold` before
-each scrape and every :data:`FOLD_INTERVAL_S`. Under ``bench.metrics_bench``'s produce
-load (2026-11-27), py-spy put about 1% of the metrics broker's samples in the calls
-that counted each request in place, and folding in bulk took the measured cost of
-metrics on produce from 4.0% to 3.1% at 100 B and from 3.1% to 2.3% at 1 KiB.
+A request answered and a partition's append are not counted as they happen: each is
+one append of plain numbers on the hot path, to an ``array`` (:attr:`BrokerMetrics.completed`,
+:attr:`BrokerMetrics.appended_sizes`, with the topic's name in a list beside them), counted
+in bulk by :meth:`BrokerMetrics.fold` before each scrape and every
+:data:`FOLD_INTERVAL_S`. Under ``bench.metrics_bench``'s produce load (2026-11-27),
+py-spy put about 1% of the metrics broker's samples in the calls that counted each
+request in place, and folding in bulk took the measured cost of metrics on produce from
+4.0% to 3.1% at 100 B and from 3.1% to 2.3% at 1 KiB. Arrays and names, not tuples or
+the answers' objects: those are containers the garbage collector tracks, and keeping a
+few thousand of them until the next fold set off 6-11 collections a second
+(a full one now and then, tens of milliseconds) in a broker that, with metrics off,
+frees what each request made and never collects under that load (gc callbacks,
+2026-11-28).
 """
 
 from __future__ import annotations
 
 import bisect
 import operator
+from array import array
 from collections import defaultdict
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Iterable, Sequence
 
 from gregor.metrics import names
 from gregor.protocol.api_keys import ApiKey
@@ -97,22 +103,6 @@ class RequestCounters:
         self.queue_time = Histogram()
 
 
-class Appended(Protocol):
-    """What a produce request did to one partition: ``appended_bytes`` of ``records``
-    appended, 0 for a duplicate batch, -1 when refused with ``error``."""
-
-    @property
-    def error(self) -> int: ...
-    @property
-    def records(self) -> int: ...
-    @property
-    def appended_bytes(self) -> int: ...
-
-
-# One produce request's partitions: by topic, each partition's index and outcome.
-ProduceOutcome = Sequence[tuple[str, Sequence[tuple[int, Appended]]]]
-
-
 class BrokerMetrics:
     """What happened on this broker since it started, by topic and by API."""
 
@@ -129,11 +119,11 @@ class BrokerMetrics:
         # Counted per partition: their own references, looked up once.
         self.produce_errors = self.for_api(PRODUCE).errors
         self.fetch_errors = self.for_api(FETCH).errors
-        # Still to count (fold): requests answered, as request_completed's arguments
-        # (plain numbers, which the garbage collector stops tracking); produce requests'
-        # appends.
-        self.completed: list[tuple[int, int, bool, float, float, float]] = []
-        self.appended: list[ProduceOutcome] = []
+        # Still to count (fold): requests answered, six numbers each (request_completed's
+        # arguments); partitions appended to, by topic, two numbers each (records, bytes).
+        self.completed = array("d")
+        self.appended_topics: list[str] = []
+        self.appended_sizes = array("q")
 
     def for_api(self, api_key: int) -> RequestCounters:
         counters = self._by_key.get(api_key)
@@ -142,29 +132,34 @@ class BrokerMetrics:
         return counters
 
     def fold(self) -> None:
-        """Count what the hot path left in :attr:`completed` and :attr:`appended`."""
-        completed, self.completed = self.completed, []
-        for answered in completed:
-            self.request_completed(*answered)
-        appended, self.appended = self.appended, []
-        for request in appended:
-            for topic, partitions in request:
-                self._count_appends(topic, partitions)
+        """Count what the hot path left in :attr:`completed` and the appends' arrays."""
+        completed, self.completed = self.completed, array("d")
+        for api_key, version, follower, received, started, done in zip(
+                *(completed[field::6] for field in range(6)), strict=True):
+            self.request_completed(int(api_key), int(version), follower != 0, received,
+                                   started, done)
+        topics, self.appended_topics = self.appended_topics, []
+        sizes, self.appended_sizes = self.appended_sizes, array("q")
+        for topic, records, size in zip(topics, sizes[::2], sizes[1::2], strict=True):
+            counters = self.topics[topic]
+            counters.produce_requests += 1
+            counters.messages_in += records
+            counters.bytes_in += size
 
-    def _count_appends(self, topic: str, partitions: Sequence[tuple[int, Appended]]) -> None:
-        """A topic's partitions of one produce request, as Kafka's ReplicaManager counts
-        them when appending: each one a produce request, its records and bytes if
-        appended, a failed one if refused for the broker's reasons (not a refusal the
-        client is to handle, nor an error once appended, such as a replication timeout)."""
+    def appended(self, topic: str, records: int, size: int) -> None:
+        """A partition of a produce request appended to (0 records and bytes: a duplicate
+        batch), counted as Kafka's ReplicaManager counts appends, whatever the acks."""
+        self.appended_topics.append(topic)
+        self.appended_sizes.extend((records, size))
+
+    def produce_refused(self, topic: str, error: int) -> None:
+        """A partition of a produce request not appended to: a produce request, and a
+        failed one if refused for the broker's reasons (not a refusal the client is to
+        handle, nor an error once appended, such as a replication timeout)."""
         counters = self.topics[topic]
-        counters.produce_requests += len(partitions)
-        for _, outcome in partitions:
-            size = outcome.appended_bytes
-            if size > 0:
-                counters.messages_in += outcome.records
-                counters.bytes_in += size
-            elif size < 0 and outcome.error not in PRODUCE_NOT_FAILED:
-                counters.failed_produces += 1
+        counters.produce_requests += 1
+        if error not in PRODUCE_NOT_FAILED:
+            counters.failed_produces += 1
 
     # ------------------------------------------------------------- requests
     def request_completed(self, api_key: int, version: int, follower_fetch: bool,
@@ -209,12 +204,11 @@ class BrokerMetrics:
         """An answer's error (NONE too, as Kafka's ErrorsPerSec counts it)."""
         (self._by_key.get(api_key) or self.for_api(api_key)).errors[error_code] += 1
 
-    def produce_failed(self, outcome: ProduceOutcome) -> None:
+    def produce_failed(self, errors: Iterable[int]) -> None:
         """The errors of a produce request's answer with some partition refused (one
         with none adds its partitions to :attr:`produce_errors` itself)."""
-        for _, partitions in outcome:
-            for _, answer in partitions:
-                self.produce_errors[answer.error] += 1
+        for error in errors:
+            self.produce_errors[error] += 1
 
     # ---------------------------------------------------------- produce, fetch
     def retire(self, topic: str) -> None:
