@@ -26,6 +26,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer
 
 TIMEOUT = 30.0
 # Fast group settings so tests need seconds, not Kafka's default minutes.
@@ -40,6 +41,21 @@ def wait_until(predicate: Callable[[], bool], timeout: float = TIMEOUT,
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.05)
+
+
+def subscribe_when_known(consumer: KafkaConsumer, topics: list[str]) -> None:
+    """Subscribe a kafka-python consumer once it knows the topics' partitions.
+
+    A leader that assigned without them (kafka-python logs "No partition metadata")
+    rejoins when they arrive, for that reason alone; and if kafka-python 3.0.12 gets that
+    JoinGroup's answer between two polls, it never finishes the join: the answer itself
+    clears the reason, so poll() stops waiting on the join, and the heartbeat it switched
+    off for the join stays off. The member then gets no partitions until the coordinator
+    expires it (CI saw this in the group tests and after a broker restart).
+    """
+    wait_until(lambda: all(consumer.partitions_for_topic(topic) for topic in topics),
+               what=f"metadata of {', '.join(topics)}")
+    consumer.subscribe(topics)
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:

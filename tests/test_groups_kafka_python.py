@@ -7,7 +7,6 @@ broker only passes the leader's choice through.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import uuid
@@ -18,6 +17,7 @@ from group_clients import (
     PollingConsumer,
     create_topic,
     produce,
+    subscribe_when_known,
     wait_until,
 )
 from kafka import KafkaConsumer
@@ -34,24 +34,12 @@ class KafkaPythonMember:
             bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
             session_timeout_ms=6000, heartbeat_interval_ms=500, metadata_max_age_ms=1000,
             **config)
-        # Subscribe only once the client knows the topics' partitions. A leader that
-        # assigned without them (kafka-python logs "No partition metadata") rejoins when
-        # they arrive, for that reason alone; and if kafka-python 3.0.12 gets that
-        # JoinGroup's answer between two polls, it never finishes the join: the answer
-        # itself clears the reason, so poll() stops waiting on the join, and the
-        # heartbeat it switched off for the join stays off. The coordinator then rightly
-        # expires the member, and the others take its partitions (CI saw this twice).
-        for topic in topics:
-            wait_until(functools.partial(self._knows, topic), what=f"metadata of {topic}")
-        self.consumer.subscribe(topics)
+        subscribe_when_known(self.consumer, topics)
         self.values: list[bytes] = []
         self.assignment: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
-
-    def _knows(self, topic: str) -> bool:
-        return bool(self.consumer.partitions_for_topic(topic))
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -11,6 +11,7 @@ from group_clients import (
     PollingConsumer,
     create_topic,
     produce,
+    subscribe_when_known,
     wait_for_assignments,
     wait_until,
 )
@@ -45,7 +46,7 @@ def test_committed_offsets_survive_the_broker(fresh_broker: BrokerProcess, topic
                      for p in (0, 1)}
         assert {p: (c.offset, c.metadata) for p, c in committed.items()} == {
             0: (6, "six"), 1: (9, "nine")}
-        reader.subscribe([topic_name])
+        subscribe_when_known(reader, [topic_name])
         values: list[bytes] = []
         wait_until(lambda: _poll(reader, values) >= 5, what="the uncommitted records")
         # Partition 0 holds even values at offsets 0..9, partition 1 odd ones.

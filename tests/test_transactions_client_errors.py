@@ -28,7 +28,7 @@ from aiokafka.errors import MessageSizeTooLargeError as AioMessageSizeTooLarge
 from aiokafka.errors import ProducerFenced as AioProducerFenced
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from group_clients import TIMEOUT, create_topic, group_consumer, wait_until
+from group_clients import TIMEOUT, create_topic, group_consumer, subscribe_when_known, wait_until
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.errors import (
@@ -215,11 +215,7 @@ def test_kafka_python_offsets_of_an_old_generation_are_refused(txn_broker: Broke
     group = f"g-{uuid.uuid4().hex[:8]}"
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
                              enable_auto_commit=False, auto_offset_reset="earliest")
-    # Subscribed once the client knows the topic's partitions, for kafka-python 3.0.12's
-    # stalled join (see KafkaPythonMember in test_groups_kafka_python.py).
-    wait_until(lambda: bool(consumer.partitions_for_topic(topic_name)),
-               what=f"metadata of {topic_name}")
-    consumer.subscribe([topic_name])
+    subscribe_when_known(consumer, [topic_name])
     producer = KafkaProducer(bootstrap_servers=bootstrap,
                              transactional_id=_txn_id("kp-generation"))
     try:
