@@ -522,15 +522,16 @@ these by several percent: an A/A run (`--control`, neither broker with metrics) 
 +7.5% [+1.3%, +18.7%] this way where side by side gave -0.6% [-1.3%, +2.0%]
 (2026-11-27).
 
-With metrics on, the hot path adds to plain counters: per fetch its partitions'
-answers (one addition each for a fetch of one topic answered without errors, as the
-handler already has its bytes), per produce request one addition for its answer's
-errors when none failed, and the event loop's selector is timed for the idle ratio. A
-request answered (its times, for two histograms) and a produce request's appends (each
-partition's record count from the batch headers, and bytes) are each one list append,
-counted in bulk every 0.5 s and before each scrape (`BrokerMetrics.fold`); counted in
-place they cost produce about 0.9 points more here (2026-11-27: 100 B -4.0%
-[-4.8%, -2.6%], 1 KiB -3.1% [-3.8%, -2.1%]). Everything else
+With metrics on, the hot path adds to plain counters, in place: per fetch its
+partitions' answers (one addition each for a fetch of one topic answered without
+errors, as the handler already has its bytes), per produce request one addition for
+its answer's errors when none failed, per partition appended to its records (from the
+batch headers) and bytes, and per request answered its times, for two histograms. The
+idle ratio is the loop thread's time neither on a core nor waiting for one, read from
+the kernel at each probe, so nothing is added to the loop's turns. Folding the counts
+in bulk every half second, as the broker did before, cost more instructions than
+counting in place (`python -m bench.instructions`; `gregor.metrics.broker_metrics`
+gives the figures). Everything else
 (log offsets, ISR state, group lag) is read when Prometheus scrapes, on the broker's
 event loop; a scrape writes its text itself, each series' escaped name and labels kept
 from the scrape before (`gregor.metrics.exposition`). Scraped {SCRAPE_COST_SAMPLES} times back

@@ -51,6 +51,7 @@ from gregor.protocol.record_codec import iter_batches
 REPO = Path(__file__).resolve().parent.parent
 DASHBOARD = REPO / "monitoring" / "grafana" / "gregor-dashboard.json"
 SCRAPE_CONFIG = REPO / "monitoring" / "prometheus.yml"
+IDLE_TOTAL = "gregor_eventloop_idle_seconds_total"
 
 
 @pytest.fixture(scope="module")
@@ -435,8 +436,36 @@ def test_the_event_loop_reports_its_idle_share_and_lag(metered: BrokerProcess) -
         "the idle share")
     idle = metrics.get("kafka_network_socketserver_networkprocessoravgidlepercent")
     assert 0 < idle <= 1  # a broker answering scrapes is mostly idle, and never more
-    assert metrics.get("gregor_eventloop_idle_seconds_total") > 0
+    assert metrics.get(IDLE_TOTAL) > 0
     assert 0 <= metrics.get("gregor_eventloop_lag_seconds") < 5
+
+
+def test_the_idle_seconds_count_only_what_the_loop_sleeps(metered: BrokerProcess,
+                                                          admin: AdminClient) -> None:
+    """Nearly all of a quiet second is idle; little of one spent answering a flood of
+    one-record produce requests is (the loop's run and run-queue time, from the kernel)."""
+    topic = f"idle-{uuid.uuid4().hex[:8]}"
+    _create(admin, topic, 1)
+
+    def idle_share(during: Callable[[], None]) -> float:
+        before, start = _scrape(metered).get(IDLE_TOTAL), time.monotonic()
+        during()
+        return (_scrape(metered).get(IDLE_TOTAL) - before) / (time.monotonic() - start)
+
+    def flood() -> None:
+        producer = Producer({"bootstrap.servers": metered.bootstrap, "linger.ms": 0,
+                             "batch.num.messages": 1, "queue.buffering.max.messages": 1000})
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            try:
+                producer.produce(topic, b"x")
+            except BufferError:
+                producer.poll(0.001)
+            producer.poll(0)
+        assert producer.flush(TIMEOUT) == 0
+
+    assert idle_share(lambda: time.sleep(1.5)) > 0.8
+    assert idle_share(flood) < 0.5
 
 
 def test_the_endpoint_answers_its_path_in_both_formats(metered: BrokerProcess) -> None:

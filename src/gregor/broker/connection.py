@@ -102,8 +102,7 @@ class Connection:
                 if response is not None:
                     await self.send(response)
                 # Counted as Kafka's RequestMetrics do: the time from arrival to the answer
-                # sent, of which the wait behind earlier requests; later, in bulk
-                # (BrokerMetrics.fold).
+                # sent, of which the wait behind earlier requests.
                 request = self.request
                 if request is None:  # answered undecoded: an ApiVersions version not served
                     api_key, version, _ = peek_api(frame)
@@ -112,8 +111,8 @@ class Connection:
                     header = request.header
                     api_key, version = header.api_key, header.api_version
                     follower = api_key == FETCH and getattr(request.body, "replica_id", -1) >= 0
-                metrics.completed.extend((api_key, version, follower, self.frames.received_at,
-                                          started, perf_counter()))
+                metrics.request_completed(api_key, version, follower, self.frames.received_at,
+                                          started, perf_counter())
         except (ConnectionError, TimeoutError, ConnectionClosed):
             pass  # the client left (possibly mid-frame), or was refused and that was logged
         except asyncio.CancelledError:
@@ -132,8 +131,8 @@ class Connection:
         reads of this request, read now."""
         api_key, version, _ = peek_api(frame)
         received = self.frames.received_at
-        return lambda: metrics.completed.extend((api_key, version, False, received, started,
-                                                 perf_counter()))
+        return lambda: metrics.request_completed(api_key, version, False, received, started,
+                                                 perf_counter())
 
     def _answer_later(self, response: Response, sent: Callable[[], None] | None) -> None:
         """Send ``response`` once it is ready and the answers before it went out; then

@@ -6,26 +6,20 @@ the scrape runs on that same loop. Counts come from what the broker has at hand
 anyway: a batch header's record count, a batch's or a file region's size, the error
 code of each answer, never from decoding records.
 
-A request answered and a partition's append are not counted as they happen: each is
-one append of plain numbers on the hot path, to an ``array`` (:attr:`BrokerMetrics.completed`,
-:attr:`BrokerMetrics.appended_sizes`, with the topic's name in a list beside them), counted
-in bulk by :meth:`BrokerMetrics.fold` before each scrape and every
-:data:`FOLD_INTERVAL_S`. Under ``bench.metrics_bench``'s produce load (2026-11-27),
-py-spy put about 1% of the metrics broker's samples in the calls that counted each
-request in place, and folding in bulk took the measured cost of metrics on produce from
-4.0% to 3.1% at 100 B and from 3.1% to 2.3% at 1 KiB. Arrays and names, not tuples or
-the answers' objects: those are containers the garbage collector tracks, and keeping a
-few thousand of them until the next fold set off 6-11 collections a second
-(a full one now and then, tens of milliseconds) in a broker that, with metrics off,
-frees what each request made and never collects under that load (gc callbacks,
-2026-11-28).
+Each request and each partition appended to is counted as it happens, in place. The
+ways of deferring the count tried before (tuples, then arrays of plain numbers, folded
+in bulk every half second) each cost more instructions than they saved: what is stored
+has to be read back, and an ``array`` converts each number on its way in and out.
+Callgrind, 2026-11-28, 400 of ``bench.saturate``'s produce requests of 100 B (two
+partitions each): metrics added 30,100 instructions a request folded, 17,800 counted
+in place (the broker's own are 1.09 million); the count itself, alone, is about 10,000
+(``request_completed`` 6,000, of which 2,000 its two bisects, each ``appended`` 1,600).
 """
 
 from __future__ import annotations
 
 import bisect
 import operator
-from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
@@ -51,10 +45,6 @@ FETCH_NOT_FAILED = frozenset(map(int, (
 PRODUCE = int(ApiKey.PRODUCE)
 NONE = int(ErrorCode.none)
 FETCH = int(ApiKey.FETCH)
-# Often enough that the lists stay small (a few thousand requests), seldom enough to be
-# a bulk job; a scrape folds first anyway.
-FOLD_INTERVAL_S = 0.5
-
 # Kafka's request times run from well under a millisecond (metadata) to the
 # max.wait of a long-polling fetch (500 ms by default) and the timeouts of joins.
 TIME_BUCKETS_MS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0,
@@ -119,11 +109,6 @@ class BrokerMetrics:
         # Counted per partition: their own references, looked up once.
         self.produce_errors = self.for_api(PRODUCE).errors
         self.fetch_errors = self.for_api(FETCH).errors
-        # Still to count (fold): requests answered, six numbers each (request_completed's
-        # arguments); partitions appended to, by topic, two numbers each (records, bytes).
-        self.completed = array("d")
-        self.appended_topics: list[str] = []
-        self.appended_sizes = array("q")
 
     def for_api(self, api_key: int) -> RequestCounters:
         counters = self._by_key.get(api_key)
@@ -131,26 +116,13 @@ class BrokerMetrics:
             counters = self._by_key[api_key] = self.requests[names.request_name(api_key)]
         return counters
 
-    def fold(self) -> None:
-        """Count what the hot path left in :attr:`completed` and the appends' arrays."""
-        completed, self.completed = self.completed, array("d")
-        for api_key, version, follower, received, started, done in zip(
-                *(completed[field::6] for field in range(6)), strict=True):
-            self.request_completed(int(api_key), int(version), follower != 0, received,
-                                   started, done)
-        topics, self.appended_topics = self.appended_topics, []
-        sizes, self.appended_sizes = self.appended_sizes, array("q")
-        for topic, records, size in zip(topics, sizes[::2], sizes[1::2], strict=True):
-            counters = self.topics[topic]
-            counters.produce_requests += 1
-            counters.messages_in += records
-            counters.bytes_in += size
-
     def appended(self, topic: str, records: int, size: int) -> None:
         """A partition of a produce request appended to (0 records and bytes: a duplicate
         batch), counted as Kafka's ReplicaManager counts appends, whatever the acks."""
-        self.appended_topics.append(topic)
-        self.appended_sizes.extend((records, size))
+        counters = self.topics[topic]
+        counters.produce_requests += 1
+        counters.messages_in += records
+        counters.bytes_in += size
 
     def produce_refused(self, topic: str, error: int) -> None:
         """A partition of a produce request not appended to: a produce request, and a

@@ -24,7 +24,7 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPEN
 from prometheus_client.process_collector import ProcessCollector
 
 from gregor.metrics import collector, snapshot
-from gregor.metrics.broker_metrics import FOLD_INTERVAL_S, BrokerMetrics
+from gregor.metrics.broker_metrics import BrokerMetrics
 from gregor.metrics.exposition import Exposition, LineStarts
 from gregor.metrics.loop_monitor import LoopMonitor
 
@@ -53,7 +53,6 @@ class MetricsServer:
         # prometheus_client reads them.
         self._process = ProcessCollector(registry=None)
         self._line_starts = LineStarts()
-        self._fold_handle: asyncio.TimerHandle | None = None
 
     @property
     def url(self) -> str:
@@ -71,22 +70,11 @@ class MetricsServer:
     async def start(self) -> None:
         assert self._server is not None
         self.loop_monitor.start()
-        self._fold_later()
         await self._server.start_serving()
         log.info("serving metrics on %s", self.url)
 
-    def _fold_later(self) -> None:
-        """Count what the hot path left to count, every FOLD_INTERVAL_S, so that it
-        stays a few thousand requests whether or not anyone scrapes."""
-        self.metrics.fold()
-        self._fold_handle = asyncio.get_running_loop().call_later(FOLD_INTERVAL_S,
-                                                                  self._fold_later)
-
     async def stop(self) -> None:
         self.loop_monitor.stop()
-        if self._fold_handle is not None:
-            self._fold_handle.cancel()
-            self._fold_handle = None
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()

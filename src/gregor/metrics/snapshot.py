@@ -78,7 +78,6 @@ class Snapshot:
 
 def take(broker: Broker, metrics: BrokerMetrics, loop: LoopMonitor) -> Snapshot:
     """Copy everything a scrape reports; call on the broker's event loop."""
-    metrics.fold()
     image = broker.image
     for topic in [t for t in metrics.topics if t not in image.topics]:
         metrics.retire(topic)
