@@ -2,12 +2,13 @@
 
 Kafka reports NetworkProcessorAvgIdlePercent, the share of time its network threads
 wait for sockets. gregor's one network thread is the event loop's, and what it does not
-spend running or waiting for a core it spends asleep in its selector. The kernel keeps
-both of the first two for every thread (``/proc/self/task/TID/schedstat``), so the
-monitor reads them at each probe and scrape instead of timing each ``select``: a
-wrapped selector added two clock reads and a Python call to every turn of the loop,
-about 4,300 instructions a produce request (callgrind, 2026-11-28, 400 requests). A thread waiting
-for a core is counted busy, as the wait is the loop's load, not its idleness.
+spend running or waiting for a core it spends asleep, in its selector (or, seldom,
+blocked on the disk, which this counts as idle too). The kernel keeps the first two
+for every thread (``/proc/self/task/TID/schedstat``), so the monitor reads them at each
+probe and scrape instead of timing each ``select``: a wrapped selector added two clock
+reads and a Python call to every turn of the loop, about 4,300 instructions a produce
+request (callgrind, 2026-11-28, 400 requests). A thread waiting for a core is counted
+busy, as the wait is the loop's load, not its idleness.
 
 It also schedules a probe every :data:`PROBE_INTERVAL_S`; how late the probe runs is
 the loop's lag, the delay every ready request was waiting behind whatever held the loop.
