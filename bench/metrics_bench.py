@@ -545,6 +545,11 @@ above -3%; NO: its upper end is below -3%; undecided: the interval straddles -3%
 more runs (`--side-by-side`) are needed. The broker's CPU per record (its CPU-time
 clock, to the nanosecond, over the same window; scrapes included) is paired the same
 way beside it.
+The interval treats a run's windows as independent, and it is narrower than the way
+the median moves from one run of the bench to the next: on 2026-11-28, at a scrape
+every 10 s, two runs (16 and then 32 windows a workload, the same code) gave produce
+100 B -2.7% [-4.1%, -1.4%] and -1.0% [-2.8%, +0.0%], produce 1 KiB -0.5% [-1.5%,
++0.4%] and -2.3% [-3.2%, -1.9%].
 
 **One broker at a time** (the second table, a cross-check): pairs of runs in ABBA order
 (off, on, on, off, ...). Drift in the machine's load between a run and the next moves
