@@ -426,8 +426,8 @@ def main() -> None:
                              f"(default {SIDE_BY_SIDE}, quick 1)")
     parser.add_argument("--scrape-interval", type=float, default=SCRAPE_INTERVAL_S,
                         help="seconds between scrapes of the metrics broker (default "
-                             f"{SCRAPE_INTERVAL_S:g}, monitoring/prometheus.yml's); other "
-                             "than that, the run only prints")
+                             f"{SCRAPE_INTERVAL_S:g}, monitoring/prometheus.yml's); at any "
+                             "other, the run writes no document")
     parser.add_argument("--control", action="store_true",
                         help="an A/A run: neither broker has metrics, so the changes "
                              "printed are the bench's own bias and spread (writes no "
