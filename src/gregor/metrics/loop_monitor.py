@@ -65,25 +65,20 @@ class LoopMonitor:
             return None
         return perf_counter(), (int(on_cpu) + int(waiting)) / 1e9
 
-    @property
-    def idle_seconds(self) -> float | None:
-        """Seconds the loop has waited for sockets (or timers) since the monitor started."""
+    def idle(self) -> tuple[float | None, float | None]:
+        """The share of the last seconds the loop spent waiting for sockets (0 to 1), and
+        the seconds it has waited since the monitor started (or timers, or seldom the
+        disk): both from one reading, so that a scrape's two figures agree."""
         sample = self._sample()
         if sample is None:
-            return None
-        (wall, busy), (wall_0, busy_0) = sample, self._started
-        return max(0.0, (wall - wall_0) - (busy - busy_0))
-
-    @property
-    def idle_ratio(self) -> float | None:
-        """Share of the last seconds the loop spent waiting for sockets (0 to 1)."""
-        sample = self._sample()
-        if sample is None or not self._samples:
-            return None
-        (wall, busy), (wall_0, busy_0) = sample, self._samples[0]
-        if wall <= wall_0:
-            return None
-        return min(1.0, max(0.0, 1 - (busy - busy_0) / (wall - wall_0)))
+            return None, None
+        wall, busy = sample
+        wall_0, busy_0 = self._started
+        seconds = max(0.0, (wall - wall_0) - (busy - busy_0))
+        window_wall, window_busy = self._samples[0]
+        if wall <= window_wall:
+            return None, seconds
+        return min(1.0, max(0.0, 1 - (busy - window_busy) / (wall - window_wall))), seconds
 
     def _probe(self, due: float, schedule_only: bool = False) -> None:
         loop = self._loop

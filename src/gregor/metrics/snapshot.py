@@ -111,9 +111,10 @@ def take(broker: Broker, metrics: BrokerMetrics, loop: LoopMonitor) -> Snapshot:
         GroupView(group_id, group.state.value, len(group.members),
                   tuple(sorted((t, p, o.offset) for (t, p), o in group.offsets.items())))
         for group_id, group in sorted(broker.group_coordinator.groups.items()))
+    idle_ratio, idle_seconds = loop.idle()
     return Snapshot(
         topics=topics, totals=totals, replication_bytes_out=metrics.replication_bytes_out,
-        requests=requests, idle_ratio=loop.idle_ratio, idle_seconds=loop.idle_seconds,
+        requests=requests, idle_ratio=idle_ratio, idle_seconds=idle_seconds,
         loop_lag_s=loop.lag_s, partitions=tuple(partitions),
         isr_shrinks=replica_manager.isr_shrinks, isr_expands=replica_manager.isr_expands,
         active_controller=active, offline_partitions=offline,
