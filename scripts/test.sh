@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh test,spark,bench,console
 scripts/install-zookeeper.sh tests
 scripts/install-chromium.sh
+scripts/install-kafkajs.sh
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy
 exec .venv/bin/python -m pytest -q -n 2 "$@"
