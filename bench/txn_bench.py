@@ -5,10 +5,11 @@ Run with ``python -m bench.txn_bench`` (``--quick`` for a smoke run). Against on
 broker process, in one run, 1 KiB records over :data:`PARTITIONS` partitions:
 
 * produce, with each transactional client users have here (confluent-kafka, kafka-python,
-  aiokafka: :data:`PRODUCE_RUNS`): one transactional producer sending transactions of
-  1,000 records (``begin_transaction``, the records, ``commit_transaction``) against
-  one idempotent producer (acks=all) of the same client and settings sending the same
-  records as fast as it goes; target: at least 80% of the idempotent producer's
+  aiokafka, and KafkaJS where scripts/install-kafkajs.sh installed it:
+  :data:`PRODUCE_RUNS`): one transactional producer sending transactions of 1,000
+  records (``begin_transaction``, the records, ``commit_transaction``) against one
+  idempotent producer (acks=all) of the same client and settings sending the same
+  records as fast as it keeps them in order; target: at least 80% of the idempotent producer's
   records/s, for each client. Each run writes a fresh topic, and is read back at
   read_committed by librdkafka, every record checked.
 * consume, with confluent-kafka: a topic written in transactions of 1,000 records,
@@ -43,6 +44,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 import urllib.request
@@ -65,6 +67,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from bench.clients.kafka import PRODUCER_CONFIG, KafkaClient  # noqa: E402
 from bench.cpu import Stopwatch, Window, collector_paused  # noqa: E402
+from bench.node import NODE_MODULES, kafkajs_installed, node_command  # noqa: E402
 from bench.records import RecordSet, VerificationError  # noqa: E402
 from bench.run import settle  # noqa: E402
 from bench.sections import write_section  # noqa: E402
@@ -85,12 +88,17 @@ _TIMEOUT_S = 60
 TRANSACTIONAL, IDEMPOTENT_RUN = "transactional produce", "idempotent produce"
 FLUSHED = "idempotent produce, flushed every 1,000"
 CONFLUENT, KAFKA_PYTHON, AIOKAFKA = "confluent-kafka", "kafka-python", "aiokafka"
+KAFKAJS = "KafkaJS"
+KAFKAJS_PRODUCER = Path(__file__).resolve().parent / "kafkajs_produce.js"
 # Per client, the target's two sides; and for librdkafka the reference that tells the
 # transactions' own cost from that of waiting for every 1,000 records (the client's
 # flush in commit).
 PRODUCE_RUNS = {CONFLUENT: (IDEMPOTENT_RUN, TRANSACTIONAL, FLUSHED),
                 KAFKA_PYTHON: (IDEMPOTENT_RUN, TRANSACTIONAL),
                 AIOKAFKA: (IDEMPOTENT_RUN, TRANSACTIONAL)}
+# KafkaJS where scripts/install-kafkajs.sh installed it (scripts/test.sh does).
+if kafkajs_installed():
+    PRODUCE_RUNS[KAFKAJS] = (IDEMPOTENT_RUN, TRANSACTIONAL)
 # The pure-Python clients' settings, the same for both of a client's producers: their
 # defaults (16 KiB batches, no linger) would put 16 records in a batch, so librdkafka's
 # (PRODUCER_CONFIG: linger 5 ms, batches up to 1 MB) where they have the setting.
@@ -99,7 +107,7 @@ AIOKAFKA_CONFIG: dict[str, Any] = {"linger_ms": 5, "max_batch_size": 1_000_000}
 # Records per produce run: the pure-Python clients hand over each record with a Python
 # call (tens of µs), so they get fewer records, to keep the bench's time in bounds.
 RECORDS = {CONFLUENT: 400 * TRANSACTION, KAFKA_PYTHON: 50 * TRANSACTION,
-           AIOKAFKA: 50 * TRANSACTION}
+           AIOKAFKA: 50 * TRANSACTION, KAFKAJS: 100 * TRANSACTION}
 QUICK_RECORDS = 20 * TRANSACTION
 # The requests of a transaction whose time in the broker (arrival to answer sent, from
 # the broker's own request metrics) the breakdown shows, by Kafka's request names.
@@ -354,6 +362,40 @@ PURE_PYTHON: dict[str, Callable[[str, str, RecordSet, Stopwatch, bool, Phases], 
     KAFKA_PYTHON: produce_kafka_python, AIOKAFKA: produce_aiokafka}
 
 
+def produce_kafkajs(broker: BrokerProcess, topic: str, records: RecordSet,
+                    transactional: bool, phases: Phases) -> Window:
+    """KafkaJS's producer in ``node`` (bench/kafkajs_produce.js), idempotent (acks=all) or
+    transactional, each transaction's records in one ``sendBatch``; the idempotent one
+    sends the same groups back to back. Timed from the go given to the program, once it
+    is connected, to its last group acknowledged; the client's CPU is the program's."""
+    with tempfile.NamedTemporaryFile(prefix="gregor-txn-bench-") as values:
+        for lane in records.partitions(PARTITIONS):
+            values.write(b"".join(lane))
+        values.flush()
+        command, env = node_command(
+            KAFKAJS_PRODUCER, broker.bootstrap, topic, values.name, str(PARTITIONS),
+            str(records.size), str(TRANSACTION // PARTITIONS),
+            "transactional" if transactional else "idempotent")
+        with subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True) as program:
+            assert program.stdin is not None and program.stdout is not None
+            if program.stdout.readline() != "ready\n":
+                raise VerificationError(f"{topic}: the KafkaJS producer did not start")
+            watch = Stopwatch(lambda: [broker.pid] if broker.pid is not None else [],
+                              lambda: [program.pid])
+            watch.start()
+            program.stdin.write("go\n")
+            program.stdin.flush()
+            report = program.stdout.readline()
+            window = watch.stop()
+            if program.wait(_TIMEOUT_S) != 0 or not report:
+                raise VerificationError(f"{topic}: the KafkaJS producer failed")
+    times = json.loads(report)
+    phases.queue += times["queue"]
+    phases.commit += times["commit"]
+    return window
+
+
 def produce_workload(kind: str, client: str) -> str:
     """A produce run's name in the tables: its kind, then its client."""
     return f"{kind} ({client})"
@@ -411,7 +453,10 @@ class Bench:
         assert self.broker.metrics_url is not None
         before = request_times(self.broker.metrics_url)  # both scrapes outside the window
         with collector_paused():
-            if client != CONFLUENT:
+            if client == KAFKAJS:
+                window = produce_kafkajs(self.broker, topic, records, kind == TRANSACTIONAL,
+                                         phases)
+            elif client != CONFLUENT:
                 window = PURE_PYTHON[client](self.broker.bootstrap, topic, records, self.watch,
                                              kind == TRANSACTIONAL, phases)
             elif kind == TRANSACTIONAL:
@@ -539,8 +584,8 @@ def breakdown(runs: list[Run]) -> str:
              "broker CPU per record |",
              "|---|---|---|---|---|---|---|---|"]
     per_thousand, broker_total = {}, {}
-    for kind, name in ((kind, produce_workload(kind, client))
-                       for client, kinds in PRODUCE_RUNS.items() for kind in kinds):
+    for client, kind, name in ((client, kind, produce_workload(kind, client))
+                               for client, kinds in PRODUCE_RUNS.items() for kind in kinds):
         chosen = [r for r in runs if r.workload == name]
         if not chosen:
             continue
@@ -551,9 +596,9 @@ def breakdown(runs: list[Run]) -> str:
             f"{statistics.median((r.broker_ms or {}).get(counted, 0.0) for r in chosen):.1f}"
             for counted in COUNTED_REQUESTS.values())
         broker_total[name] = sum(in_broker.values())
-        if kind == IDEMPOTENT_RUN:
+        if kind == IDEMPOTENT_RUN and client != KAFKAJS:
             # Requests in flight together: their times overlap, and the client's work
-            # overlaps them.
+            # overlaps them (KafkaJS's waits for each group).
             phases, rest = "(overlapped) | (overlapped)", "(overlapped)"
         else:
             phases = (f"{statistics.median(r.queue_ms for r in chosen):.2f} ms | "
@@ -642,12 +687,52 @@ def main() -> None:
             f"{table}"))
 
 
+KAFKAJS_CLIENT = """
+- KafkaJS {version} (Node.js, bench/kafkajs_produce.js), its defaults (it has no
+  linger: a send is its own requests): each transaction's records in one `sendBatch`,
+  awaited (KafkaJS answers it once the records are acknowledged), then `commit()`; the
+  idempotent producer (`maxInFlightRequests` 1, as its idempotence requires) awaits each
+  group's `sendBatch` before the next, because KafkaJS keeps no order between sends not
+  awaited (in a scratch run, a partition's log began with the fourth group's records)
+  and the bench checks every partition's order. For KafkaJS "handing them to the client"
+  below is `transaction()` and the acknowledged `sendBatch` (AddPartitionsToTxn
+  included), or the idempotent producer's acknowledged `sendBatch`, and "waiting" is
+  `commit()`: EndTxn alone."""
+
+KAFKAJS_SECTION = """### KafkaJS
+
+KafkaJS stops and goes as librdkafka does in a transaction (no record before
+AddPartitionsToTxn is answered, no EndTxn before every record is acknowledged), and asks
+for the coordinator (FindCoordinator) before each of its two transactional requests:
+five round trips a transaction, where its idempotent producer makes one per 1,000
+records. What sets its pace is its own encoding of the records: in one transaction
+traced with its debug log (2026-11-28, scratch, not kept), 25 ms passed between
+AddPartitionsToTxn's answer and the Produce request of the 1,000 records, which the
+broker answered in 3 ms; the four other round trips took 1-1.5 ms each. So the
+transactions' requests are a few ms of a transaction's 30, and the row meets the target
+because KafkaJS is slow per record (it encodes 1,000 records in about the time
+librdkafka's idempotent producer sends ten times as many), not because the broker does
+less for its transactions: the broker's CPU per record is much the same for the four
+clients' transactional producers (the first table).
+
+"""
+
+
+def kafkajs_version() -> str:
+    return json.loads((NODE_MODULES / "kafkajs" / "package.json").read_text())["version"]
+
+
 def _document(table: str, phases: str, pairs: int, runs: list[Run], minutes: float,
               load: str) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     records = {client: next(r.records for r in runs
                             if r.workload == produce_workload(IDEMPOTENT_RUN, client))
                for client in PRODUCE_RUNS}
+    kafkajs_records = kafkajs_client = kafkajs_section = ""
+    if KAFKAJS in records:
+        kafkajs_records = f" and {records[KAFKAJS]:,} with KafkaJS"
+        kafkajs_client = KAFKAJS_CLIENT.format(version=kafkajs_version())
+        kafkajs_section = KAFKAJS_SECTION
     return f"""# What transactions cost: produce and consume
 
 `python -m bench.txn_bench`, {when}, {minutes:.0f} minutes on this 2-core machine, one
@@ -655,10 +740,10 @@ broker process and the load generator sharing the cores ({load}). {pairs} runs o
 comparison in ABBA order, after a warm-up, each after `sync`; figures are medians.
 Records: 1 KiB, each numbered and checked, over {PARTITIONS} partitions;
 {records[CONFLUENT]:,} per run with confluent-kafka (produce and consume),
-{records[KAFKA_PYTHON]:,} with kafka-python and {records[AIOKAFKA]:,} with aiokafka: the
-pure-Python clients take a Python call per record (tens of µs), and fewer records keep
-the bench within a few minutes. Each client with its throughput settings, the same for
-its transactional and its idempotent producer:
+{records[KAFKA_PYTHON]:,} with kafka-python and {records[AIOKAFKA]:,} with
+aiokafka{kafkajs_records}: the pure-Python clients take a Python call per record (tens of
+µs), and fewer records keep the bench within a few minutes. Each client with its
+throughput settings, the same for its transactional and its idempotent producer:
 
 - confluent-kafka {version("confluent-kafka")} (librdkafka {libversion()[0]}):
   bench's usual settings, `linger.ms` 5, `batch.size` 1 MB; each partition's share of
@@ -668,7 +753,7 @@ its transactional and its idempotent producer:
 - aiokafka {version("aiokafka")}: `linger_ms` 5, `max_batch_size` 1 MB; each record
   `await send()`, one event loop running each step (a group's sends,
   `begin_transaction()`, `commit_transaction()`, the idempotent producer's final
-  `flush()`) to completion.
+  `flush()`) to completion.{kafkajs_client}
 
 The pure-Python clients' defaults (16 KiB batches, no linger) put 16 records in a
 batch; librdkafka's settings are theirs where they have them (in a scratch run of
@@ -799,7 +884,7 @@ breakdown's "in the broker") is a small part of their time per 1,000 records, th
 being their own Python work, most of it in `send` (the column "handing them to the
 client").
 
-### KIP-890 (transactions V2) in librdkafka 2.16: not implemented
+{kafkajs_section}### KIP-890 (transactions V2) in librdkafka 2.16: not implemented
 
 With transactions V2 (Kafka 4.0) a producer sends no AddPartitionsToTxn: Produce v12
 adds the partition to the transaction, and EndTxn v5 answers with the next epoch. A
@@ -825,7 +910,7 @@ ships no CHANGELOG) has none of it, checked on 2026-11-27:
 Neither does gregor offer transactions V2 (no `transaction.version` feature,
 AddPartitionsToTxn up to v3, EndTxn up to v3, Produce up to v9), so every client here
 registers a transaction's partitions with AddPartitionsToTxn, as the breakdown's column
-shows for all three.
+shows for all of them.
 
 A read_committed Fetch is answered up to the last stable offset, with the aborted
 transactions of the range read from the segments' `.txnindex`; the consumer drops

@@ -11,7 +11,6 @@ reads. scripts/install-kafkajs.sh installs the client (scripts/test.sh runs it).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,20 +20,19 @@ from clients import TIMEOUT, confluent_consume, confluent_consumer
 from confluent_kafka import Producer, TopicPartition
 from group_clients import create_topic, produce
 
+from bench.node import kafkajs_installed, node_command
 from gregor.broker.process import BrokerProcess
 
-CLIENT = Path(__file__).parent / "kafkajs"
+SCENARIOS = Path(__file__).parent / "kafkajs" / "scenarios.js"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("node") is None or not (CLIENT / "node_modules" / "kafkajs").is_dir(),
-    reason="KafkaJS is not installed (scripts/install-kafkajs.sh)")
+pytestmark = pytest.mark.skipif(not kafkajs_installed(),
+                                reason="KafkaJS is not installed (scripts/install-kafkajs.sh)")
 
 
 def _kafkajs(broker: BrokerProcess, scenario: str, **args: object) -> Any:
-    result = subprocess.run(
-        ["node", str(CLIENT / "scenarios.js"), scenario, broker.bootstrap, json.dumps(args)],
-        capture_output=True, timeout=3 * TIMEOUT, check=False,
-        env={"PATH": "/usr/bin:/bin", "KAFKAJS_NO_PARTITIONER_WARNING": "1"})
+    command, env = node_command(SCENARIOS, scenario, broker.bootstrap, json.dumps(args))
+    result = subprocess.run(command, capture_output=True, timeout=3 * TIMEOUT, check=False,
+                            env=env)
     assert result.returncode == 0, result.stderr.decode(errors="replace")
     return json.loads(result.stdout)
 
