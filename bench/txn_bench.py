@@ -908,7 +908,7 @@ ships no CHANGELOG) has none of it, checked on 2026-11-27:
 - Its request for KIP-890 support, confluentinc/librdkafka#5423, is open (status:planned).
 
 Neither does gregor offer transactions V2 (no `transaction.version` feature,
-AddPartitionsToTxn up to v3, EndTxn up to v3, Produce up to v9), so every client here
+AddPartitionsToTxn up to v4 (for brokers), EndTxn up to v3, Produce up to v9), so every client here
 registers a transaction's partitions with AddPartitionsToTxn, as the breakdown's column
 shows for all of them.
 

@@ -75,6 +75,28 @@ def test_open_transactions_hold_the_last_stable_offset(tmp_path: Path) -> None:
     assert log.aborted_transactions(0, 2) == []
 
 
+def test_a_verification_guard_lasts_until_the_producer_writes(tmp_path: Path) -> None:
+    """KIP-890's guard: a leader asks the coordinator, then appends only if no batch or
+    marker of the producer came in meanwhile (which would end the transaction the answer
+    was about), unless the producer's transaction is open in the partition anyway."""
+    log = open_log(tmp_path)
+    ongoing = log.producer_state.transactions
+    guard = ongoing.guard(1)
+    assert ongoing.guard(1) is guard  # a retry asks under the same guard
+    assert ongoing.guarded(1, guard) and not ongoing.guarded(1, object())
+    produce(log, 1, 0)  # a verification that came back first: open now
+    assert ongoing.guarded(1, guard)
+    end(log, 1, commit=False)
+    # Asked, then the abort's marker came in before the answer: refused.
+    guard = ongoing.guard(1)
+    end(log, 1, commit=False)
+    assert not ongoing.guarded(1, guard)
+    guard = ongoing.guard(1)
+    ongoing.drop_guard(1, guard)  # refused by the coordinator
+    assert not ongoing.guarded(1, guard)
+    assert ongoing.guard(2) is not ongoing.guard(1)
+
+
 def test_a_marker_of_an_older_epoch_is_fenced(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     log.append_as_leader(txn_batch(3, 0, epoch=2), 0, origin=TXN)

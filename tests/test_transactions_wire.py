@@ -69,7 +69,10 @@ class Client:
         return error
 
     def produce(self, txn: str | None, topic: str, records: bytes) -> int:
-        body = produce_request(topic, 0, records)
+        return self.produce_to(txn, topic, 0, records)
+
+    def produce_to(self, txn: str | None, topic: str, partition: int, records: bytes) -> int:
+        body = produce_request(topic, partition, records)
         body = body.__class__(transactional_id=txn, acks=body.acks, timeout=body.timeout,
                               topic_data=body.topic_data)
         answer = self.connection.request(ApiKey.PRODUCE, 9, body)
@@ -96,7 +99,9 @@ def test_every_advertised_transaction_version(broker: BrokerProcess, topic_name:
     with WireConnection(broker.bootstrap) as connection:
         client = Client(connection)
         versions = {key: advertised_versions(connection, key) for key in TXN_APIS}
-        assert set(versions.values()) == {range(0, 4)}
+        # AddPartitionsToTxn v4 is the brokers' (test_leaders_verify_with_add_partitions_v4).
+        assert versions == {**dict.fromkeys(TXN_APIS, range(0, 4)),
+                            ApiKey.ADD_PARTITIONS_TO_TXN: range(0, 5)}
         for version in advertised_versions(connection, ApiKey.INIT_PRODUCER_ID):
             txn = f"init-{version}-{uuid.uuid4().hex[:8]}"
             first = client.init(txn, version=version)
@@ -157,6 +162,65 @@ def test_every_advertised_transaction_version(broker: BrokerProcess, topic_name:
             assert (got.error_code, got.last_stable_offset) == (0, offset), version
             assert [(a.producer_id, a.first_offset)
                     for a in got.aborted_transactions] == aborted, version
+
+
+def _verify(client: Client, txn: str, pid: int, epoch: int,
+            partitions: dict[str, tuple[int, ...]], verify_only: bool = True
+            ) -> dict[tuple[str, int], int]:
+    """AddPartitionsToTxn v4, as a partition leader sends it: one transaction."""
+    key = ApiKey.ADD_PARTITIONS_TO_TXN
+    topics = tuple(versioned_request(key, 4, "AddPartitionsToTxnTopic", name=name,
+                                     partitions=indexes)
+                   for name, indexes in partitions.items())
+    transaction = versioned_request(key, 4, "AddPartitionsToTxnTransaction",
+                                    transactional_id=txn, producer_id=pid, producer_epoch=epoch,
+                                    verify_only=verify_only, topics=topics)
+    answer = client.request(key, 4, "AddPartitionsToTxnRequest", transactions=(transaction,))
+    assert answer.error_code == 0
+    (result,) = answer.results_by_transaction
+    assert result.transactional_id == txn
+    return {(topic.name, p.partition_index): p.partition_error_code
+            for topic in result.topic_results for p in topic.results_by_partition}
+
+
+def test_leaders_verify_with_add_partitions_v4(broker: BrokerProcess, topic_name: str) -> None:
+    """What a partition leader on another broker asks before a producer's first
+    transactional batch (KIP-890): VerifyOnly answers from the coordinator's memory,
+    adding nothing, with Kafka 3.7's codes."""
+    create_topic(broker.bootstrap, topic_name, 3)
+    txn = f"verify-{uuid.uuid4().hex[:8]}"
+    with WireConnection(broker.bootstrap) as connection:
+        client = Client(connection)
+        _, pid, epoch = client.init(txn)
+        every = {topic_name: (0, 1)}
+        every_tp = [(topic_name, 0), (topic_name, 1)]
+        # No transaction yet: nothing is in it.
+        assert _verify(client, txn, pid, epoch, every) == dict.fromkeys(
+            every_tp, ErrorCode.invalid_txn_state)
+        assert client.add_partition(3, txn, pid, epoch, topic_name, 0) == 0
+        assert _verify(client, txn, pid, epoch, every) == {
+            (topic_name, 0): ErrorCode.none, (topic_name, 1): ErrorCode.invalid_txn_state}
+        # Verifying added nothing: partition 1 is still refused a transactional batch.
+        batch = transactional_batch(pid, epoch, 0, [b"x"])
+        assert client.produce_to(txn, topic_name, 1, batch) == ErrorCode.invalid_txn_state
+        assert _verify(client, txn, pid + 1, epoch, every) == dict.fromkeys(
+            every_tp, ErrorCode.invalid_producer_id_mapping)
+        assert _verify(client, txn, pid, epoch + 1, every) == dict.fromkeys(
+            every_tp, ErrorCode.producer_fenced)
+        assert _verify(client, "", pid, epoch, every) == dict.fromkeys(
+            every_tp, ErrorCode.invalid_request)
+        # An unknown partition: the others are not attempted.
+        assert _verify(client, txn, pid, epoch, {topic_name: (0, 9)}) == {
+            (topic_name, 0): ErrorCode.operation_not_attempted,
+            (topic_name, 9): ErrorCode.unknown_topic_or_partition}
+        # Without VerifyOnly, v4 adds, as v3 does.
+        assert _verify(client, txn, pid, epoch, {topic_name: (2,)}, verify_only=False) == {
+            (topic_name, 2): ErrorCode.none}
+        assert _verify(client, txn, pid, epoch, {topic_name: (0, 2)}) == {
+            (topic_name, 0): ErrorCode.none, (topic_name, 2): ErrorCode.none}
+        assert client.end(3, txn, pid, epoch, False) == 0
+        wait_until(lambda: _verify(client, txn, pid, epoch, {topic_name: (0,)}) == {
+            (topic_name, 0): ErrorCode.invalid_txn_state}, what="the abort completed")
 
 
 def test_fenced_epochs_are_told_as_each_version_can(broker: BrokerProcess,

@@ -27,6 +27,7 @@ from clients import WireConnection, advertised_versions, versioned_request
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from harness import WAIT_S, Cluster
 from kafka import KafkaProducer
+from test_transactions_wire import Client, transactional_batch
 
 from gregor.cluster.zookeeper_server import ZooKeeperServer
 from gregor.groups.offsets_store import partition_for
@@ -549,3 +550,42 @@ def test_kafka_python_and_aiokafka_transactions(txn_cluster: Cluster) -> None:
     asyncio.run(aiokafka_transactions())
     seen = _committed_view(cluster, topic)
     assert dict(seen) == {"kp_committed": PARTITIONS, "ap_committed": PARTITIONS}
+
+
+def test_a_leader_asks_the_coordinator_before_a_transactional_batch(txn_cluster: Cluster
+                                                                    ) -> None:
+    """KIP-890 across brokers: a partition leader that is not the transaction's
+    coordinator takes a producer's first transactional batch only once the coordinator
+    (AddPartitionsToTxn v4, VerifyOnly) says its transaction added the partition. A stray
+    batch, and a late one of a transaction already committed, are refused, and the
+    partition's LSO does not wait for a marker that would never come."""
+    cluster = txn_cluster
+    topic = "txn-verified"
+    cluster.create_topic(topic, partitions=PARTITIONS)
+    transactional_id = f"verified-{uuid.uuid4().hex[:8]}"
+    _wait(lambda: _coordinator(cluster, transactional_id) > 0, "a transaction coordinator")
+    coordinator = _coordinator(cluster, transactional_id)
+    partition = next(p for p in range(PARTITIONS) if cluster.leader(topic, p) != coordinator)
+    leader = cluster.leader(topic, partition)
+    with WireConnection(cluster.brokers[coordinator].bootstrap) as at_coordinator, \
+            WireConnection(cluster.brokers[leader].bootstrap) as at_leader:
+        client, writer = Client(at_coordinator), Client(at_leader)
+        error, pid, epoch = client.init(transactional_id)
+        assert error == ErrorCode.none
+
+        def produce(sequence: int, value: bytes) -> int:
+            return writer.produce_to(transactional_id, topic, partition,
+                                     transactional_batch(pid, epoch, sequence, [value]))
+
+        assert produce(0, b"stray") == ErrorCode.invalid_txn_state
+        assert client.add_partition(3, transactional_id, pid, epoch, topic, partition) == 0
+        assert produce(0, b"in-1") == ErrorCode.none
+        assert produce(1, b"in-2") == ErrorCode.none
+        assert client.end(3, transactional_id, pid, epoch, True) == ErrorCode.none
+        _wait(lambda: _state(cluster, coordinator, transactional_id) == "CompleteCommit",
+              "the commit's markers")
+        # A request of the committed transaction that arrives late (a retry, a slow
+        # network): its marker is written already, and none would follow this batch.
+        assert produce(2, b"late") == ErrorCode.invalid_txn_state
+    read = read_partitions(cluster.bootstrap, topic, PARTITIONS, isolation="read_committed")
+    assert [value for _, value in read[partition]] == [b"in-1", b"in-2"]

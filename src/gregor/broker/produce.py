@@ -9,8 +9,10 @@ high watermark moves with the append, so nothing waits. A partition whose
 once that is done (on the broker's flusher thread), whatever the acks.
 
 A request naming a transactional id may write transactional batches, into the
-partitions its producer's ongoing transaction added (checked with the transaction
-coordinator when it is this broker).
+partitions its producer's ongoing transaction added: checked for every batch when the
+transaction coordinator is this broker, and otherwise asked of the coordinator before a
+producer's first batch in a partition where it has no transaction open (KIP-890,
+:mod:`gregor.transactions.verification`).
 """
 
 from __future__ import annotations
@@ -55,7 +57,12 @@ def _refusal(broker: Broker, body) -> tuple[ErrorCode, str] | None:
     return None
 
 
-def _append(broker: Broker, request: Request, topic: str, data
+# A partition's verification by the transaction's coordinator elsewhere: the Produce
+# error it came to, and the guard it was asked under.
+_Verified = dict[tuple[str, int], tuple[ErrorCode, object]]
+
+
+def _append(broker: Broker, request: Request, topic: str, data, verified: _Verified
             ) -> tuple[_PartitionResult, Partition | None, int]:
     """Append one partition's batches; return the answer, with the partition and the
     offset its high watermark must reach for acks=all (None, -1 if refused)."""
@@ -73,7 +80,7 @@ def _append(broker: Broker, request: Request, topic: str, data
     origin = AppendOrigin.CLIENT
     transactional_id = request.body.transactional_id
     if transactional_id is not None:
-        refused = _unverified(broker, transactional_id, topic, data)
+        refused = _unverified(broker, transactional_id, topic, data, partition, verified)
         if refused is not None:
             return refused, None, -1
         origin = AppendOrigin.TRANSACTIONAL_CLIENT
@@ -100,8 +107,8 @@ def _append(broker: Broker, request: Request, topic: str, data
     return answer, partition, result.last_offset + 1
 
 
-def _unverified(broker: Broker, transactional_id: str, topic: str, data
-                ) -> _PartitionResult | None:
+def _unverified(broker: Broker, transactional_id: str, topic: str, data,
+                partition: Partition, verified: _Verified) -> _PartitionResult | None:
     """Refuse transactional batches into a partition their transaction has not added:
     no marker would ever end them there, and the partition's LSO would stall."""
     try:
@@ -113,12 +120,64 @@ def _unverified(broker: Broker, transactional_id: str, topic: str, data
     if header.is_control:
         return _PartitionResult(ErrorCode.invalid_record,
                                 "control batches are written by the broker only")
-    error = broker.transaction_coordinator.verify_partition(
-        transactional_id, header.producer_id, header.producer_epoch, (topic, data.index))
-    if error is None:
+    answer = verified.get((topic, data.index))
+    if answer is None:
+        error = broker.transaction_coordinator.verify_partition(
+            transactional_id, header.producer_id, header.producer_epoch, (topic, data.index))
+    else:
+        error, guard = answer
+        ongoing = partition.log.producer_state.transactions
+        if error == ErrorCode.none and not ongoing.guarded(header.producer_id, guard):
+            # A marker of the producer came in while the coordinator was asked: the
+            # transaction it answered about is over.
+            error = ErrorCode.invalid_txn_state
+        if error != ErrorCode.none:
+            ongoing.drop_guard(header.producer_id, guard)
+    if error is None or error == ErrorCode.none:
         return None
+    producer = f"producer {header.producer_id} epoch {header.producer_epoch}"
+    if error == ErrorCode.not_enough_replicas:
+        return _PartitionResult(error, f"the transaction coordinator of {producer} could not "
+                                       f"say yet whether {topic}-{data.index} is in its "
+                                       "transaction")
     return _PartitionResult(error, f"{topic}-{data.index} is not in an ongoing transaction of "
-                                   f"producer {header.producer_id} epoch {header.producer_epoch}")
+                                   f"{producer}")
+
+
+async def _verify_elsewhere(broker: Broker, transactional_id: str, body) -> _Verified:
+    """Ask the transaction's coordinator, when it is another broker, about each partition
+    led here whose batch is the producer's first there since its last transaction ended
+    (with a transaction open in it, the partition is known to be in it)."""
+    coordinator = broker.transaction_coordinator
+    if coordinator.coordinates(transactional_id):
+        return {}
+    asked: dict[tuple[str, int], object] = {}
+    producers: set[tuple[int, int]] = set()
+    for topic in body.topic_data:
+        for data in topic.partition_data:
+            partition = broker.replica_manager.get(topic.name, data.index)
+            if partition is None or not partition.is_leader or data.records is None:
+                continue
+            try:
+                header = record_batch.read_header(data.records)
+            except InvalidRecordBatch:
+                continue
+            ongoing = partition.log.producer_state.transactions
+            if (not header.is_transactional or header.is_control
+                    or header.producer_id in ongoing.first_offsets):
+                continue
+            producers.add((header.producer_id, header.producer_epoch))
+            asked[(topic.name, data.index)] = ongoing.guard(header.producer_id)
+    if not asked:
+        return {}
+    if len(producers) > 1:
+        # One transactional id has one producer: Kafka refuses such a request whole.
+        return {tp: (ErrorCode.invalid_producer_id_mapping, guard)
+                for tp, guard in asked.items()}
+    ((producer_id, producer_epoch),) = producers
+    errors = await coordinator.verifier.verify(transactional_id, producer_id, producer_epoch,
+                                               list(asked))
+    return {tp: (errors[tp], guard) for tp, guard in asked.items()}
 
 
 def _settle(waits: list[tuple[_PartitionResult, Partition, int]], errors: list[ErrorCode]
@@ -151,6 +210,9 @@ async def handle(broker: Broker, request: Request):
     body = request.body
     metrics = broker.metrics
     refusal = _refusal(broker, body)
+    verified: _Verified = {}
+    if body.transactional_id is not None and refusal is None:
+        verified = await _verify_elsewhere(broker, body.transactional_id, body)
     appended: list[tuple[str, list[tuple[int, _PartitionResult]]]] = []
     waits = []
     flushes = []
@@ -160,7 +222,8 @@ async def handle(broker: Broker, request: Request):
             if refusal is not None:
                 result, partition = _PartitionResult(*refusal), None
             else:
-                result, partition, required = _append(broker, request, topic.name, data)
+                result, partition, required = _append(broker, request, topic.name, data,
+                                                      verified)
             if partition is not None:
                 if body.acks == -1:
                     waits.append((result, partition, required))

@@ -41,30 +41,60 @@ def _partition_exists(broker: Broker, topic: str, index: int) -> bool:
     return meta is not None and not meta.internal and 0 <= index < len(meta.partitions)
 
 
-async def handle_add_partitions(broker: Broker, request: Request):
-    key, version, body = ApiKey.ADD_PARTITIONS_TO_TXN, request.version, request.body
-    asked = [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions]
+async def _add_or_verify(broker: Broker, version: int, transactional_id: str,
+                         producer_id: int, producer_epoch: int, asked: list[tuple[str, int]],
+                         verify_only: bool) -> dict[tuple[str, int], ErrorCode]:
+    """One transaction's partitions: added to it, or (v4's VerifyOnly, from a partition
+    leader) checked to be in it."""
     unknown = {tp for tp in asked if not _partition_exists(broker, *tp)}
     if unknown:
         # As in Kafka: nothing is added when any partition is unknown.
-        errors = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
-                  else ErrorCode.operation_not_attempted for tp in asked}
-    else:
-        error = await _error_of(key, version, broker.transaction_coordinator.add_partitions(
-            body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
-            body.v3_and_below_producer_epoch, asked))
-        errors = dict.fromkeys(asked, error)
+        return {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
+                else ErrorCode.operation_not_attempted for tp in asked}
+    coordinator = broker.transaction_coordinator
+    if verify_only:
+        return coordinator.verify_partitions(transactional_id, producer_id, producer_epoch,
+                                             asked)
+    error = await _error_of(ApiKey.ADD_PARTITIONS_TO_TXN, version, coordinator.add_partitions(
+        transactional_id, producer_id, producer_epoch, asked))
+    return dict.fromkeys(asked, error)
+
+
+def _topic_results(version: int, errors: dict[tuple[str, int], ErrorCode]) -> tuple:
+    key = ApiKey.ADD_PARTITIONS_TO_TXN
     by_topic: dict[str, list[tuple[int, ErrorCode]]] = {}
     for (topic, index), error in errors.items():
         by_topic.setdefault(topic, []).append((index, error))
     partition_cls = nested(key, version, "AddPartitionsToTxnPartitionResult")
     topic_cls = nested(key, version, "AddPartitionsToTxnTopicResult")
+    return tuple(build(topic_cls, name=name, results_by_partition=tuple(
+                     build(partition_cls, partition_index=index, partition_error_code=error)
+                     for index, error in results))
+                 for name, results in by_topic.items())
+
+
+async def handle_add_partitions(broker: Broker, request: Request):
+    """v0-3 from producers: one transaction's partitions added. v4 from partition leaders
+    (Kafka's brokers send nothing older, its clients nothing newer than v3): a batch of
+    transactions, each added or, with VerifyOnly, checked."""
+    key, version, body = ApiKey.ADD_PARTITIONS_TO_TXN, request.version, request.body
+    if version < 4:
+        errors = await _add_or_verify(
+            broker, version, body.v3_and_below_transactional_id,
+            body.v3_and_below_producer_id, body.v3_and_below_producer_epoch,
+            [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions], False)
+        return build(response_schema(key, version), throttle_time=_NO_THROTTLE,
+                     results_by_topic_v3_and_below=_topic_results(version, errors))
+    result_cls = nested(key, version, "AddPartitionsToTxnResult")
+    results = []
+    for txn in body.transactions:
+        errors = await _add_or_verify(
+            broker, version, txn.transactional_id, txn.producer_id, txn.producer_epoch,
+            [(t.name, p) for t in txn.topics for p in t.partitions], txn.verify_only)
+        results.append(build(result_cls, transactional_id=txn.transactional_id,
+                             topic_results=_topic_results(version, errors)))
     return build(response_schema(key, version), throttle_time=_NO_THROTTLE,
-                 results_by_topic_v3_and_below=tuple(
-                     build(topic_cls, name=name, results_by_partition=tuple(
-                         build(partition_cls, partition_index=index, partition_error_code=error)
-                         for index, error in results))
-                     for name, results in by_topic.items()))
+                 error_code=ErrorCode.none, results_by_transaction=tuple(results))
 
 
 async def handle_add_offsets(broker: Broker, request: Request):
@@ -187,7 +217,7 @@ async def handle_list(broker: Broker, request: Request):
 
 
 ROUTES: dict[int, Route] = {
-    ApiKey.ADD_PARTITIONS_TO_TXN: Route(handle_add_partitions, 0, 3),
+    ApiKey.ADD_PARTITIONS_TO_TXN: Route(handle_add_partitions, 0, 4),
     ApiKey.ADD_OFFSETS_TO_TXN: Route(handle_add_offsets, 0, 3),
     ApiKey.END_TXN: Route(handle_end_txn, 0, 3),
     ApiKey.TXN_OFFSET_COMMIT: Route(handle_txn_offset_commit, 0, 3),

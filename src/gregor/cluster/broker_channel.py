@@ -80,3 +80,32 @@ class BrokerChannel:
 
 def _connected(_: FrameProtocol) -> None:
     """Nothing to start: the channel reads its answers itself."""
+
+
+class BrokerChannels:
+    """A channel to each other broker, opened on first use, with one request at a time
+    on each: for a broker's own requests to the others besides fetching (a
+    coordinator's markers, a leader's questions to transaction coordinators)."""
+
+    def __init__(self, address: Callable[[int], tuple[str, int] | None], timeout_s: float,
+                 source_address: str | None = None) -> None:
+        self._address = address
+        self.timeout_s = timeout_s
+        self._source_address = source_address
+        self._channels: dict[int, tuple[BrokerChannel, asyncio.Lock]] = {}
+
+    async def request(self, broker_id: int, api_key: int, version: int, body: Any) -> Any:
+        """The answer of broker ``broker_id``; ChannelError if it gave none."""
+        entry = self._channels.get(broker_id)
+        if entry is None:
+            entry = (BrokerChannel(broker_id, self._address, self.timeout_s,
+                                   self._source_address), asyncio.Lock())
+            self._channels[broker_id] = entry
+        channel, lock = entry
+        async with lock:
+            return await channel.request(api_key, version, body)
+
+    def close(self) -> None:
+        for channel, _ in self._channels.values():
+            channel.close()
+        self._channels.clear()

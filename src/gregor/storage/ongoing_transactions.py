@@ -16,17 +16,40 @@ from gregor.storage.transaction_index import AbortedTxn
 class OngoingTransactions:
     def __init__(self) -> None:
         self.first_offsets: dict[int, int] = {}
+        # KIP-890's verification guards, by producer id: a leader that asks the
+        # transaction coordinator whether a producer's transaction added this partition
+        # appends the producer's batch afterwards only if no transactional batch or
+        # marker of that producer was written meanwhile (a marker in between would end
+        # the transaction the answer was about).
+        self._guards: dict[int, object] = {}
 
     def begin(self, producer_id: int, offset: int) -> None:
         """A transactional batch at ``offset``: it opens the producer's transaction unless
         one is open already."""
         self.first_offsets.setdefault(producer_id, offset)
+        self._guards.pop(producer_id, None)
+
+    def guard(self, producer_id: int) -> object:
+        """The guard of a verification about to be asked for (the pending one's, if any)."""
+        return self._guards.setdefault(producer_id, object())
+
+    def guarded(self, producer_id: int, guard: object) -> bool:
+        """Whether the producer's batch may be appended on the strength of a verification
+        begun with ``guard``: its transaction is open here, or nothing of it was written
+        since."""
+        return producer_id in self.first_offsets or self._guards.get(producer_id) is guard
+
+    def drop_guard(self, producer_id: int, guard: object) -> None:
+        """A verification that failed: its guard is of no further use."""
+        if self._guards.get(producer_id) is guard:
+            del self._guards[producer_id]
 
     def complete(self, producer_id: int, marker_offset: int) -> AbortedTxn | None:
         """A marker at ``marker_offset`` ends the producer's transaction. Returns the
         entry the aborted-transaction index would need (whatever the marker's type),
         None when the producer had nothing open (a marker written twice, or for a
         partition where the transaction wrote nothing)."""
+        self._guards.pop(producer_id, None)
         first = self.first_offsets.pop(producer_id, None)
         if first is None:
             return None

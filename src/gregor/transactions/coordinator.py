@@ -45,6 +45,7 @@ from gregor.transactions.state_log import (
     StateLogError,
     TransactionStateLog,
 )
+from gregor.transactions.verification import TransactionVerifier
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,10 @@ class TransactionCoordinator:
         self.markers = TransactionMarkerChannel(
             config.node_id, lambda: controller.image, replica_manager, groups, broker_address,
             config["request.timeout.ms"] / 1000, _MARKER_RETRY_BACKOFF_S,
+            config.source_address)
+        # This broker's questions, as a partition leader, to the coordinators of others.
+        self.verifier = TransactionVerifier(
+            config.node_id, self.state_log, broker_address, config["request.timeout.ms"] / 1000,
             config.source_address)
         self.max_timeout_ms = config["transaction.max.timeout.ms"]
         self.expiration_ms = config["transactional.id.expiration.ms"]
@@ -182,6 +187,7 @@ class TransactionCoordinator:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.markers.close()
+        self.verifier.close()
 
     def _lock(self, transactional_id: str) -> asyncio.Lock:
         return self._locks.setdefault(transactional_id, asyncio.Lock())
@@ -213,7 +219,7 @@ class TransactionCoordinator:
         if await self.state_log.ensure_topic():
             await self.start()
 
-    def _coordinates(self, transactional_id: str) -> bool:
+    def coordinates(self, transactional_id: str) -> bool:
         """Whether the id's partition is led and loaded here."""
         index = self.state_log.partition_for(transactional_id)
         return index in self.epochs and index not in self.loading
@@ -306,14 +312,44 @@ class TransactionCoordinator:
                 meta, state=TransactionState.ONGOING, partitions=added,
                 start_ms=meta.start_ms if ongoing else now, last_update_ms=now))
 
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[TopicPartition]
+                          ) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn v4 with VerifyOnly, which a partition leader sends before
+        the first transactional batch of a producer it has no transaction open for
+        (KIP-890): whether the id's ongoing transaction added each partition, from
+        memory, writing nothing. The checks and codes of Kafka 3.7's
+        handleVerifyPartitionsInTransaction; an error of the id holds for each of its
+        partitions."""
+        tps = list(partitions)
+        error = ErrorCode.none
+        index = self.state_log.partition_for(transactional_id) if transactional_id else -1
+        meta = self.transactions.get(transactional_id)
+        if not transactional_id:
+            error = ErrorCode.invalid_request
+        elif index in self.loading:
+            error = ErrorCode.coordinator_load_in_progress
+        elif index not in self.epochs:
+            error = ErrorCode.not_coordinator
+        elif meta is None or meta.producer_id != producer_id:
+            error = ErrorCode.invalid_producer_id_mapping
+        elif meta.producer_epoch != producer_epoch:
+            error = ErrorCode.producer_fenced
+        elif meta.state.is_prepare:
+            error = ErrorCode.concurrent_transactions
+        if error != ErrorCode.none or meta is None:
+            return dict.fromkeys(tps, error)
+        return {tp: ErrorCode.none if tp in meta.partitions else ErrorCode.invalid_txn_state
+                for tp in tps}
+
     def verify_partition(self, transactional_id: str, producer_id: int, producer_epoch: int,
                          tp: TopicPartition) -> ErrorCode | None:
-        """Whether a transactional produce may write to ``tp`` (KIP-890's check): only
-        into a partition its ongoing transaction added, or the LSO would stall for
-        want of a marker. Checked only where the id is coordinated: elsewhere the
-        write is taken as Kafka before 3.6 takes it (KIP-890 asks the coordinator
-        with AddPartitionsToTxn v4, which gregor does not serve)."""
-        if not self._coordinates(transactional_id):
+        """Whether a transactional produce may write to ``tp``: only into a partition its
+        ongoing transaction added, or the LSO would stall for want of a marker. Checked
+        for every batch where the id is coordinated (None elsewhere: the partition's
+        leader asks the coordinator with AddPartitionsToTxn v4 instead,
+        :class:`~gregor.transactions.verification.TransactionVerifier`)."""
+        if not self.coordinates(transactional_id):
             return None
         meta = self.transactions.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
@@ -330,7 +366,7 @@ class TransactionCoordinator:
         """TxnOffsetCommit: the producer holds the id and added the group's offsets
         (known only where the id is coordinated; the group's coordinator may be another
         broker, which takes the offsets as Kafka's does, on the producer's word)."""
-        if not self._coordinates(transactional_id):
+        if not self.coordinates(transactional_id):
             return None
         try:
             meta = self._current(transactional_id, producer_id, producer_epoch)

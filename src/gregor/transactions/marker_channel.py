@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 
 from kio.schema.write_txn_markers.v1 import request as markers_request
 
-from gregor.cluster.broker_channel import BrokerChannel, ChannelError
+from gregor.cluster.broker_channel import BrokerChannels, ChannelError
 from gregor.cluster.metadata_image import MetadataImage
 from gregor.cluster.partition_state import NO_LEADER
 from gregor.cluster.replica_manager import ReplicaManager
@@ -60,12 +60,11 @@ class TransactionMarkerChannel:
         self._image = image
         self.replica_manager = replica_manager
         self.groups = groups
-        self._broker_address = broker_address
         self.timeout_s = timeout_s
         self.backoff_s = backoff_s
-        self._source_address = source_address
-        # One connection per destination broker, one request on it at a time.
-        self._channels: dict[int, tuple[BrokerChannel, asyncio.Lock]] = {}
+        # A margin over the leader's own wait, so that it answers rather than we give up
+        # on it.
+        self._channels = BrokerChannels(broker_address, timeout_s + 5.0, source_address)
 
     async def write(self, producer_id: int, producer_epoch: int, commit: bool,
                     coordinator_epoch: int, partitions: Iterable[TopicPartition],
@@ -125,12 +124,10 @@ class TransactionMarkerChannel:
                                           producer_epoch, commit, coordinator_epoch,
                                           self.timeout_s)
             return dict(zip(tps, written, strict=True))
-        channel, lock = self._channel(leader)
         request = _request(tps, producer_id, producer_epoch, commit, coordinator_epoch)
         try:
-            async with lock:
-                answer = await channel.request(ApiKey.WRITE_TXN_MARKERS,
-                                               WRITE_TXN_MARKERS_VERSION, request)
+            answer = await self._channels.request(leader, ApiKey.WRITE_TXN_MARKERS,
+                                                  WRITE_TXN_MARKERS_VERSION, request)
         except ChannelError as exc:
             log.info("producer %d: markers to broker %d failed: %s", producer_id, leader, exc)
             return dict.fromkeys(tps, ErrorCode.request_timed_out)
@@ -142,20 +139,8 @@ class TransactionMarkerChannel:
                         partition.error_code)
         return errors
 
-    def _channel(self, broker_id: int) -> tuple[BrokerChannel, asyncio.Lock]:
-        entry = self._channels.get(broker_id)
-        if entry is None:
-            # A margin over the leader's own wait, so that it answers rather than we
-            # give up on it.
-            entry = (BrokerChannel(broker_id, self._broker_address, self.timeout_s + 5.0,
-                                   self._source_address), asyncio.Lock())
-            self._channels[broker_id] = entry
-        return entry
-
     def close(self) -> None:
-        for channel, _ in self._channels.values():
-            channel.close()
-        self._channels.clear()
+        self._channels.close()
 
 
 def _request(tps: list[TopicPartition], producer_id: int, producer_epoch: int, commit: bool,
