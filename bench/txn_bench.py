@@ -708,7 +708,7 @@ five round trips a transaction, where its idempotent producer makes one per 1,00
 records. What sets its pace is its own encoding of the records: in one transaction
 traced with its debug log (2026-11-28, scratch, not kept), 25 ms passed between
 AddPartitionsToTxn's answer and the Produce request of the 1,000 records, which the
-broker answered in 3 ms; the four other round trips took 1-1.5 ms each. So the
+broker answered in 3 ms; the four other round trips took 0.8-1.4 ms each. So the
 transactions' requests are a few ms of a transaction's 30, and the row meets the target
 because KafkaJS is slow per record (it encodes 1,000 records in about the time
 librdkafka's idempotent producer sends ten times as many), not because the broker does
