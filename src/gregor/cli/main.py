@@ -1,10 +1,22 @@
 """Entry point of the ``gregor`` command: one sub-command module per area."""
 
+# ruff: noqa: E402 - the imports wait for the check below
 from __future__ import annotations
+
+import sys
+
+if __name__ == "__main__":
+    # Run as a program (``python -m gregor.cli.main``: brokers, and every command the
+    # tests run), never imported: kio imports Hypothesis whenever it can, to register
+    # strategies for its types, which nothing here uses. Where Hypothesis is installed
+    # (a test or development environment) that import was half a second of every
+    # command's and broker's start; this process never needs it.
+    if "hypothesis" not in sys.modules:
+        # None in sys.modules is the import system's "cannot be imported".
+        sys.modules["hypothesis"] = None  # type: ignore[assignment]
 
 import argparse
 import os
-import sys
 
 from confluent_kafka import KafkaException
 
