@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install KafkaJS (the Node.js client, with its snappy codec) into node/ for
-# tests/test_clients_kafkajs.py and bench.txn_bench. npm ci installs exactly the committed package-lock.json;
-# it runs again only when that file changed (node_modules/.installed holds its hash).
-# Without Node.js and npm this only says so, and those tests are skipped.
+# tests/test_clients_kafkajs.py and bench.txn_bench. npm ci installs exactly the
+# committed package-lock.json; it runs again only when that file changed
+# (node_modules/.installed holds its hash). Without Node.js and npm this only says so:
+# the KafkaJS tests are skipped, and the bench runs without KafkaJS.
 set -euo pipefail
 cd "$(dirname "$0")/../node"
 if ! command -v npm >/dev/null 2>&1; then
