@@ -144,11 +144,12 @@ def _unverified(broker: Broker, transactional_id: str, topic: str, data,
                                    f"{producer}")
 
 
-async def _verify_elsewhere(broker: Broker, transactional_id: str, body) -> _Verified:
+async def _verify_elsewhere(broker: Broker, body) -> _Verified:
     """Ask the transaction's coordinator, when it is another broker, about each partition
     led here whose batch is the producer's first there since its last transaction ended
     (with a transaction open in it, the partition is known to be in it)."""
     coordinator = broker.transaction_coordinator
+    transactional_id = body.transactional_id
     if coordinator.coordinates(transactional_id):
         return {}
     asked: dict[tuple[str, int], object] = {}
@@ -212,7 +213,7 @@ async def handle(broker: Broker, request: Request):
     refusal = _refusal(broker, body)
     verified: _Verified = {}
     if body.transactional_id is not None and refusal is None:
-        verified = await _verify_elsewhere(broker, body.transactional_id, body)
+        verified = await _verify_elsewhere(broker, body)
     appended: list[tuple[str, list[tuple[int, _PartitionResult]]]] = []
     waits = []
     flushes = []

@@ -322,23 +322,19 @@ class TransactionCoordinator:
         handleVerifyPartitionsInTransaction; an error of the id holds for each of its
         partitions."""
         tps = list(partitions)
-        error = ErrorCode.none
-        index = self.state_log.partition_for(transactional_id) if transactional_id else -1
-        meta = self.transactions.get(transactional_id)
-        if not transactional_id:
-            error = ErrorCode.invalid_request
-        elif index in self.loading:
-            error = ErrorCode.coordinator_load_in_progress
-        elif index not in self.epochs:
-            error = ErrorCode.not_coordinator
-        elif meta is None or meta.producer_id != producer_id:
-            error = ErrorCode.invalid_producer_id_mapping
-        elif meta.producer_epoch != producer_epoch:
-            error = ErrorCode.producer_fenced
-        elif meta.state.is_prepare:
-            error = ErrorCode.concurrent_transactions
-        if error != ErrorCode.none or meta is None:
-            return dict.fromkeys(tps, error)
+        try:
+            if not transactional_id:
+                raise TransactionError(ErrorCode.invalid_request)
+            index = self.state_log.partition_for(transactional_id)
+            if index in self.loading:
+                raise TransactionError(ErrorCode.coordinator_load_in_progress)
+            if index not in self.epochs:
+                raise TransactionError(ErrorCode.not_coordinator)
+            meta = self._current(transactional_id, producer_id, producer_epoch)
+        except TransactionError as exc:
+            return dict.fromkeys(tps, exc.error)
+        if meta.state.is_prepare:
+            return dict.fromkeys(tps, ErrorCode.concurrent_transactions)
         return {tp: ErrorCode.none if tp in meta.partitions else ErrorCode.invalid_txn_state
                 for tp in tps}
 

@@ -78,13 +78,15 @@ class TransactionVerifier:
             log.info("verifying the transaction of %s with broker %d failed: %s",
                      transactional_id, coordinator.broker_id, exc)
             return dict.fromkeys(partitions, produce_error(ErrorCode.network_exception))
-        errors = dict.fromkeys(partitions, ErrorCode(answer.error_code)
-                               if answer.error_code else ErrorCode.unknown_server_error)
+        if answer.error_code:
+            return dict.fromkeys(partitions, produce_error(ErrorCode(answer.error_code)))
+        # A partition the answer leaves out was not verified.
+        errors = dict.fromkeys(partitions, ErrorCode.unknown_server_error)
         for result in answer.results_by_transaction:
             for topic in result.topic_results:
                 for partition in topic.results_by_partition:
                     tp = (topic.name, partition.partition_index)
-                    if tp in errors and not answer.error_code:
+                    if tp in errors:
                         errors[tp] = ErrorCode(partition.partition_error_code)
         return {tp: produce_error(error) for tp, error in errors.items()}
 
