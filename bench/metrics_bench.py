@@ -15,7 +15,12 @@ at once, each with clients of its own, on the core they share: the scheduler giv
 each half of it, so records/s on over off is their capacity ratio over the same
 seconds, which drift in the machine's load cannot touch. The two sets of clients swap
 brokers from one run to the next, so that neither broker always has the same ones.
-Per run, records/s on over off, minus one; the verdict is the median over runs with a
+Both brokers are started afresh every :data:`RUNS_PER_START` side-by-side runs: a
+process brings its own hash seed and memory layout, which moved one broker's pace
+against the other's by a point or two for a whole bench run while runs of one start
+agreed, so that an interval over runs of one start was narrower than the spread from
+one bench run to the next. The unit is therefore a start: records/s on over off, minus
+one, averaged over the start's runs; the verdict is the median over starts with a
 distribution-free confidence interval (order statistics of the changes): within 3%
 when the interval's lower end is above -3%, over when its upper end is below,
 otherwise undecided. The broker's CPU per record is shown beside it, paired the same
@@ -50,7 +55,8 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
@@ -85,7 +91,9 @@ TARGET = 0.03
 SCRAPE_COST_SAMPLES = 50
 CONFIDENCE = 0.95
 PAIRS = 4
-SIDE_BY_SIDE = 16
+SIDE_BY_SIDE = 32
+# Side-by-side runs per start of the two brokers: one with each set of clients on each.
+RUNS_PER_START = 2
 # Below this share of its core in a run, the broker was not alone on it.
 BOUND_CORES = 0.9
 # Below this share of a run's window runnable, the broker's event loop waited for clients.
@@ -109,6 +117,7 @@ class Run:
     broker_busy: float  # share of the window its event loop ran or waited for its core
     client_cores: float
     seconds: float
+    start: int  # which start of the broker processes served it
 
 
 @dataclass(frozen=True)
@@ -151,7 +160,7 @@ class Row:
     on_broker_cores: float
     broker_busy: float  # the least of its runs
     client_cores: float
-    pairs: int
+    changes: int  # what the interval is taken over: starts side by side, else pairs
     # on against off, per pair: records/s, and the broker's CPU per record
     throughput: Change
     cpu_per_record: Change
@@ -212,13 +221,16 @@ def _scrape_every_interval(url: str, interval: float, stop: Event,
                            count: Synchronized[int]) -> None:
     os.sched_setaffinity(0, {CLIENT_CPU})
     while not stop.wait(interval):
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            answer.read()
+        try:
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                answer.read()
+        except OSError:
+            continue  # the broker restarting between runs, as Prometheus would see it
         count.value += 1
 
 
 def _measured(jobs: list[tuple[Load, BrokerProcess, Job, bool]], seconds: float,
-              side_by_side: bool) -> list[Run]:
+              side_by_side: bool, started: int) -> list[Run]:
     """Each (load, broker, job, metrics) at once, over the same window."""
     with contextlib.ExitStack() as running:
         for load, _, job, _ in jobs:
@@ -236,7 +248,7 @@ def _measured(jobs: list[tuple[Load, BrokerProcess, Job, bool]], seconds: float,
         runs.append(Run(metrics, f"{kind} {job.size} B", side_by_side, records / wall,
                         broker_cpu / records * 1e6, broker_cpu / wall,
                         (end.broker_runnable - start.broker_runnable) / wall,
-                        (end.client_cpu - start.client_cpu) / wall, wall))
+                        (end.client_cpu - start.client_cpu) / wall, wall, started))
     return runs
 
 
@@ -262,14 +274,14 @@ def _job(broker: BrokerProcess, size: int, fetch: Job | None) -> Iterator[Job]:
 
 
 def _run(loads: list[Load], brokers: list[tuple[BrokerProcess, bool]], size: int,
-         fetches: dict[bool, Job] | None, seconds: float) -> list[Run]:
+         fetches: dict[bool, Job] | None, seconds: float, started: int) -> list[Run]:
     """One run on each broker, at once when there are two (each with its own load);
-    ``fetches`` by metrics on or off, None to produce."""
+    ``fetches`` by metrics on or off, None to produce; ``started``: the brokers' start."""
     with contextlib.ExitStack() as jobs:
         measured = [(load, broker, jobs.enter_context(
             _job(broker, size, None if fetches is None else fetches[metrics])), metrics)
             for load, (broker, metrics) in zip(loads, brokers, strict=False)]
-        return _measured(measured, seconds, len(brokers) > 1)
+        return _measured(measured, seconds, len(brokers) > 1, started)
 
 
 def _filled(load: Load, broker: BrokerProcess, size: int, requests: int) -> Job:
@@ -313,9 +325,12 @@ def measure(quick: bool, pairs: int, side_by_side: int, interval: float, control
     off = BrokerProcess(work / "off").start()
     on = BrokerProcess(work / "on", overrides={} if control else {
         "metrics.listener": "http://127.0.0.1:0/metrics"}).start()
-    assert on.pid is not None and off.pid is not None
-    pin(off.pid, BROKER_CPU)
-    pin(on.pid, BROKER_CPU)
+    if on.metrics_url is not None:
+        on.overrides["metrics.listener"] = on.metrics_url  # the scraper's, at every start
+    both = [(off, False), (on, True)]
+    for broker, _ in both:
+        pin(_pid(broker), BROKER_CPU)
+    starts = 0
     load, second_load = Load(), Load()
     runs: list[Run] = []
     try:
@@ -325,15 +340,18 @@ def measure(quick: bool, pairs: int, side_by_side: int, interval: float, control
                 fetches = {False: _filled(load, off, size, fill),
                            True: _filled(load, on, size, fill)}
                 for consumed in (None, fetches):
-                    both = [(off, False), (on, True)]
                     for broker in both:  # warm-up, not recorded
-                        _run([load], [broker], size, consumed, 1.0)
+                        _run([load], [broker], size, consumed, 1.0, starts)
                     for pair in range(pairs):
                         for broker in both if pair % 2 == 0 else both[::-1]:
-                            runs += _run([load], [broker], size, consumed, seconds)
+                            runs += _run([load], [broker], size, consumed, seconds, starts)
                     for turn in range(side_by_side):
+                        if turn % RUNS_PER_START == 0:
+                            starts += 1
+                            for broker, _ in both:
+                                pin(_pid(broker.restart()), BROKER_CPU)
                         loads = [load, second_load] if turn % 2 == 0 else [second_load, load]
-                        runs += _run(loads, both, size, consumed, seconds)
+                        runs += _run(loads, both, size, consumed, seconds, starts)
         scrapes = 0 if scraper is None else scraper.scrapes
         cost = None if control else scrape_cost(on)
     finally:
@@ -349,10 +367,20 @@ def measure(quick: bool, pairs: int, side_by_side: int, interval: float, control
 
 
 def _row(workload: str, side_by_side: bool, runs: list[Run]) -> Row:
-    """Runs in the order taken: each off run and the on run next to it are a pair."""
+    """Runs in the order taken: each off run and the on run next to it are a pair. Side
+    by side, the pairs of one start of the brokers make one change, their mean; one
+    broker at a time, each pair is one."""
     off = [r for r in runs if not r.metrics]
     on = [r for r in runs if r.metrics]
     pairs = list(zip(off, on, strict=True))
+    units: dict[int, list[tuple[Run, Run]]] = defaultdict(list)
+    for number, (a, b) in enumerate(pairs):
+        units[a.start if side_by_side else number].append((a, b))
+
+    def change(measure: Callable[[Run], float]) -> Change:
+        return Change.paired([statistics.fmean(measure(b) / measure(a) - 1 for a, b in unit)
+                              for unit in units.values()])
+
     return Row(
         workload,
         side_by_side,
@@ -364,9 +392,9 @@ def _row(workload: str, side_by_side: bool, runs: list[Run]) -> Row:
         statistics.median(r.broker_cores for r in on),
         min(r.broker_busy for r in runs),
         statistics.median(r.client_cores for r in runs),
-        len(pairs),
-        Change.paired([b.records_per_s / a.records_per_s - 1 for a, b in pairs]),
-        Change.paired([b.broker_us_per_record / a.broker_us_per_record - 1 for a, b in pairs]))
+        len(units),
+        change(lambda r: r.records_per_s),
+        change(lambda r: r.broker_us_per_record))
 
 
 def report(rows: list[Row]) -> str:
@@ -492,11 +520,12 @@ def _document(table: str, rows: list[Row], pairs: int, side_by_side: int, scrape
 side, one with `metrics.listener` set and scraped every {SCRAPE_INTERVAL_S:g} s by a
 process of its own ({scrapes} scrapes), the interval `monitoring/prometheus.yml` ships,
 one without. The verdict's table: {side_by_side} runs per workload loading both brokers at
-once, on the core they share. The cross-check's: {pairs} pairs of runs per workload, one
+once, on the core they share, both brokers started afresh every {RUNS_PER_START} runs. The
+cross-check's: {pairs} pairs of runs per workload, one
 broker at a time, in ABBA order, after a warm-up run each. A run measures
 {run_seconds(SCRAPE_INTERVAL_S):g} s of steady load after {WARMUP_S:g} s of the same: a whole
-number of scrape intervals, so that each run holds its share of scrapes (the verdict is a median
-over runs, which would leave out scrapes that fell in a few of them).
+number of scrape intervals, so that each run holds its share of scrapes (the verdict is a median,
+which would leave out scrapes that fell in a few of the runs).
 
 {table}
 
@@ -538,18 +567,20 @@ Records/s is what the verdict uses, as the issue words its target, from the runs
 its own, the two sets of clients swapping brokers from one run to the next. The
 scheduler gives each broker half of the core, so records/s on over off is their
 capacity ratio over the same seconds, whatever else the machine does meanwhile. Per
-run, on over off, minus one; the median over the runs and a {coverage:.0%} confidence
-interval that assumes nothing about the changes' distribution (the sign test's: between
-the k-th smallest and k-th largest change). Within 3%: the interval's lower end is
-above -3%; NO: its upper end is below -3%; undecided: the interval straddles -3%, and
-more runs (`--side-by-side`) are needed. The broker's CPU per record (its CPU-time
-clock, to the nanosecond, over the same window; scrapes included) is paired the same
-way beside it.
-The interval treats a run's windows as independent, and it is narrower than the way
-the median moves from one run of the bench to the next: on 2026-11-28, at a scrape
-every 10 s, two runs (16 and then 32 windows a workload, the same code) gave produce
-100 B -2.7% [-4.1%, -1.4%] and -1.0% [-2.8%, +0.0%], produce 1 KiB -0.5% [-1.5%,
-+0.4%] and -2.3% [-3.2%, -1.9%].
+start of the two brokers, on over off, minus one, averaged over its {RUNS_PER_START} runs
+(one with each set of clients on each broker); the median over the starts and a
+{coverage:.0%} confidence interval that assumes nothing about the changes' distribution
+(the sign test's: between the k-th smallest and k-th largest change). Within 3%: the
+interval's lower end is above -3%; NO: its upper end is below -3%; undecided: the
+interval straddles -3%, and more runs (`--side-by-side`) are needed. The broker's CPU
+per record (its CPU-time clock, to the nanosecond, over the same window; scrapes
+included) is paired the same way beside it.
+Why starts rather than runs: a process brings its own hash seed and memory layout,
+and with one start of each broker for the whole bench, an interval over its runs was
+narrower than the way the median moved from one run of the bench to the next: on
+2026-11-28, at a scrape every 10 s, two such runs (16 and then 32 windows a workload,
+the same code) gave produce 100 B -2.7% [-4.1%, -1.4%] and -1.0% [-2.8%, +0.0%], produce
+1 KiB -0.5% [-1.5%, +0.4%] and -2.3% [-3.2%, -1.9%].
 
 **One broker at a time** (the second table, a cross-check): pairs of runs in ABBA order
 (off, on, on, off, ...). Drift in the machine's load between a run and the next moves
