@@ -64,10 +64,13 @@ def _topic_entry(broker: Broker, version: int, topic: TopicMetadata, operations:
 
 
 def _error_entry(version: int, name: str | None, error: ErrorCode,
-                 topic_id: uuid.UUID | None = None):
+                 topic_id: uuid.UUID | None = None, operations: int = _UNKNOWN_OPERATIONS):
+    """A topic that cannot be described. Asked by name, it still gets the operations
+    asked for, as Kafka sets them on every named entry (clients decode them: kafka-python
+    2.3 fails on the "omitted" value's bit 31); asked by an unknown id, they stay omitted."""
     return build(nested(_KEY, version, "MetadataResponseTopic"), error_code=error, name=name,
                  topic_id=topic_id, is_internal=False, partitions=(),
-                 topic_authorized_operations=_UNKNOWN_OPERATIONS)
+                 topic_authorized_operations=operations)
 
 
 def _requested_topics(broker: Broker, request: Request
@@ -111,9 +114,11 @@ async def handle(broker: Broker, request: Request):
             if topic is not None:
                 entries.append(_topic_entry(broker, version, topic, topic_operations))
             elif invalid_topic_reason(name):
-                entries.append(_error_entry(version, name, ErrorCode.invalid_topic_exception))
+                entries.append(_error_entry(version, name, ErrorCode.invalid_topic_exception,
+                                            operations=topic_operations))
             else:
-                entries.append(_error_entry(version, name, ErrorCode.unknown_topic_or_partition))
+                entries.append(_error_entry(version, name, ErrorCode.unknown_topic_or_partition,
+                                            operations=topic_operations))
     return build(
         response_schema(_KEY, version),
         throttle_time=datetime.timedelta(0),
