@@ -183,6 +183,28 @@ def test_confluent_create_partitions(admin: AdminClient, topic_name: str) -> Non
     assert error.code() == KafkaError.INVALID_PARTITIONS
 
 
+@pytest.mark.parametrize("assignment", [[[1]], [[1], [1], [1]], [[1], [7]], [[1, 1], [1, 1]]],
+                         ids=["too-few", "too-many", "unknown-broker", "broker-twice"])
+def test_confluent_create_partitions_with_a_wrong_assignment(admin: AdminClient, topic_name: str,
+                                                             assignment: list[list[int]]) -> None:
+    _create(admin, topic_name, 2)
+    error = _error_of(admin.create_partitions([NewPartitions(
+        topic_name, 4, replica_assignment=assignment)])[topic_name])
+    assert error.code() == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    assert len(admin.list_topics(timeout=TIMEOUT).topics[topic_name].partitions) == 2
+
+
+def test_kafka_python_create_partitions_with_an_assignment(kp_admin: KafkaAdminClient,
+                                                           topic_name: str) -> None:
+    """As kafka-python's own admin test does it, on this broker's id."""
+    kp_admin.create_topics([KpNewTopic(topic_name, 2, 1)])
+    kp_admin.create_partitions({topic_name: KpNewPartitions(4, [[1], [1]])})
+    (description,) = kp_admin.describe_topics([topic_name])
+    assert sorted((p["partition_index"], p["replica_nodes"])
+                  for p in description["partitions"]) == [
+        (0, [1]), (1, [1]), (2, [1]), (3, [1])]
+
+
 def test_confluent_describe_configs(admin: AdminClient, topic_name: str) -> None:
     _create(admin, topic_name, 1, **{"retention.ms": "60000", "cleanup.policy": "compact"})
     configs = _topic_configs(admin, topic_name)

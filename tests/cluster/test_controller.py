@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 
 from gregor.cluster import znodes
+from gregor.cluster.controller import ControllerError
 from gregor.cluster.partition_state import NO_LEADER, PartitionState
 from gregor.cluster.zk_cluster import ZkClusterMember
 from gregor.cluster.zookeeper import ZooKeeperSession
 from gregor.config import BrokerConfig
+from gregor.protocol.errors import ErrorCode
 
 WAIT_S = 10.0
 
@@ -105,6 +107,26 @@ def test_one_controller_and_leaders_from_the_assignment(cluster: Members, run) -
         # Every broker's cache shows the same states.
         await eventually(lambda: all(states(m, "orders") == created.partitions
                                      for m in cluster.members.values()), "caches to agree")
+
+    run(scenario())
+
+
+def test_partitions_added_where_the_client_assigns_them(cluster: Members, run) -> None:
+    async def scenario() -> None:
+        await cluster.start_all(1, 2, 3)
+        admin = cluster.members[2].admin
+        await admin.create_topic("orders", 1, 2, assignment=[(1, 2)])
+        with pytest.raises(ControllerError) as refused:
+            await admin.create_partitions("orders", 3, [(2, 3)])  # one list for two
+        assert refused.value.error == ErrorCode.invalid_replica_assignment
+        with pytest.raises(ControllerError) as refused:
+            await admin.create_partitions("orders", 2, [(3,)])  # the topic has two replicas
+        assert refused.value.error == ErrorCode.invalid_replica_assignment
+        await admin.create_partitions("orders", 3, [(3, 1), (2, 3)])
+        await eventually(lambda: all(
+            [(p.replicas, p.leader) for p in states(m, "orders")] == [
+                ((1, 2), 1), ((3, 1), 3), ((2, 3), 2)]
+            for m in cluster.members.values()), "every cache to see the new partitions")
 
     run(scenario())
 

@@ -109,11 +109,10 @@ async def handle_create_partitions(broker: Broker, request: Request):
     results = []
     for topic in request.body.topics:
         error, message = ErrorCode.none, None
+        # An empty list is no assignment, as kafka-python before 3.0.10 sends it.
+        assignment = [tuple(a.broker_ids) for a in topic.assignments or ()] or None
         try:
-            if topic.assignments:
-                raise ControllerError(ErrorCode.invalid_replica_assignment,
-                                      "manual replica assignment is not supported")
-            await broker.controller.create_partitions(topic.name, topic.count,
+            await broker.controller.create_partitions(topic.name, topic.count, assignment,
                                                       validate_only=request.body.validate_only)
         except ControllerError as exc:
             error, message = exc.error, str(exc)

@@ -51,6 +51,7 @@ class ClusterAdmin(Protocol):
     async def delete_topic(self, name: str) -> TopicMetadata: ...
 
     async def create_partitions(self, name: str, count: int,
+                                assignment: list[tuple[int, ...]] | None = None,
                                 validate_only: bool = False) -> None: ...
 
     async def alter_topic_configs(self, name: str, set_values: Mapping[str, str],
@@ -126,8 +127,12 @@ def _check_assignment(assignment: list[tuple[int, ...]], live: Mapping[int, obje
                                   f"unknown or offline broker(s) {unknown}")
 
 
-def check_new_partition_count(topic: TopicMetadata | None, name: str, count: int
-                              ) -> TopicMetadata:
+def new_partitions(topic: TopicMetadata | None, name: str, count: int,
+                   assignment: list[tuple[int, ...]] | None, racks: Mapping[int, str | None]
+                   ) -> tuple[TopicMetadata, list[tuple[int, ...]]]:
+    """The topic a CreatePartitions grows to ``count``, and the replicas of the partitions
+    it adds: those the client gave (one list per new partition, of the topic's
+    replication factor, on live brokers), or placed here."""
     if topic is None:
         raise ControllerError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
     current = len(topic.partitions)
@@ -138,7 +143,22 @@ def check_new_partition_count(topic: TopicMetadata | None, name: str, count: int
     if count > MAX_PARTITIONS:
         raise ControllerError(ErrorCode.invalid_partitions,
                               f"partition count must not exceed {MAX_PARTITIONS}")
-    return topic
+    replication_factor = len(topic.partitions[0].replicas)
+    if assignment is None:
+        return topic, place_replicas(count - current, replication_factor, racks,
+                                     first_partition=current)
+    if len(assignment) != count - current:
+        raise ControllerError(
+            ErrorCode.invalid_replica_assignment,
+            f"adding {count - current} partition(s) needs as many replica lists, "
+            f"{len(assignment)} given")
+    _check_assignment(assignment, racks)
+    if len(assignment[0]) != replication_factor:
+        raise ControllerError(
+            ErrorCode.invalid_replica_assignment,
+            f"topic {name!r} has {replication_factor} replica(s) per partition, "
+            f"the assignment {len(assignment[0])}")
+    return topic, assignment
 
 
 def changed_topic_configs(config: BrokerConfig, topic: TopicMetadata | None, name: str,
@@ -203,11 +223,11 @@ class SingleNodeController:
         log.info("deleted topic %s", name)
         return topic
 
-    async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
-        topic = check_new_partition_count(self.image.topics.get(name), name, count)
-        current = len(topic.partitions)
-        replicas = place_replicas(count - current, len(topic.partitions[0].replicas),
-                                  self._racks, first_partition=current)
+    async def create_partitions(self, name: str, count: int,
+                                assignment: list[tuple[int, ...]] | None = None,
+                                validate_only: bool = False) -> None:
+        topic, replicas = new_partitions(self.image.topics.get(name), name, count, assignment,
+                                         self._racks)
         if validate_only:
             return
         topic.partitions.extend(_led_by_first(r) for r in replicas)

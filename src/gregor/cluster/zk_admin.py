@@ -24,8 +24,7 @@ from gregor.cluster import znodes
 from gregor.cluster.controller import (
     ControllerError,
     changed_topic_configs,
-    check_new_partition_count,
-    place_replicas,
+    new_partitions,
     validate_new_topic,
 )
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
@@ -115,23 +114,24 @@ class ZkClusterAdmin:
             await self.zk.create(znodes.delete_topic_path(name))
         return topic
 
-    async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
-        topic = check_new_partition_count(self.image.topics.get(name), name, count)
-        current = len(topic.partitions)
-        replicas = place_replicas(count - current, len(topic.partitions[0].replicas),
-                                  self._racks, first_partition=current)
+    async def create_partitions(self, name: str, count: int,
+                                assignment: list[tuple[int, ...]] | None = None,
+                                validate_only: bool = False) -> None:
+        topic, replicas = new_partitions(self.image.topics.get(name), name, count, assignment,
+                                         self._racks)
         if validate_only:
             return
+        current = len(topic.partitions)
         found = await self.zk.get(znodes.topic_path(name))
         if found is None:
             raise ControllerError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
-        assignment = znodes.TopicAssignment.decode(found[0])
-        if len(assignment.replicas) != current:
+        stored = znodes.TopicAssignment.decode(found[0])
+        if len(stored.replicas) != current:
             raise ControllerError(ErrorCode.reassignment_in_progress,
                                   f"topic {name!r} is being changed by another request")
         try:
             await self.zk.set(znodes.topic_path(name), znodes.TopicAssignment(
-                assignment.topic_id, assignment.replicas + tuple(replicas)).encode(),
+                stored.topic_id, stored.replicas + tuple(replicas)).encode(),
                 found[1].version)
         except BadVersionError:
             raise ControllerError(ErrorCode.reassignment_in_progress,
