@@ -24,6 +24,10 @@ from clients import (
 )
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
@@ -32,14 +36,22 @@ from confluent_kafka.admin import (
     NewPartitions,
     NewTopic,
     OffsetSpec,
+    ResourcePatternType,
+    ResourceType,
 )
 from kafka import KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
+from kafka.admin import ACLFilter as KpACLFilter
+from kafka.admin import ACLOperation as KpACLOperation
+from kafka.admin import ACLPermissionType as KpACLPermissionType
+from kafka.admin import ACLResourcePatternType as KpACLResourcePatternType
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 from kafka.admin import NewPartitions as KpNewPartitions
 from kafka.admin import NewTopic as KpNewTopic
 from kafka.admin import OffsetSpec as KpOffsetSpec
+from kafka.admin import ResourcePatternFilter as KpResourcePatternFilter
+from kafka.admin import ResourceType as KpResourceType
 
 from gregor.broker.process import BrokerProcess
 from gregor.protocol.api_keys import ApiKey
@@ -302,6 +314,28 @@ def test_confluent_authorized_operations(admin: AdminClient, broker: BrokerProce
         "IDEMPOTENT_WRITE"}
 
 
+def test_acls_as_kafka_without_an_authorizer(admin: AdminClient, kp_admin: KafkaAdminClient,
+                                            topic_name: str) -> None:
+    """No authorizer, as Kafka's default: every ACL call says security is disabled."""
+    acl = AclBinding(ResourceType.TOPIC, topic_name, ResourcePatternType.LITERAL, "User:alice",
+                     "*", AclOperation.READ, AclPermissionType.ALLOW)
+    match_all = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                 AclOperation.ANY, AclPermissionType.ANY)
+    for future in (admin.create_acls([acl])[acl], admin.delete_acls([match_all])[match_all]):
+        error = _error_of(future)
+        assert error.code() == KafkaError.SECURITY_DISABLED
+        assert "No Authorizer is configured" in error.str()
+    # librdkafka reads DescribeAcls' error and drops it (2.16: an empty list, as from
+    # Kafka); kafka-python reports it.
+    assert admin.describe_acls(match_all).result(TIMEOUT) == []
+    with pytest.raises(kafka.errors.SecurityDisabledError, match="No Authorizer"):
+        kp_admin.describe_acls(KpACLFilter(
+            principal=None, host="*", operation=KpACLOperation.ANY,
+            permission_type=KpACLPermissionType.ANY,
+            resource_pattern=KpResourcePatternFilter(KpResourceType.TOPIC, topic_name,
+                                                     KpACLResourcePatternType.LITERAL)))
+
+
 def test_confluent_list_offsets_and_delete_records(admin: AdminClient, broker: BrokerProcess,
                                                    topic_name: str) -> None:
     _create(admin, topic_name)
@@ -551,6 +585,25 @@ def test_every_advertised_admin_version(broker: BrokerProcess, topic_name: str) 
         answer = request(ApiKey.DESCRIBE_CLUSTER, 1, "DescribeClusterRequest",
                          include_cluster_authorized_operations=False, endpoint_type=2)
         assert answer.error_code == ErrorCode.mismatched_endpoint_type
+
+        acl_filter = {"resource_type_filter": 1, "resource_name_filter": None,  # any
+                      "pattern_type_filter": 1, "principal_filter": None, "host_filter": None,
+                      "operation": 1, "permission_type": 1}
+        for version in advertised_versions(connection, ApiKey.DESCRIBE_ACLS):
+            answer = request(ApiKey.DESCRIBE_ACLS, version, "DescribeAclsRequest", **acl_filter)
+            assert answer.error_code == ErrorCode.security_disabled
+        for version in advertised_versions(connection, ApiKey.CREATE_ACLS):
+            creation = versioned_request(ApiKey.CREATE_ACLS, version, "AclCreation",
+                                         resource_type=2, resource_name=topic_name,
+                                         resource_pattern_type=3, principal="User:alice",
+                                         host="*", operation=3, permission_type=3)
+            answer = request(ApiKey.CREATE_ACLS, version, "CreateAclsRequest",
+                             creations=(creation, creation))
+            assert [r.error_code for r in answer.results] == [ErrorCode.security_disabled] * 2
+        for version in advertised_versions(connection, ApiKey.DELETE_ACLS):
+            answer = request(ApiKey.DELETE_ACLS, version, "DeleteAclsRequest", filters=(
+                versioned_request(ApiKey.DELETE_ACLS, version, "DeleteAclsFilter", **acl_filter),))
+            assert [r.error_code for r in answer.filter_results] == [ErrorCode.security_disabled]
 
         ids = {t.name: t.topic_id for t in request(
             ApiKey.METADATA, 12, "MetadataRequest", topics=None,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gregor.broker import (
+    acls,
     api_versions,
     cluster_info,
     configs,
@@ -55,6 +56,9 @@ ROUTES: dict[int, Route] = {
     ApiKey.DELETE_RECORDS: Route(records_admin.handle, 0, 2),
     ApiKey.INIT_PRODUCER_ID: Route(producer_ids.handle, 0, 4),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: Route(offset_for_leader_epoch.handle, 2, 4),
+    ApiKey.DESCRIBE_ACLS: Route(acls.handle_describe, 1, 3),
+    ApiKey.CREATE_ACLS: Route(acls.handle_create, 1, 3),
+    ApiKey.DELETE_ACLS: Route(acls.handle_delete, 1, 3),
     ApiKey.DESCRIBE_CONFIGS: Route(configs.handle_describe, 1, 4),
     ApiKey.ALTER_CONFIGS: Route(configs.handle_alter, 0, 2),
     ApiKey.CREATE_PARTITIONS: Route(topics.handle_create_partitions, 0, 3),
