@@ -41,6 +41,7 @@ from confluent_kafka.admin import (
 )
 from kafka import KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
+from kafka import TopicPartitionReplica as KpTopicPartitionReplica
 from kafka.admin import ACLFilter as KpACLFilter
 from kafka.admin import ACLOperation as KpACLOperation
 from kafka.admin import ACLPermissionType as KpACLPermissionType
@@ -381,6 +382,41 @@ def test_kafka_python_create_list_describe_delete(kp_admin: KafkaAdminClient,
     assert topic_name not in kp_admin.list_topics()
 
 
+def test_kafka_python_log_dirs(kp_admin: KafkaAdminClient, broker: BrokerProcess,
+                               topic_name: str) -> None:
+    """DescribeLogDirs gives each partition's size on disk; AlterReplicaLogDirs moves a
+    replica only to the one directory it is in."""
+    kp_admin.create_topics([KpNewTopic(topic_name, 2, 1)])
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    for i in range(30):
+        producer.send(topic_name, b"x" * (100 + i), partition=i % 2)
+    producer.flush()
+    producer.close()
+    on_disk = {index: sum(f.stat().st_size
+                          for f in (broker.data_dir / f"{topic_name}-{index}").glob("*.log"))
+               for index in (0, 1)}
+    assert all(on_disk.values())
+    (described,) = kp_admin.describe_log_dirs({topic_name: [1]})
+    (log_dir,) = described["log_dirs"]
+    assert (log_dir["error_code"], log_dir["log_dir"]) == (0, str(broker.data_dir.resolve()))
+    assert 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"]
+    assert [(t["name"], [(p["partition_index"], p["partition_size"], p["offset_lag"])
+                         for p in t["partitions"]]) for t in log_dir["topics"]] == [
+        (topic_name, [(1, on_disk[1], 0)])]
+    (everything,) = kp_admin.describe_log_dirs()
+    sizes = {p["partition_index"]: p["partition_size"]
+             for t in everything["log_dirs"][0]["topics"] if t["name"] == topic_name
+             for p in t["partitions"]}
+    assert sizes == on_disk
+
+    here, missing = (topic_name, 0, 1), (topic_name, 5, 1)
+    assert kp_admin.alter_replica_log_dirs({here: log_dir["log_dir"], missing: log_dir[
+        "log_dir"]}) == {KpTopicPartitionReplica(*here): kafka.errors.NoError,
+                         KpTopicPartitionReplica(*missing): kafka.errors.ReplicaNotAvailableError}
+    assert kp_admin.alter_replica_log_dirs({here: "/nowhere"}) == {
+        KpTopicPartitionReplica(*here): kafka.errors.LogDirNotFoundError}
+
+
 @pytest.mark.parametrize(("partitions", "replication", "error"), [
     (1_000_000, 1, kafka.errors.InvalidPartitionsError),
     (1, 2, kafka.errors.InvalidReplicationFactorError),
@@ -585,6 +621,27 @@ def test_every_advertised_admin_version(broker: BrokerProcess, topic_name: str) 
         answer = request(ApiKey.DESCRIBE_CLUSTER, 1, "DescribeClusterRequest",
                          include_cluster_authorized_operations=False, endpoint_type=2)
         assert answer.error_code == ErrorCode.mismatched_endpoint_type
+
+        log_dir = str(broker.data_dir.resolve())
+        for version in advertised_versions(connection, ApiKey.DESCRIBE_LOG_DIRS):
+            wanted = versioned_request(ApiKey.DESCRIBE_LOG_DIRS, version, "DescribableLogDirTopic",
+                                       topic=names[2], partitions=(0,))
+            answer = request(ApiKey.DESCRIBE_LOG_DIRS, version, "DescribeLogDirsRequest",
+                             topics=(wanted,))
+            (result,) = answer.results
+            assert (result.error_code, result.log_dir) == (0, log_dir)
+            assert [(t.name, [p.partition_index for p in t.partitions])
+                    for t in result.topics] == [(names[2], [0])]
+        for version in advertised_versions(connection, ApiKey.ALTER_REPLICA_LOG_DIRS):
+            moved = versioned_request(ApiKey.ALTER_REPLICA_LOG_DIRS, version, "AlterReplicaLogDir",
+                                      path=log_dir, topics=(versioned_request(
+                                          ApiKey.ALTER_REPLICA_LOG_DIRS, version,
+                                          "AlterReplicaLogDirTopic", name=names[2],
+                                          partitions=(0,)),))
+            answer = request(ApiKey.ALTER_REPLICA_LOG_DIRS, version, "AlterReplicaLogDirsRequest",
+                             dirs=(moved,))
+            assert [(r.topic_name, [p.error_code for p in r.partitions])
+                    for r in answer.results] == [(names[2], [0])]
 
         acl_filter = {"resource_type_filter": 1, "resource_name_filter": None,  # any
                       "pattern_type_filter": 1, "principal_filter": None, "host_filter": None,
