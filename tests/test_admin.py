@@ -22,7 +22,14 @@ from clients import (
     advertised_versions,
     versioned_request,
 )
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
+from confluent_kafka import (
+    ElectionType,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -313,6 +320,19 @@ def test_confluent_authorized_operations(admin: AdminClient, broker: BrokerProce
     assert {op.name for op in cluster.authorized_operations} == {
         "CREATE", "ALTER", "DESCRIBE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS",
         "IDEMPOTENT_WRITE"}
+
+
+def test_confluent_elect_leaders_alone(admin: AdminClient, topic_name: str) -> None:
+    """Alone, the broker leads every partition: no election is ever needed."""
+    _create(admin, topic_name, 2)
+    asked = [TopicPartition(topic_name, 0), TopicPartition(topic_name, 1),
+             TopicPartition(topic_name, 7)]
+    for election in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+        results = admin.elect_leaders(election, asked).result(TIMEOUT)
+        assert {(tp.partition, error.code()) for tp, error in results.items()} == {
+            (0, KafkaError.ELECTION_NOT_NEEDED), (1, KafkaError.ELECTION_NOT_NEEDED),
+            (7, KafkaError.UNKNOWN_TOPIC_OR_PART)}
+        assert admin.elect_leaders(election, None).result(TIMEOUT) == {}
 
 
 def test_acls_as_kafka_without_an_authorizer(admin: AdminClient, kp_admin: KafkaAdminClient,

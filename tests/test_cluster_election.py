@@ -8,15 +8,20 @@ from collections import Counter
 import pytest
 
 from gregor.cluster.election import (
+    PREFERRED,
+    UNCLEAN,
     AssignmentError,
+    Election,
     assign_replicas,
     elect_for_shutdown,
     elect_offline,
+    elect_on_request,
     elect_preferred,
     initial_state,
     without_replicas,
 )
 from gregor.cluster.partition_state import NO_LEADER, PartitionState
+from gregor.protocol.errors import ErrorCode
 
 
 def state(leader: int, isr: tuple[int, ...], replicas: tuple[int, ...] = (1, 2, 3),
@@ -87,6 +92,29 @@ def test_preferred_replica_gets_leadership_back_only_when_in_sync() -> None:
     assert elect_preferred(state(2, (2, 3)), live={1, 2, 3}, controller_epoch=1) is None
     election = elect_preferred(state(2, (2, 3, 1)), live={1, 2, 3}, controller_epoch=1)
     assert election is not None and election.state.leader == 1
+
+
+@pytest.mark.parametrize(("partition", "live", "election_type", "outcome"), [
+    # Preferred: back to replica 1 when it is live and in sync, else Kafka's reasons.
+    (state(2, (2, 3, 1)), {1, 2, 3}, PREFERRED, (1, (2, 3, 1))),
+    (state(1, (1, 2)), {1, 2, 3}, PREFERRED, ErrorCode.election_not_needed),
+    (state(2, (2, 3)), {1, 2, 3}, PREFERRED, ErrorCode.preferred_leader_not_available),
+    (state(2, (2, 3, 1)), {2, 3}, PREFERRED, ErrorCode.preferred_leader_not_available),
+    # Unclean: only for a partition whose leader is gone; an ISR member first, then any.
+    (state(2, (2, 3)), {1, 2, 3}, UNCLEAN, ErrorCode.election_not_needed),
+    (state(NO_LEADER, (1,)), {1, 3}, UNCLEAN, (1, (1,))),
+    (state(NO_LEADER, (1,)), {2, 3}, UNCLEAN, (2, (2,))),
+    (state(NO_LEADER, (1,)), set(), UNCLEAN, ErrorCode.eligible_leaders_not_available),
+])
+def test_elections_asked_for(partition: PartitionState, live: set[int], election_type: int,
+                             outcome: tuple[int, tuple[int, ...]] | ErrorCode) -> None:
+    decided = elect_on_request(partition, live, election_type, controller_epoch=7)
+    if isinstance(outcome, ErrorCode):
+        assert decided == outcome
+        return
+    assert isinstance(decided, Election)
+    assert (decided.state.leader, decided.state.isr) == outcome
+    assert (decided.state.leader_epoch, decided.state.controller_epoch) == (6, 7)
 
 
 def test_controlled_shutdown_moves_leadership_and_leaves_the_isr() -> None:

@@ -192,6 +192,26 @@ def test_a_deposed_controller_cannot_write(cluster: Members, run) -> None:
     run(scenario())
 
 
+def test_a_follower_in_the_isr_stays_while_the_cache_lags(cluster: Members, run) -> None:
+    """A restarted follower registers, fetches, and its leader puts it back in the ISR;
+    the controller's cache may learn of the new ISR before the registration. Liveness
+    is read from ZooKeeper, so the controller does not drop the follower again as dead
+    (which made the ISR flap after every restart)."""
+    async def scenario() -> None:
+        await cluster.start_all(1, 2)
+        await cluster.members[1].admin.create_topic("t", 1, 2, assignment=[(1, 2)])
+        member = cluster.controller()
+        await eventually(lambda: states(member, "t")[0].isr == (1, 2), "both in sync")
+        follower = next(b for b in cluster.members if b != member.broker_id)
+        del member.image.brokers[follower]  # the registration not yet seen
+        await member.controller._reconcile()
+        found = await member.zk.get(znodes.partition_state_path("t", 0))
+        assert found is not None
+        assert znodes.decode_partition_state(found[0], (1, 2), found[1].version).isr == (1, 2)
+
+    run(scenario())
+
+
 def test_a_stale_leader_cannot_change_the_isr(cluster: Members, run) -> None:
     async def scenario() -> None:
         await cluster.start_all(1, 2)

@@ -23,7 +23,8 @@ from clients import (
     make_batch,
     produce_request,
 )
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, ElectionType, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
 from harness import SESSION_TIMEOUT_MS, Cluster
 
 from gregor.cluster.zookeeper_server import ZooKeeperServer
@@ -365,6 +366,48 @@ def test_preferred_leaders_come_back_after_a_restart(zookeeper: ZooKeeperServer,
                          == preferred, "every partition led by its preferred replica again")
     finally:
         cluster.stop()
+
+
+def test_elections_an_admin_asks_for(cluster: Cluster) -> None:
+    """ElectLeaders, as kafka-leader-election.sh sends it: a preferred election gives a
+    partition back to its first replica once that is in sync again; an unclean one
+    brings an offline partition back on a live replica that was not in sync."""
+    admin = cluster.admin()
+    for future in admin.create_topics([NewTopic("t", 1, replica_assignment=[[1, 2]]),
+                                       NewTopic("u", 1, replica_assignment=[[2, 3]])]).values():
+        future.result(30)
+    cluster.wait_for(lambda m: all(len(m.topics[n].partitions[0].isrs) == 2 for n in "tu"),
+                     "both topics led and in sync")
+    t, u = TopicPartition("t", 0), TopicPartition("u", 0)
+
+    assert cluster.brokers[1].stop() == 0
+    cluster.wait_for(lambda m: m.topics["t"].partitions[0].leader == 2, "2 to lead t")
+    cluster.brokers[1].start()
+    cluster.wait_for(lambda m: sorted(m.topics["t"].partitions[0].isrs) == [1, 2],
+                     "1 back in t's ISR")
+    assert cluster.leader("t") == 2  # no automatic rebalance within the test
+    # A new client, as kafka-leader-election.sh is: it sends the request to the
+    # controller it knows, and one that was the controller answers NOT_CONTROLLER (as
+    # Kafka's ZooKeeper mode does; librdkafka does not retry it).
+    admin = cluster.admin()
+    elected = admin.elect_leaders(ElectionType.PREFERRED, [t]).result(30)
+    assert list(elected.values()) == [None], str(elected)
+    assert cluster.leader("t") == 1  # answered once the election is in the metadata
+    (again,) = admin.elect_leaders(ElectionType.PREFERRED, [t]).result(30).values()
+    assert again is not None and again.code() == KafkaError.ELECTION_NOT_NEEDED
+
+    assert cluster.brokers[3].stop() == 0  # u's ISR shrinks to 2 alone
+    cluster.brokers[2].kill()
+    cluster.wait_for(lambda m: m.topics["u"].partitions[0].leader == -1, "u to go offline")
+    cluster.brokers[3].start()
+    cluster.wait_for(lambda m: 3 in {b.id for b in m.brokers.values()}, "3 to be back")
+    assert cluster.leader("u") == -1  # 3 was not in sync: no election without asking
+    admin = cluster.admin()
+    for election, error in ((ElectionType.PREFERRED, KafkaError.PREFERRED_LEADER_NOT_AVAILABLE),
+                            (ElectionType.UNCLEAN, None)):
+        (result,) = admin.elect_leaders(election, [u]).result(30).values()
+        assert (result and result.code()) == error
+    assert (cluster.leader("u"), cluster.isr("u")) == (3, [3])
 
 
 def test_a_leader_cut_off_from_everyone_but_clients_stops_acknowledging(

@@ -9,7 +9,10 @@ Kafka's (``AdminUtils.assignReplicasToBrokers`` and ``PartitionLeaderElectionAlg
 - with ``unclean.leader.election.enable`` and no live ISR member, the first live
   replica leads and the ISR restarts from it alone (offsets may be lost);
 - without it the partition stays offline until an ISR member returns;
-- a broker shutting down cleanly hands its leaderships to another ISR member.
+- a broker shutting down cleanly hands its leaderships to another ISR member;
+- asked (ElectLeaders), the controller gives leadership back to the preferred replica
+  if it is live and in sync, or, for an unclean election, to the first live replica of
+  a partition whose leader is gone.
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
 from gregor.cluster.partition_state import NO_LEADER, PartitionState
+from gregor.protocol.errors import ErrorCode
+
+# ElectLeaders' election types.
+PREFERRED = 0
+UNCLEAN = 1
 
 
 class AssignmentError(ValueError):
@@ -131,6 +139,25 @@ def elect_preferred(state: PartitionState, live: Collection[int],
     if state.leader == preferred or preferred not in live or preferred not in state.isr:
         return None
     return Election(_led_by(state, preferred, state.isr, controller_epoch))
+
+
+def elect_on_request(state: PartitionState, live: Collection[int], election_type: int,
+                     controller_epoch: int) -> Election | ErrorCode:
+    """An ElectLeaders election for one partition, or why there is none (Kafka's
+    errors): a partition already led by its preferred replica, or, unclean, led at all,
+    needs none; otherwise its preferred replica, or for an unclean election any live
+    replica, must be able to lead."""
+    if election_type == PREFERRED:
+        if state.leader == state.replicas[0]:
+            return ErrorCode.election_not_needed
+        return (elect_preferred(state, live, controller_epoch)
+                or ErrorCode.preferred_leader_not_available)
+    if state.leader in live:
+        return ErrorCode.election_not_needed
+    decided = elect_offline(state, live, unclean_allowed=True, controller_epoch=controller_epoch)
+    if decided is None or decided.state.leader == NO_LEADER:
+        return ErrorCode.eligible_leaders_not_available
+    return decided
 
 
 def elect_for_shutdown(state: PartitionState, live: Collection[int], shutting_down: int,

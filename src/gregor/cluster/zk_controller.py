@@ -13,7 +13,8 @@ partitions whose leader is gone get a new one from the ISR (or stay offline),
 dead followers leave the ISR, brokers shutting down hand over their leaderships,
 deleted topics are removed. Each partition write is conditioned on the state's
 version, so a leader's concurrent ISR change makes it fail and be decided again
-on the newer state rather than overwritten.
+on the newer state rather than overwritten. Elections an admin asks for
+(ElectLeaders) are decided by the same rules and written the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Collection
 
 from kazoo.exceptions import NodeExistsError
@@ -31,10 +33,13 @@ from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.zk_metadata import ZkMetadataCache
 from gregor.cluster.zookeeper import Check, Create, SetData, TransactionFailed, ZooKeeperSession
 from gregor.config import BrokerConfig, TopicConfig
+from gregor.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
+# An ElectLeaders answer per partition: an error code and its message (None when none).
+ElectionResult = tuple[ErrorCode, str | None]
 
 
 class NotController(Exception):
@@ -122,12 +127,19 @@ class ZkController:
     async def _reconcile(self) -> None:
         await self._watch_shutdowns()
         await self._delete_requested_topics()
-        live = set(self.image.brokers)
+        live = await self._registered_brokers()
         eligible = live - self.shutting_down
         for topic in list(self.image.topics.values()):
             unclean = TopicConfig(self.config, topic.configs)["unclean.leader.election.enable"]
             for index, state in enumerate(topic.partitions):
                 await self._reconcile_partition(topic, index, state, live, eligible, unclean)
+
+    async def _registered_brokers(self) -> set[int]:
+        """The brokers registered now, read from ZooKeeper rather than from the cache: a
+        restarted follower registers before it fetches, so one its leader has just put
+        back in the ISR is always among them, where the cache may not have seen the
+        registration yet, and the follower would be dropped from the ISR as dead."""
+        return {int(child) for child in await self.zk.children(znodes.BROKER_IDS) or []}
 
     async def _reconcile_partition(self, topic: TopicMetadata, index: int,
                                    state: PartitionState, live: set[int], eligible: set[int],
@@ -145,12 +157,7 @@ class ZkController:
                 if decided is not None:
                     break
         if decided is not None:
-            if decided.unclean:
-                self.unclean_leader_elections += 1
-                log.warning("%s-%d: unclean leader election: broker %d was not in sync (ISR "
-                            "%s) and now leads; records acknowledged by the ISR may be lost",
-                            topic.name, index, decided.state.leader, list(state.isr))
-            await self._write_state(topic.name, index, state, decided.state)
+            await self._write_election(topic.name, index, state, decided)
             return
         shrunk = election.without_replicas(state, set(state.replicas) - live, self.epoch)
         if shrunk is not None:
@@ -169,8 +176,19 @@ class ZkController:
             return
         log.info("%s-%d: led by %d, ISR %s", topic, index, state.leader, list(state.isr))
 
+    async def _write_election(self, topic: str, index: int, before: PartitionState,
+                              decided: election.Election) -> bool:
+        written = await self._write_state(topic, index, before, decided.state)
+        if written and decided.unclean:
+            self.unclean_leader_elections += 1
+            log.warning("%s-%d: unclean leader election: broker %d was not in sync (ISR "
+                        "%s) and now leads; records acknowledged by the ISR may be lost",
+                        topic, index, decided.state.leader, list(before.isr))
+        return written
+
     async def _write_state(self, topic: str, index: int, before: PartitionState,
-                           after: PartitionState) -> None:
+                           after: PartitionState) -> bool:
+        """Write a partition's new state; False if it changed meanwhile (decide again)."""
         try:
             await self.zk.multi([
                 Check(znodes.CONTROLLER_EPOCH, self._epoch_version),
@@ -180,14 +198,64 @@ class ZkController:
         except TransactionFailed as exc:
             # A leader changed the ISR meanwhile: decided again on the newer state.
             self._check_fenced(exc)
-            return
+            return False
         self.leader_elections += after.leader != before.leader
         log.info("%s-%d: leader %d -> %d (epoch %d), ISR %s -> %s", topic, index, before.leader,
                  after.leader, after.leader_epoch, list(before.isr), list(after.isr))
+        return True
 
     def _check_fenced(self, exc: TransactionFailed) -> None:
         if "Check /controller_epoch" in str(exc):
             raise NotController from exc
+
+    # ------------------------------------------------------ elections asked for
+    async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None,
+                            timeout_s: float) -> dict[tuple[str, int], ElectionResult]:
+        """ElectLeaders: decide and write each partition's election (every partition when
+        ``partitions`` is None), then wait until this broker's metadata shows the new
+        leaders, so that a client describing the topic next sees them. A partition whose
+        state changed meanwhile is decided again on the newer one, until ``timeout_s``."""
+        if partitions is None:
+            partitions = [(t.name, i) for t in self.image.topics.values()
+                          for i in range(len(t.partitions))]
+        if not self.is_active:
+            return dict.fromkeys(partitions, (ErrorCode.not_controller,
+                                              f"broker {self.broker_id} is not the controller"))
+        deadline = time.monotonic() + timeout_s
+        eligible = await self._registered_brokers() - self.shutting_down
+        results: dict[tuple[str, int], ElectionResult] = {}
+        leaders: dict[tuple[str, int], int] = {}
+        pending = list(dict.fromkeys(partitions))
+        while pending:
+            changed = []
+            for topic_name, index in pending:
+                topic = self.image.topics.get(topic_name)
+                if topic is None or not 0 <= index < len(topic.partitions):
+                    results[topic_name, index] = (ErrorCode.unknown_topic_or_partition,
+                                                  "The partition does not exist.")
+                    continue
+                state = topic.partitions[index]
+                decided = election.elect_on_request(state, eligible, election_type,
+                                                    self.epoch)
+                if isinstance(decided, ErrorCode):
+                    results[topic_name, index] = (decided, None)
+                elif await self._write_election(topic_name, index, state, decided):
+                    results[topic_name, index] = (ErrorCode.none, None)
+                    leaders[topic_name, index] = decided.state.leader
+                else:
+                    changed.append((topic_name, index))
+            pending = changed
+            if pending:
+                if time.monotonic() >= deadline:
+                    results.update(dict.fromkeys(pending, (
+                        ErrorCode.request_timed_out, "the partition kept changing")))
+                    break
+                await self.cache.wait_for_change(deadline - time.monotonic())
+        while (remaining := deadline - time.monotonic()) > 0 and any(
+                self.image.topics[t].partitions[i].leader != leader
+                for (t, i), leader in leaders.items() if t in self.image.topics):
+            await self.cache.wait_for_change(remaining)
+        return results
 
     # ----------------------------------------------------- shutdowns, deletions
     async def _watch_shutdowns(self) -> None:
@@ -237,7 +305,7 @@ class ZkController:
             for topic, index, state in imbalanced:
                 decided = election.elect_preferred(state, eligible, self.epoch)
                 if decided is not None:
-                    await self._write_state(topic.name, index, state, decided.state)
+                    await self._write_election(topic.name, index, state, decided)
 
 
 def leaderships_to_move(image: MetadataImage, broker_id: int) -> list[tuple[str, int]]:
