@@ -8,6 +8,7 @@ in a group through a coordinator that is not the broker they bootstrapped from.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import re
 import shutil
 import subprocess
@@ -16,10 +17,14 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from clients import WireConnection, versioned_request
 from harness import Cluster
 from kafka import KafkaConsumer, KafkaProducer
 
 from gregor.cluster.zookeeper_server import ZooKeeperServer
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -97,3 +102,31 @@ def test_aiokafka_acks_all_and_a_group(cluster: Cluster) -> None:
         return values
 
     assert asyncio.run(scenario()) == {b"ak-%d" % i for i in range(300)}
+
+
+def test_a_deleted_topic_is_gone_when_delete_topics_answers(cluster: Cluster) -> None:
+    """DeleteTopics waits, up to the request's timeout, until the broker that answers
+    no longer has the topic, as Kafka's does (aiokafka's own admin test lists topics
+    right after); with a timeout of 0 it answers REQUEST_TIMED_OUT while the deletion
+    goes on, which librdkafka's non-blocking delete takes for success, as from Kafka."""
+    for name in ("doomed", "doomed-later"):
+        cluster.create_topic(name, partitions=2)
+
+    async def delete(name: str) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+        await admin.start()
+        try:
+            await admin.delete_topics([name])
+            assert name not in await admin.list_topics()
+        finally:
+            await admin.close()
+
+    asyncio.run(delete("doomed"))
+    controller = cluster.brokers[cluster.metadata().controller_id]
+    with WireConnection(controller.bootstrap) as connection:
+        answer = connection.request(ApiKey.DELETE_TOPICS, 4, versioned_request(
+            ApiKey.DELETE_TOPICS, 4, "DeleteTopicsRequest", topic_names=("doomed-later",),
+            timeout=datetime.timedelta(0)))
+    assert [r.error_code for r in answer.responses] == [ErrorCode.request_timed_out]
+    cluster.wait_for(lambda m: not {"doomed", "doomed-later"} & set(m.topics),
+                     "both topics gone")

@@ -92,7 +92,8 @@ async def handle_delete_topics(broker: Broker, request: Request):
             error, message = ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}"
         else:
             try:
-                deleted = await broker.controller.delete_topic(name)
+                deleted = await broker.controller.delete_topic(
+                    name, body.timeout.total_seconds())
                 topic_id = deleted.uuid
             except ControllerError as exc:
                 error, message = exc.error, str(exc)

@@ -48,7 +48,10 @@ class ClusterAdmin(Protocol):
                            internal: bool = False,
                            validate_only: bool = False) -> TopicMetadata: ...
 
-    async def delete_topic(self, name: str) -> TopicMetadata: ...
+    async def delete_topic(self, name: str, timeout_s: float = 0.0) -> TopicMetadata:
+        """Delete a topic, waiting up to ``timeout_s`` (none when not positive) until this
+        broker no longer has it, as Kafka's DeleteTopics does."""
+        ...
 
     async def create_partitions(self, name: str, count: int,
                                 assignment: list[tuple[int, ...]] | None = None,
@@ -211,7 +214,7 @@ class SingleNodeController:
         log.info("created topic %s with %d partition(s)", name, len(new.replicas))
         return topic
 
-    async def delete_topic(self, name: str) -> TopicMetadata:
+    async def delete_topic(self, name: str, timeout_s: float = 0.0) -> TopicMetadata:
         if not self.config["delete.topic.enable"]:
             raise ControllerError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
         topic = self.image.topics.get(name)

@@ -103,7 +103,7 @@ class ZkClusterAdmin:
             await self.cache.wait_for_change(remaining)
         return self.image.topics.get(name)
 
-    async def delete_topic(self, name: str) -> TopicMetadata:
+    async def delete_topic(self, name: str, timeout_s: float = 0.0) -> TopicMetadata:
         if not self.config["delete.topic.enable"]:
             raise ControllerError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
         topic = self.image.topics.get(name)
@@ -112,6 +112,18 @@ class ZkClusterAdmin:
         # Asked twice: it is already being deleted.
         with contextlib.suppress(NodeExistsError):
             await self.zk.create(znodes.delete_topic_path(name))
+        # The controller deletes it; answered once this broker has seen that (a client
+        # listing topics next must not find it), as Kafka's DelayedDeleteTopics does, or
+        # REQUEST_TIMED_OUT while it goes on (at once for a timeout of 0, which
+        # librdkafka's non-blocking delete takes for success, as from Kafka).
+        deadline = time.monotonic() + timeout_s
+        while (still := self.image.topics.get(name)) is not None and (
+                still.topic_id == topic.topic_id):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ControllerError(ErrorCode.request_timed_out,
+                                      f"topic {name!r} is being deleted, not yet gone")
+            await self.cache.wait_for_change(remaining)
         return topic
 
     async def create_partitions(self, name: str, count: int,
