@@ -19,7 +19,7 @@ import struct
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,6 +171,24 @@ def versioned_request(api_key: ApiKey, version: int, entity: str, /, **fields: o
     """A kio request entity (``entity`` names its class) of one version, from a superset
     of every version's fields: each version keeps the fields it defines."""
     return build(getattr(_request(api_key, version), entity), **fields)
+
+
+def alter_broker_configs(bootstrap: str, name: str, changes: Mapping[str, str | None]) -> int:
+    """IncrementalAlterConfigs of a broker resource, sent to ``bootstrap``: set each config
+    to its value, or delete it (None). ``name`` "" is the cluster's default, which neither
+    librdkafka nor kafka-python will name (Kafka's Java tools do). Its error code."""
+    key, version = ApiKey.INCREMENTAL_ALTER_CONFIGS, 1
+    resource = versioned_request(key, version, "AlterConfigsResource", resource_type=4,
+                                 resource_name=name, configs=tuple(
+        versioned_request(key, version, "AlterableConfig", name=config,
+                          config_operation=0 if value is not None else 1, value=value)
+        for config, value in changes.items()))
+    with WireConnection(bootstrap) as connection:
+        answer = connection.request(key, version, versioned_request(
+            key, version, "IncrementalAlterConfigsRequest", resources=(resource,),
+            validate_only=False))
+    (result,) = answer.responses
+    return result.error_code
 
 
 @functools.cache

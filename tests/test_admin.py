@@ -20,6 +20,7 @@ from clients import (
     TIMEOUT,
     WireConnection,
     advertised_versions,
+    alter_broker_configs,
     versioned_request,
 )
 from confluent_kafka import (
@@ -284,6 +285,53 @@ def test_confluent_alter_configs_replaces_all(admin: AdminClient, topic_name: st
     assert configs["retention.ms"].value == "999"
     # AlterConfigs is a full replacement: what it does not name returns to the default.
     assert configs["segment.ms"].is_default
+
+
+def test_dynamic_broker_configs_are_the_topics_defaults(fresh_broker: BrokerProcess,
+                                                       topic_name: str) -> None:
+    """As ``kafka-configs.sh --entity-type brokers``: the cluster's default (the empty
+    name) and this broker's own (its id) change the defaults of every topic, existing
+    ones too, in that order of precedence, and survive a restart; a config that cannot
+    change while the broker runs is refused."""
+    fresh_broker.start()
+    admin = AdminClient({"bootstrap.servers": fresh_broker.bootstrap})
+    _create(admin, topic_name, 1, **{"segment.ms": "60000"})
+
+    def alter(name: str, **configs: str | None) -> int:
+        return alter_broker_configs(fresh_broker.bootstrap, name,
+                                    {k.replace("_", "."): v for k, v in configs.items()})
+
+    def topic(name: str) -> tuple[str, int]:
+        entry = _topic_configs(admin, topic_name)[name]
+        return entry.value, entry.source
+
+    assert alter("", log_retention_ms="3600000", log_cleanup_policy="compact") == 0
+    assert topic("retention.ms") == ("3600000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    assert topic("cleanup.policy")[0] == "compact"
+    assert topic("segment.ms") == ("60000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    # This broker's own, as confluent-kafka sends it (to the broker it names).
+    resource = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[ConfigEntry(
+        "log.retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(TIMEOUT)
+    assert topic("retention.ms") == ("7200000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+
+    resource = ConfigResource(ResourceType.BROKER, "1")
+    described = admin.describe_configs([resource])[resource].result(TIMEOUT)
+    retention = described["log.retention.ms"]
+    assert (retention.value, retention.source, retention.is_read_only) == (
+        "7200000", ConfigSource.DYNAMIC_BROKER_CONFIG.value, False)
+    assert described["num.partitions"].is_read_only
+    assert alter("", num_partitions="3") == ErrorCode.invalid_request
+    assert alter("", log_retention_ms="soon") == ErrorCode.invalid_config
+    assert alter("7", log_retention_ms="1") == ErrorCode.invalid_request  # another broker
+
+    fresh_broker.restart()
+    admin = AdminClient({"bootstrap.servers": fresh_broker.bootstrap})
+    assert topic("retention.ms") == ("7200000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert alter("1", log_retention_ms=None) == 0
+    assert topic("retention.ms") == ("3600000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    assert alter("", log_retention_ms=None, log_cleanup_policy=None) == 0
+    assert topic("retention.ms") == ("604800000", ConfigSource.DEFAULT_CONFIG.value)
 
 
 def test_confluent_describe_cluster(admin: AdminClient, broker: BrokerProcess) -> None:

@@ -293,6 +293,26 @@ def test_produce_refusals(broker: BrokerProcess, topic_name: str) -> None:
     assert _log_end_offset(broker.bootstrap, topic_name) == 0
 
 
+def test_keyless_records_of_a_compacted_topic_are_named(broker: BrokerProcess,
+                                                        topic_name: str) -> None:
+    """A batch for a compacted topic with a keyless record is refused, and the answer
+    names the records at fault (Produce v8's record_errors, KIP-467): librdkafka fails
+    those with INVALID_RECORD and the others of the batch apart."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic_name, 1, 1, config={"cleanup.policy": "compact"})])[
+        topic_name].result(TIMEOUT)
+    outcomes: dict[int, str] = {}
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1000})
+    for i in range(10):  # one batch: 3 and 7 keyless
+        producer.produce(topic_name, b"v%d" % i, None if i in (3, 7) else b"k%d" % i,
+                         partition=0, on_delivery=lambda err, msg, i=i: outcomes.__setitem__(
+                             i, err.name() if err else "delivered"))
+    assert producer.flush(TIMEOUT) == 0
+    assert outcomes == {i: "INVALID_RECORD" if i in (3, 7) else "_INVALID_DIFFERENT_RECORD"
+                        for i in range(10)}
+    assert _log_end_offset(broker.bootstrap, topic_name) == 0
+
+
 def test_sequence_gap_is_rejected_out_of_order(broker: BrokerProcess, topic_name: str) -> None:
     _create_topic(broker.bootstrap, topic_name)
     with WireConnection(broker.bootstrap) as client:

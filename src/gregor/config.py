@@ -8,6 +8,7 @@ what DescribeConfigs reports as the value's source.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -182,6 +183,14 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("file.delete.delay.ms", ConfigType.LONG, 60000,
                   "grace period before a deleted segment's files are removed",
                   minimum=0, broker_synonym="log.segment.delete.delay.ms"),
+        # Accepted and without effect, as in Kafka 3.x: batches are kept in the format
+        # they come in (v2), and no consumer this broker serves needs them converted.
+        ConfigDef("message.format.version", ConfigType.STRING, "3.0-IV1",
+                  "deprecated: ignored, as Kafka 3 ignores it (records stay in format v2)",
+                  broker_synonym="log.message.format.version"),
+        ConfigDef("message.downconversion.enable", ConfigType.BOOLEAN, True,
+                  "without effect: Fetch v4 and later need no down-conversion",
+                  broker_synonym="log.message.downconversion.enable"),
     )
 }
 
@@ -318,6 +327,11 @@ for _topic_def in TOPIC_CONFIGS.values():
             minimum=_topic_def.minimum, choices=_topic_def.choices,
         )
 
+# The broker configs a running cluster can change (AlterConfigs of a BROKER resource, for
+# one broker or as the cluster's default): the topics' defaults, Kafka's DynamicLogConfig.
+DYNAMIC_BROKER_CONFIGS = frozenset(
+    d.broker_synonym for d in TOPIC_CONFIGS.values() if d.broker_synonym)
+
 # Kafka accepts these coarser spellings too; they fill in the finer one when it is unset.
 _BROKER_ALIASES = {
     "log.retention.minutes": ("log.retention.ms", 60 * 1000),
@@ -352,10 +366,21 @@ def parse_properties(text: str) -> dict[str, str]:
 
 @dataclass
 class BrokerConfig:
-    """The broker's static configuration, validated at start-up."""
+    """The broker's static configuration, validated at start-up, and the dynamic configs
+    set while it runs (:data:`DYNAMIC_BROKER_CONFIGS`), for this broker or for every
+    broker of the cluster, which take precedence in that order over the static ones."""
 
     values: dict[str, Any] = field(default_factory=dict)
     explicit: set[str] = field(default_factory=set)
+    dynamic: dict[str, Any] = field(default_factory=dict)  # this broker's
+    dynamic_default: dict[str, Any] = field(default_factory=dict)  # the cluster's
+    # What topics get for the configs they do not set, resolved once per change: the
+    # appends read them, so each lookup is one dict access.
+    _topic_defaults: dict[str, tuple[Any, ConfigSource]] = field(
+        init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._resolve_topic_defaults()
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> BrokerConfig:
@@ -457,11 +482,72 @@ class BrokerConfig:
 
     def topic_default(self, name: str) -> tuple[Any, ConfigSource]:
         """Value a topic gets for ``name`` when it does not override it, and its source."""
-        definition = TOPIC_CONFIGS[name]
-        synonym = definition.broker_synonym
-        if synonym and synonym in self.explicit:
-            return self.values[synonym], ConfigSource.STATIC_BROKER_CONFIG
-        return definition.default, ConfigSource.DEFAULT_CONFIG
+        return self._topic_defaults[name]
+
+    def _resolve_topic_defaults(self) -> None:
+        resolved = {}
+        for name, definition in TOPIC_CONFIGS.items():
+            resolved[name] = (definition.default, ConfigSource.DEFAULT_CONFIG)
+            if definition.broker_synonym:
+                value, source = self.broker_value(definition.broker_synonym)
+                if source != ConfigSource.DEFAULT_CONFIG:
+                    resolved[name] = (value, source)
+        self._topic_defaults = resolved
+
+    def broker_value(self, name: str) -> tuple[Any, ConfigSource]:
+        """A broker config's value and where it comes from: set while running for this
+        broker, or for the cluster, the static configuration, or the default."""
+        if name in self.dynamic:
+            return self.dynamic[name], ConfigSource.DYNAMIC_BROKER_CONFIG
+        if name in self.dynamic_default:
+            return self.dynamic_default[name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        if name in self.explicit:
+            return self.values[name], ConfigSource.STATIC_BROKER_CONFIG
+        return self.values[name], ConfigSource.DEFAULT_CONFIG
+
+    def set_dynamic(self, cluster_default: Mapping[str, str],
+                    this_broker: Mapping[str, str]) -> None:
+        """Take the dynamic configs as stored. They were checked when written here; what
+        another tool stored that this broker cannot apply (a config it does not have, a
+        value it refuses) is left out rather than stopping it."""
+        self.dynamic_default = _applicable(cluster_default)
+        self.dynamic = _applicable(this_broker)
+        self._resolve_topic_defaults()
+
+
+class NotDynamicError(ConfigError):
+    """A broker config that cannot change while the broker runs."""
+
+
+def check_dynamic(names: Iterable[str]) -> None:
+    """NotDynamicError, in Kafka's words, unless every config named can change while
+    brokers run."""
+    fixed = sorted(set(names) - DYNAMIC_BROKER_CONFIGS)
+    if fixed:
+        raise NotDynamicError(f"Cannot update these configs dynamically: {', '.join(fixed)}")
+
+
+def validate_dynamic(raw: Mapping[str, str]) -> dict[str, str]:
+    """Dynamic broker configs as an AlterConfigs asks for them, each value normalized;
+    NotDynamicError for a config that cannot change while brokers run, ConfigError for
+    a value its definition refuses."""
+    check_dynamic(raw)
+    normalized = {}
+    for name, value in raw.items():
+        try:
+            normalized[name] = format_value(BROKER_CONFIGS[name].parse(value))
+        except ConfigError as exc:
+            raise ConfigError(f"invalid value for {name}: {exc}") from None
+    return normalized
+
+
+def _applicable(raw: Mapping[str, str]) -> dict[str, Any]:
+    parsed = {}
+    for name, value in raw.items():
+        if name in DYNAMIC_BROKER_CONFIGS:
+            with contextlib.suppress(ConfigError):
+                parsed[name] = BROKER_CONFIGS[name].parse(value)
+    return parsed
 
 
 def parse_listener(text: str) -> tuple[str, int]:

@@ -12,13 +12,14 @@ import datetime
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
-from clients import WireConnection, versioned_request
+from clients import WireConnection, alter_broker_configs, versioned_request
 from harness import Cluster
 from kafka import KafkaConsumer, KafkaProducer
 
@@ -130,3 +131,47 @@ def test_a_deleted_topic_is_gone_when_delete_topics_answers(cluster: Cluster) ->
     assert [r.error_code for r in answer.responses] == [ErrorCode.request_timed_out]
     cluster.wait_for(lambda m: not {"doomed", "doomed-later"} & set(m.topics),
                      "both topics gone")
+
+
+def test_dynamic_broker_configs_reach_every_broker(cluster: Cluster) -> None:
+    """The cluster's default dynamic configs (kept in ZooKeeper, /config/brokers/<default>)
+    reach every broker, whichever took them; a broker's own reach that broker only."""
+    cluster.create_topic("dyn")
+
+    def alter(name: str, value: str | None) -> None:
+        # The default through broker 1, broker 2's own through broker 2, as clients do.
+        through = cluster.brokers[int(name or 1)].bootstrap
+        assert alter_broker_configs(through, name, {"log.retention.ms": value}) == 0
+
+    def retention(view) -> tuple[str, int]:
+        (entry,) = view.results[0].configs
+        return entry.value, entry.config_source
+
+    def seen_by(broker_id: int, expected: tuple[str, int]) -> None:
+        deadline = time.monotonic() + 10
+        with WireConnection(cluster.brokers[broker_id].bootstrap) as connection:
+            while (found := retention(connection.request(
+                    ApiKey.DESCRIBE_CONFIGS, 4, versioned_request(
+                        ApiKey.DESCRIBE_CONFIGS, 4, "DescribeConfigsRequest",
+                        resources=(versioned_request(
+                            ApiKey.DESCRIBE_CONFIGS, 4, "DescribeConfigsResource",
+                            resource_type=2, resource_name="dyn",
+                            configuration_keys=("retention.ms",)),),
+                        include_synonyms=False, include_documentation=False)))) != expected:
+                assert time.monotonic() < deadline, (broker_id, found)
+                time.sleep(0.05)
+
+    dynamic_default, dynamic_own = 3, 2  # ConfigSource: DYNAMIC_DEFAULT_BROKER_CONFIG, ...
+    try:
+        alter("", "3600000")
+        for broker_id in cluster.brokers:
+            seen_by(broker_id, ("3600000", dynamic_default))
+        alter("2", "7200000")
+        seen_by(2, ("7200000", dynamic_own))
+        for broker_id in (1, 3):
+            seen_by(broker_id, ("3600000", dynamic_default))
+    finally:
+        alter("2", None)
+        alter("", None)
+    for broker_id in cluster.brokers:
+        seen_by(broker_id, ("604800000", 5))  # DEFAULT_CONFIG

@@ -37,7 +37,8 @@ class Members:
             "zookeeper.session.timeout.ms": "2000", **overrides})
         member = ZkClusterMember(config)
         await member.connect()
-        member.follow(lambda topic, index, state: None, lambda topic: None, lambda topic: None)
+        member.follow(lambda topic, index, state: None, lambda topic: None, lambda topic: None,
+                      lambda image: None)
         await member.register("127.0.0.1", 9000 + broker_id)
         self.members[broker_id] = member
         return member

@@ -90,7 +90,10 @@ class Broker:
 
     # ---------------------------------------------------------------- lifecycle
     def load(self) -> None:
-        """Open every log and partition named in the metadata image."""
+        """Open every log and partition named in the metadata image, with the dynamic
+        broker configs it holds (the topics' defaults) in force."""
+        self.config.set_dynamic(*self.image.dynamic_broker_configs(self.broker_id))
+
         def config_for(topic: str) -> TopicConfig | None:
             meta = self.image.topics.get(topic)
             return None if meta is None else TopicConfig(self.config, meta.configs)
@@ -130,7 +133,8 @@ class Broker:
             self.cluster.follow(
                 self._partition_changed,
                 topic_deleted=lambda topic: self.replica_manager.remove_topic(topic.name),
-                topic_config_changed=self.replica_manager.update_config)
+                topic_config_changed=self.replica_manager.update_config,
+                broker_configs_changed=self.replica_manager.broker_configs_changed)
         self.group_coordinator.start()
         await self.transaction_coordinator.start()
         for server in self._servers:

@@ -1,4 +1,7 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics (and broker reads)."""
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs: topics' configs, and the
+brokers', of which the topics' defaults can change while brokers run (for one broker,
+named by its id, or for the cluster, named by the empty string), as with Kafka's
+``kafka-configs.sh --entity-type brokers``."""
 
 from __future__ import annotations
 
@@ -9,9 +12,12 @@ from typing import TYPE_CHECKING
 
 from gregor.broker.request import Request
 from gregor.cluster.controller import ControllerError
+from gregor.cluster.metadata_image import DEFAULT_BROKER_CONFIGS
 from gregor.config import (
     BROKER_CONFIGS,
+    DYNAMIC_BROKER_CONFIGS,
     TOPIC_CONFIGS,
+    ConfigDef,
     ConfigError,
     ConfigSource,
     TopicConfig,
@@ -52,7 +58,7 @@ def describe_topic_configs(broker: Broker, overrides: Mapping[str, str],
         if name in config.overrides:
             synonyms.append((name, format_value(config[name]), ConfigSource.DYNAMIC_TOPIC_CONFIG))
         broker_value, broker_source = broker.config.topic_default(name)
-        if definition.broker_synonym and broker_source == ConfigSource.STATIC_BROKER_CONFIG:
+        if definition.broker_synonym and broker_source != ConfigSource.DEFAULT_CONFIG:
             synonyms.append((definition.broker_synonym, format_value(broker_value), broker_source))
         entries.append(ConfigEntry(name, format_value(config[name]), False, config.source(name),
                                    definition.type, definition.doc, tuple(synonyms)))
@@ -60,15 +66,32 @@ def describe_topic_configs(broker: Broker, overrides: Mapping[str, str],
 
 
 def _describe_broker_configs(broker: Broker, keys: tuple[str, ...] | None) -> list[ConfigEntry]:
+    """This broker's configs, each from where its value comes: set while running for it
+    or for the cluster, the static configuration, or the default (the synonyms list
+    every one of those that is set, in that order)."""
+    config = broker.config
+    layers = ((config.dynamic, ConfigSource.DYNAMIC_BROKER_CONFIG),
+              (config.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+              ({n: config[n] for n in config.explicit}, ConfigSource.STATIC_BROKER_CONFIG))
     entries = []
     for name, definition in sorted(BROKER_CONFIGS.items()):
         if keys and name not in keys:
             continue
-        source = (ConfigSource.STATIC_BROKER_CONFIG if name in broker.config.explicit
-                  else ConfigSource.DEFAULT_CONFIG)
-        entries.append(ConfigEntry(name, format_value(broker.config[name]), True, source,
-                                   definition.type, definition.doc, ()))
+        value, source = config.broker_value(name)
+        synonyms = tuple((name, format_value(values[name]), layer_source)
+                         for values, layer_source in layers if name in values)
+        entries.append(ConfigEntry(name, format_value(value), name not in DYNAMIC_BROKER_CONFIGS,
+                                   source, definition.type, definition.doc, synonyms))
     return entries
+
+
+def _describe_cluster_default(broker: Broker, keys: tuple[str, ...] | None) -> list[ConfigEntry]:
+    """The empty broker name: the cluster's default dynamic configs alone, as Kafka."""
+    stored = broker.image.broker_configs.get(DEFAULT_BROKER_CONFIGS, {})
+    source = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+    return [ConfigEntry(name, value, False, source, BROKER_CONFIGS[name].type,
+                        BROKER_CONFIGS[name].doc, ((name, value, source),))
+            for name, value in sorted(stored.items()) if not keys or name in keys]
 
 
 async def handle_describe(broker: Broker, request: Request):
@@ -90,7 +113,9 @@ async def handle_describe(broker: Broker, request: Request):
             else:
                 entries = describe_topic_configs(broker, topic.configs, keys)
         elif resource.resource_type == BROKER_RESOURCE:
-            if resource.resource_name not in ("", str(broker.broker_id)):
+            if resource.resource_name == "":
+                entries = _describe_cluster_default(broker, keys)
+            elif resource.resource_name != str(broker.broker_id):
                 error, message = ErrorCode.invalid_request, "unknown broker"
             else:
                 entries = _describe_broker_configs(broker, keys)
@@ -111,7 +136,8 @@ async def handle_describe(broker: Broker, request: Request):
     return build(response_schema(key, version), throttle_time=_NO_THROTTLE, results=tuple(results))
 
 
-def _incremental_changes(current: Mapping[str, str], configs) -> tuple[dict[str, str], list[str]]:
+def _incremental_changes(current: Mapping[str, str], configs, definitions: Mapping[str, ConfigDef]
+                         ) -> tuple[dict[str, str], list[str]]:
     set_values: dict[str, str] = {}
     deleted: list[str] = []
     for change in configs:
@@ -121,7 +147,7 @@ def _incremental_changes(current: Mapping[str, str], configs) -> tuple[dict[str,
         elif op == _DELETE:
             deleted.append(change.name)
         elif op in (_APPEND, _SUBTRACT):
-            definition = TOPIC_CONFIGS.get(change.name)
+            definition = definitions.get(change.name)
             if definition is None or definition.type.name != "LIST":
                 raise ConfigError(f"{change.name} is not a list config; cannot append/subtract")
             existing = [v for v in current.get(change.name, format_value(definition.default))
@@ -132,9 +158,9 @@ def _incremental_changes(current: Mapping[str, str], configs) -> tuple[dict[str,
             set_values[change.name] = ",".join(merged)
         else:
             raise ConfigError(f"unknown config operation {op}")
-    unknown = [name for name in deleted if name not in TOPIC_CONFIGS]
+    unknown = [name for name in deleted if name not in definitions]
     if unknown:
-        raise ConfigError(f"unknown topic config {unknown[0]!r}")
+        raise ConfigError(f"unknown config {unknown[0]!r}")
     return set_values, deleted
 
 
@@ -144,31 +170,62 @@ async def _alter(broker: Broker, request: Request, key: ApiKey, incremental: boo
     responses = []
     for resource in request.body.resources:
         error, message = ErrorCode.none, None
-        if resource.resource_type != TOPIC_RESOURCE:
-            error = ErrorCode.invalid_request
-            message = "only topic configs can be altered; broker configs are static"
-        else:
-            topic = broker.image.topics.get(resource.resource_name)
-            try:
-                if topic is None:
-                    raise ControllerError(ErrorCode.unknown_topic_or_partition, "unknown topic")
-                if incremental:
-                    set_values, deleted = _incremental_changes(topic.configs, resource.configs)
-                else:
-                    set_values = {c.name: c.value or "" for c in resource.configs}
-                    deleted = []
-                await broker.controller.alter_topic_configs(
-                    topic.name, set_values, deleted, validate_only=request.body.validate_only,
-                    replace=not incremental)
-            except ConfigError as exc:
-                error, message = ErrorCode.invalid_config, str(exc)
-            except ControllerError as exc:
-                error, message = exc.error, str(exc)
+        try:
+            if resource.resource_type == TOPIC_RESOURCE:
+                await _alter_topic(broker, resource, incremental, request.body.validate_only)
+            elif resource.resource_type == BROKER_RESOURCE:
+                await _alter_broker(broker, resource, incremental, request.body.validate_only)
+            else:
+                raise ControllerError(ErrorCode.invalid_request,
+                                      "only topic and broker configs can be altered")
+        except ConfigError as exc:
+            error, message = ErrorCode.invalid_config, str(exc)
+        except ControllerError as exc:
+            error, message = exc.error, str(exc)
         responses.append(build(response_cls, error_code=error, error_message=message,
                                resource_type=resource.resource_type,
                                resource_name=resource.resource_name))
     return build(response_schema(key, version), throttle_time=_NO_THROTTLE,
                  responses=tuple(responses))
+
+
+def _changes(current: Mapping[str, str], resource, incremental: bool,
+             definitions: Mapping[str, ConfigDef]) -> tuple[dict[str, str], list[str]]:
+    """What to set and what to delete: AlterConfigs sets what it names (and the rest
+    goes back to its default); IncrementalAlterConfigs says per config."""
+    if incremental:
+        return _incremental_changes(current, resource.configs, definitions)
+    return {c.name: c.value or "" for c in resource.configs}, []
+
+
+async def _alter_topic(broker: Broker, resource, incremental: bool, validate_only: bool) -> None:
+    topic = broker.image.topics.get(resource.resource_name)
+    if topic is None:
+        raise ControllerError(ErrorCode.unknown_topic_or_partition, "unknown topic")
+    set_values, deleted = _changes(topic.configs, resource, incremental, TOPIC_CONFIGS)
+    await broker.controller.alter_topic_configs(topic.name, set_values, deleted,
+                                                validate_only=validate_only,
+                                                replace=not incremental)
+
+
+async def _alter_broker(broker: Broker, resource, incremental: bool, validate_only: bool
+                        ) -> None:
+    """This broker's dynamic configs (named by its id), or the cluster's (the empty
+    name); another broker's are that broker's to change, as in Kafka."""
+    name = resource.resource_name
+    if name == "":
+        entity = DEFAULT_BROKER_CONFIGS
+    elif name == str(broker.broker_id):
+        entity = name
+    else:
+        raise ControllerError(ErrorCode.invalid_request,
+                              f"Unexpected broker id, expected {broker.broker_id} or empty "
+                              f"string, but received {name}")
+    set_values, deleted = _changes(broker.image.broker_configs.get(entity, {}), resource,
+                                   incremental, BROKER_CONFIGS)
+    await broker.controller.alter_broker_configs(entity, set_values, deleted,
+                                                 validate_only=validate_only,
+                                                 replace=not incremental)
 
 
 async def handle_incremental_alter(broker: Broker, request: Request):

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 _KEY = ApiKey.PRODUCE
 _VALID_ACKS = (-1, 0, 1)
+_RECORD_ERRORS_VERSION = 8  # KIP-467: the records at fault, by their index in the batch
 
 
 @dataclass(slots=True)
@@ -48,6 +49,7 @@ class _PartitionResult:
     base_offset: int = -1
     log_append_time: datetime.datetime | None = None
     log_start_offset: int = -1
+    record_errors: tuple[tuple[int, str], ...] = ()  # the records at fault, by batch index
 
 
 def _refusal(broker: Broker, body) -> tuple[ErrorCode, str] | None:
@@ -88,7 +90,7 @@ def _append(broker: Broker, request: Request, topic: str, data, verified: _Verif
         result = partition.append_as_leader(data.records, request.body.acks, origin)
     except LogAppendError as exc:
         broker.log_rejection(request, topic, data.index, exc)
-        return _PartitionResult(exc.error, str(exc)), None, -1
+        return _PartitionResult(exc.error, str(exc), record_errors=exc.record_errors), None, -1
     metrics = broker.metrics
     if result.duplicate:
         if metrics is not None:
@@ -255,6 +257,8 @@ def _response(broker: Broker, version: int, acks: int,
               appended: list[tuple[str, list[tuple[int, _PartitionResult]]]]):
     partition_cls = nested(_KEY, version, "PartitionProduceResponse")
     topic_cls = nested(_KEY, version, "TopicProduceResponse")
+    record_error_cls = (nested(_KEY, version, "BatchIndexAndErrorMessage")
+                        if version >= _RECORD_ERRORS_VERSION else None)
     failed = False
     responses = []
     answered = 0
@@ -265,7 +269,10 @@ def _response(broker: Broker, version: int, acks: int,
             partition_responses.append(build(
                 partition_cls, index=index, error_code=result.error,
                 base_offset=result.base_offset, log_append_time=result.log_append_time,
-                log_start_offset=result.log_start_offset, record_errors=(),
+                log_start_offset=result.log_start_offset,
+                record_errors=() if record_error_cls is None else tuple(
+                    build(record_error_cls, batch_index=position, batch_index_error_message=why)
+                    for position, why in result.record_errors),
                 error_message=result.message))
         answered += len(partition_responses)
         responses.append(build(topic_cls, name=name,

@@ -21,7 +21,15 @@ from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
 from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.replica_manager import ReplicaManager
 from gregor.cluster.topic_names import invalid_topic_reason
-from gregor.config import BrokerConfig, ConfigError, TopicConfig, format_value
+from gregor.config import (
+    BrokerConfig,
+    ConfigError,
+    NotDynamicError,
+    TopicConfig,
+    check_dynamic,
+    format_value,
+    validate_dynamic,
+)
 from gregor.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -60,6 +68,13 @@ class ClusterAdmin(Protocol):
     async def alter_topic_configs(self, name: str, set_values: Mapping[str, str],
                                   deleted: list[str], validate_only: bool = False,
                                   replace: bool = False) -> None: ...
+
+    async def alter_broker_configs(self, entity: str, set_values: Mapping[str, str],
+                                   deleted: list[str], validate_only: bool = False,
+                                   replace: bool = False) -> None:
+        """Change the dynamic broker configs of ``entity``: a broker's id, or
+        :data:`DEFAULT_BROKER_CONFIGS` for the cluster's default."""
+        ...
 
     async def allocate_producer_id(self) -> int: ...
 
@@ -177,6 +192,24 @@ def changed_topic_configs(config: BrokerConfig, topic: TopicMetadata | None, nam
         raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
 
 
+def changed_broker_configs(image: MetadataImage, entity: str, set_values: Mapping[str, str],
+                           deleted: list[str], replace: bool) -> dict[str, str]:
+    """An entity's dynamic broker configs after an (Incremental)AlterConfigs, validated:
+    INVALID_REQUEST for a config that cannot change while brokers run (Kafka's answer),
+    INVALID_CONFIG for a value refused."""
+    try:
+        check_dynamic(deleted)
+        changes = validate_dynamic(set_values)
+    except NotDynamicError as exc:
+        raise ControllerError(ErrorCode.invalid_request, str(exc)) from None
+    except ConfigError as exc:
+        raise ControllerError(ErrorCode.invalid_config, str(exc)) from None
+    configs = {} if replace else dict(image.broker_configs.get(entity, {}))
+    for name in deleted:
+        configs.pop(name, None)
+    return configs | changes
+
+
 class SingleNodeController:
     """The broker alone: it is every partition's only replica and its own controller."""
 
@@ -247,6 +280,16 @@ class SingleNodeController:
         topic.configs = overrides
         self.image.save()
         self.replica_manager.update_config(topic)
+
+    async def alter_broker_configs(self, entity: str, set_values: Mapping[str, str],
+                                   deleted: list[str], validate_only: bool = False,
+                                   replace: bool = False) -> None:
+        configs = changed_broker_configs(self.image, entity, set_values, deleted, replace)
+        if validate_only:
+            return
+        self.image.broker_configs[entity] = configs
+        self.image.save()
+        self.replica_manager.broker_configs_changed(self.image)
 
     async def allocate_producer_id(self) -> int:
         return self.image.allocate_producer_id()

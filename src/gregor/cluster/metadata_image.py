@@ -18,6 +18,9 @@ from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.znodes import BrokerRegistration
 
 METADATA_FILE = "gregor-metadata.json"
+# The cluster's default in ``broker_configs`` (and ZooKeeper's /config/brokers), as Kafka
+# names it; a broker's own are under its id.
+DEFAULT_BROKER_CONFIGS = "<default>"
 
 
 @dataclass
@@ -41,6 +44,8 @@ class MetadataImage:
     next_producer_id: int = 1000
     brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
     controller_id: int = -1
+    # Dynamic broker configs: the cluster's default, and each broker's by its id.
+    broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, log_dir: Path) -> MetadataImage:
@@ -57,7 +62,8 @@ class MetadataImage:
                 partitions=[_partition_state(p) for p in t["partitions"]])
             for name, t in raw["topics"].items()
         }
-        return cls(path, raw["cluster_id"], topics, raw.get("next_producer_id", 1000))
+        return cls(path, raw["cluster_id"], topics, raw.get("next_producer_id", 1000),
+                   broker_configs=raw.get("broker_configs", {}))
 
     def save(self) -> None:
         if self.path is None:
@@ -67,6 +73,7 @@ class MetadataImage:
             "next_producer_id": self.next_producer_id,
             "topics": {name: {k: v for k, v in asdict(t).items() if k != "name"}
                        for name, t in self.topics.items()},
+            "broker_configs": self.broker_configs,
         }
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as handle:
@@ -74,6 +81,11 @@ class MetadataImage:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, self.path)
+
+    def dynamic_broker_configs(self, broker_id: int) -> tuple[dict[str, str], dict[str, str]]:
+        """The cluster's default dynamic configs and ``broker_id``'s own."""
+        return (self.broker_configs.get(DEFAULT_BROKER_CONFIGS, {}),
+                self.broker_configs.get(str(broker_id), {}))
 
     def allocate_producer_id(self) -> int:
         producer_id = self.next_producer_id

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from gregor.cluster.delayed_produce import DelayedProducePurgatory
-from gregor.cluster.metadata_image import TopicMetadata
+from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
 from gregor.cluster.partition import Partition, StateChange
 from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.replica_fetcher import FetcherSettings, ReplicaFetcher, fetcher_id
@@ -156,6 +156,13 @@ class ReplicaManager:
     def remove_topic(self, topic: str) -> None:
         for tp in [tp for tp in self.partitions if tp[0] == topic]:
             self.remove_partition(*tp)
+
+    def broker_configs_changed(self, image: MetadataImage) -> None:
+        """Dynamic broker configs changed: they are the topics' defaults, so every log
+        takes its topic's configs again, as Kafka reconfigures its logs."""
+        self.config.set_dynamic(*image.dynamic_broker_configs(self.broker_id))
+        for topic in image.topics.values():
+            self.update_config(topic)
 
     def update_config(self, topic: TopicMetadata) -> None:
         config = self.topic_config(topic)

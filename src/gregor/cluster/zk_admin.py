@@ -23,6 +23,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from gregor.cluster import znodes
 from gregor.cluster.controller import (
     ControllerError,
+    changed_broker_configs,
     changed_topic_configs,
     new_partitions,
     validate_new_topic,
@@ -157,6 +158,21 @@ class ZkClusterAdmin:
         if validate_only:
             return
         await self.zk.set(znodes.topic_config_path(name), znodes.encode_topic_config(overrides))
+
+    async def alter_broker_configs(self, entity: str, set_values: Mapping[str, str],
+                                   deleted: list[str], validate_only: bool = False,
+                                   replace: bool = False) -> None:
+        configs = changed_broker_configs(self.image, entity, set_values, deleted, replace)
+        if validate_only:
+            return
+        path, data = znodes.broker_config_path(entity), znodes.encode_topic_config(configs)
+        try:
+            await self.zk.set(path, data)
+        except NoNodeError:
+            try:
+                await self.zk.create(path, data, makepath=True)
+            except NodeExistsError:  # another broker created it meanwhile
+                await self.zk.set(path, data)
 
     # --------------------------------------------------------------- producer ids
     async def allocate_producer_id(self) -> int:

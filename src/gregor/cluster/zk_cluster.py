@@ -73,7 +73,8 @@ class ZkClusterMember:
 
     def follow(self, partition_changed: Callable[[TopicMetadata, int, PartitionState], None],
                topic_deleted: Callable[[TopicMetadata], None],
-               topic_config_changed: Callable[[TopicMetadata], None]) -> None:
+               topic_config_changed: Callable[[TopicMetadata], None],
+               broker_configs_changed: Callable[[MetadataImage], None]) -> None:
         """Hand metadata changes to the broker's replicas (and to the controller)."""
         controller = self.controller
 
@@ -89,6 +90,7 @@ class ZkClusterMember:
             partition_changed=on_partition, topic_deleted=on_deleted,
             topic_created=lambda topic: controller.changed(),
             topic_config_changed=topic_config_changed,
+            broker_configs_changed=broker_configs_changed,
             brokers_changed=lambda gone, joined: controller.changed(),
             controller_changed=self._controller_changed)
 

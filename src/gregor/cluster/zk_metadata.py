@@ -42,6 +42,7 @@ class MetadataListeners:
     topic_created: Callable[[TopicMetadata], None] = lambda topic: None
     topic_deleted: Callable[[TopicMetadata], None] = lambda topic: None
     topic_config_changed: Callable[[TopicMetadata], None] = lambda topic: None
+    broker_configs_changed: Callable[[MetadataImage], None] = lambda image: None
     brokers_changed: Callable[[set[int], set[int]], None] = lambda gone, joined: None
     controller_changed: Callable[[int], None] = lambda controller_id: None
 
@@ -63,6 +64,7 @@ class ZkMetadataCache:
         self._watched_partitions.clear()
         await self._refresh_brokers()
         await self._refresh_controller()
+        await self._refresh_broker_configs(every_entity=True)
         await self._refresh_topics(every_topic=True)
 
     def close(self) -> None:
@@ -128,6 +130,32 @@ class ZkMetadataCache:
         if controller_id != self.image.controller_id:
             self.image.controller_id = controller_id
             self.listeners.controller_changed(controller_id)
+
+    # ---------------------------------------------------- dynamic broker configs
+    async def _refresh_broker_configs(self, every_entity: bool = False) -> None:
+        """The cluster's default and each broker's dynamic configs: new entities read
+        here, changes to each by a watch of its own."""
+        entities = set(await self.zk.children(znodes.BROKER_CONFIGS, self._spawn(
+            "broker-configs", self._refresh_broker_configs)) or [])
+        configs = {e: c for e, c in self.image.broker_configs.items() if e in entities}
+        for entity in sorted(entities if every_entity else entities - set(configs)):
+            configs[entity] = await self._read_broker_config(entity)
+        self._set_broker_configs(configs)
+
+    async def _read_broker_config(self, entity: str) -> dict[str, str]:
+        found = await self.zk.get(znodes.broker_config_path(entity), self._spawn(
+            f"broker-config/{entity}", lambda: self._refresh_broker_config(entity)))
+        return znodes.decode_topic_config(found[0]) if found else {}
+
+    async def _refresh_broker_config(self, entity: str) -> None:
+        self._set_broker_configs({**self.image.broker_configs,
+                                  entity: await self._read_broker_config(entity)})
+
+    def _set_broker_configs(self, configs: dict[str, dict[str, str]]) -> None:
+        if configs != self.image.broker_configs:
+            self.image.broker_configs = configs
+            log.info("dynamic broker configs now %s", configs)
+            self.listeners.broker_configs_changed(self.image)
 
     # -------------------------------------------------------------------- topics
     async def _refresh_topics(self, every_topic: bool = False) -> None:

@@ -32,12 +32,14 @@ TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 TOPIC_CONFIGS = "/config/topics"
+BROKER_CONFIGS = "/config/brokers"  # <default> and each broker's id: dynamic configs
 DELETE_TOPICS = "/admin/delete_topics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CLUSTER_ID = "/cluster/id"
 
 # Every path a fresh cluster needs before brokers register and watch.
-PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS, "/cluster")
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, BROKER_CONFIGS, DELETE_TOPICS,
+                    "/cluster")
 
 
 def broker_path(broker_id: int) -> str:
@@ -58,6 +60,10 @@ def partition_state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{TOPIC_CONFIGS}/{topic}"
+
+
+def broker_config_path(entity: str) -> str:
+    return f"{BROKER_CONFIGS}/{entity}"
 
 
 def delete_topic_path(topic: str) -> str:

@@ -62,11 +62,17 @@ future completes once the data is on disk."""
 
 
 class LogAppendError(Exception):
-    """An append rejected with a Kafka error code; nothing of it was written."""
+    """An append rejected with a Kafka error code; nothing of it was written.
 
-    def __init__(self, error: ErrorCode, message: str) -> None:
+    ``record_errors`` names the records at fault, when some are (Produce v8's
+    ``record_errors``, KIP-467): each one's index in its batch and why, so that a client
+    fails those records and retries or fails the rest apart."""
+
+    def __init__(self, error: ErrorCode, message: str,
+                 record_errors: tuple[tuple[int, str], ...] = ()) -> None:
         super().__init__(message)
         self.error = error
+        self.record_errors = record_errors
 
 
 class OffsetOutOfRange(Exception):
@@ -422,15 +428,23 @@ class Log:
         return segment
 
     def _check_keys(self, data: bytearray, spans: list[tuple[int, int]]) -> None:
-        """Compacted topics keep the latest record per key, so a keyless record is refused."""
+        """Compacted topics keep the latest record per key, so a keyless record is refused,
+        named by its index in its batch, in Kafka's words."""
+        keyless: list[tuple[int, str]] = []
         for pos, size in spans:
             try:
                 _, records = decode_records(memoryview(data)[pos : pos + size])
             except InvalidRecordBatch as exc:  # records that do not parse under a valid CRC
                 raise LogAppendError(ErrorCode.corrupt_message, str(exc)) from None
-            if any(r.key is None for r in records):
-                raise LogAppendError(ErrorCode.invalid_record,
-                                     f"compacted topic {self.topic} requires a key on every record")
+            keyless += [(index, "Compacted topic cannot accept message without key in topic "
+                         f"partition {self.topic}-{self.partition}.")
+                        for index, record in enumerate(records) if record.key is None]
+        if keyless:
+            raise LogAppendError(
+                ErrorCode.invalid_record,
+                f"One or more records have been rejected due to {len(keyless)} record errors "
+                f"in total: compacted topic {self.topic} requires a key on every record",
+                tuple(keyless))
 
     def _check_producers(self, headers: list[record_batch.BatchHeader]) -> BatchMetadata | None:
         """Validate producer epochs and sequences; the earlier batch if this is a retry.
