@@ -15,7 +15,9 @@ at once, each with clients of its own, on the core they share: the scheduler giv
 each half of it, so records/s on over off is their capacity ratio over the same
 seconds, which drift in the machine's load cannot touch. The two sets of clients swap
 brokers from one run to the next, so that neither broker always has the same ones.
-Both brokers are started afresh every :data:`RUNS_PER_START` side-by-side runs: a
+Both brokers are started afresh every :data:`RUNS_PER_START` side-by-side runs, one
+start in two with the metrics broker first (restarted, loaded and sampled), so that no
+order favours either: a
 process brings its own hash seed and memory layout, which moved one broker's pace
 against the other's by a point or two for a whole bench run while runs of one start
 agreed, so that an interval over runs of one start was narrower than the spread from
@@ -348,10 +350,13 @@ def measure(quick: bool, pairs: int, side_by_side: int, interval: float, control
                     for turn in range(side_by_side):
                         if turn % RUNS_PER_START == 0:
                             starts += 1
-                            for broker, _ in both:
+                            # Every other start the "on" broker goes first: restarted,
+                            # its clients started and its window sampled.
+                            order = both if starts % 2 else both[::-1]
+                            for broker, _ in order:
                                 pin(_pid(broker.restart()), BROKER_CPU)
                         loads = [load, second_load] if turn % 2 == 0 else [second_load, load]
-                        runs += _run(loads, both, size, consumed, seconds, starts)
+                        runs += _run(loads, order, size, consumed, seconds, starts)
         scrapes = 0 if scraper is None else scraper.scrapes
         cost = None if control else scrape_cost(on)
     finally:
