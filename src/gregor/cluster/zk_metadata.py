@@ -47,6 +47,10 @@ class MetadataListeners:
     controller_changed: Callable[[int], None] = lambda controller_id: None
 
 
+# The serialization key of every refresh of the dynamic broker configs.
+_BROKER_CONFIGS_KEY = "broker-configs"
+
+
 class ZkMetadataCache:
     def __init__(self, zk: ZooKeeperSession, image: MetadataImage,
                  listeners: MetadataListeners | None = None) -> None:
@@ -134,22 +138,25 @@ class ZkMetadataCache:
     # ---------------------------------------------------- dynamic broker configs
     async def _refresh_broker_configs(self, every_entity: bool = False) -> None:
         """The cluster's default and each broker's dynamic configs: new entities read
-        here, changes to each by a watch of its own."""
+        here, changes to each by a watch of its own. Every refresh of them runs under
+        one key, and merges into the image only after its reads, so that none writes
+        back what another read meanwhile."""
         entities = set(await self.zk.children(znodes.BROKER_CONFIGS, self._spawn(
-            "broker-configs", self._refresh_broker_configs)) or [])
-        configs = {e: c for e, c in self.image.broker_configs.items() if e in entities}
-        for entity in sorted(entities if every_entity else entities - set(configs)):
-            configs[entity] = await self._read_broker_config(entity)
-        self._set_broker_configs(configs)
+            _BROKER_CONFIGS_KEY, self._refresh_broker_configs)) or [])
+        wanted = entities if every_entity else entities - set(self.image.broker_configs)
+        read = {entity: await self._read_broker_config(entity) for entity in sorted(wanted)}
+        current = self.image.broker_configs
+        self._set_broker_configs({entity: read[entity] if entity in read
+                                  else current.get(entity, {}) for entity in entities})
 
     async def _read_broker_config(self, entity: str) -> dict[str, str]:
         found = await self.zk.get(znodes.broker_config_path(entity), self._spawn(
-            f"broker-config/{entity}", lambda: self._refresh_broker_config(entity)))
+            _BROKER_CONFIGS_KEY, lambda: self._refresh_broker_config(entity)))
         return znodes.decode_topic_config(found[0]) if found else {}
 
     async def _refresh_broker_config(self, entity: str) -> None:
-        self._set_broker_configs({**self.image.broker_configs,
-                                  entity: await self._read_broker_config(entity)})
+        configs = await self._read_broker_config(entity)
+        self._set_broker_configs({**self.image.broker_configs, entity: configs})
 
     def _set_broker_configs(self, configs: dict[str, dict[str, str]]) -> None:
         if configs != self.image.broker_configs:

@@ -116,16 +116,22 @@ public final class TopicRangeReader implements PartitionReader<ColumnarBatch> {
     batch.close();
   }
 
-  /** One turn of the fetch loop: an answer taken, or an error dealt with. */
+  /**
+   * One turn of the fetch loop: an answer taken, or an error dealt with. Whether the deadline has
+   * passed is read before the answer, which may itself end the wait (a log that ends below the
+   * range is data loss once the deadline has passed): read after it, the deadline could pass in
+   * between and a log that ended would be taken for a slow broker.
+   */
   private void fetchOnce() {
     long before = position;
+    boolean late = System.nanoTime() - deadline > 0;
     Fetch.PartitionData data = fetch();
     if (data != null) {
       take(data, before);
     }
     if (position > before) {
       deadline = System.nanoTime() + timeoutNanos;
-    } else if (System.nanoTime() - deadline > 0) {
+    } else if (late) {
       throw new IllegalStateException(range.topic() + "-" + range.partition()
           + ": no record at offset " + position + " within " + settings.pollTimeoutMs()
           + " ms (reading up to " + range.end() + "); raise kafkaConsumer.pollTimeoutMs if the"
