@@ -84,6 +84,7 @@ from bench.saturate import (  # noqa: E402
     pin,
 )
 from gregor.broker.process import BrokerProcess  # noqa: E402
+from gregor.metrics.broker_metrics import FOLD_EVERY  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -597,12 +598,12 @@ With metrics on, the hot path adds to plain counters, in place: per fetch its
 partitions' answers (one addition each for a fetch of one topic answered without
 errors, as the handler already has its bytes), per produce request one addition for
 its answer's errors when none failed, per partition appended to its records (from the
-batch headers) and bytes, and per request answered its times, for two histograms. The
+batch headers) and bytes. Each request answered keeps its times in a list, and every
+{FOLD_EVERY} of them are added to the two histograms in one loop: counted one by one,
+each came to the counters with the caches cold, and cost the broker several times what
+it costs in a loop (`gregor.metrics.broker_metrics` gives the figures). The
 idle ratio is the loop thread's time neither on a core nor waiting for one, read from
-the kernel at each probe, so nothing is added to the loop's turns. Folding the counts
-in bulk every half second, as the broker did before, cost more instructions than
-counting in place (`python -m bench.instructions`; `gregor.metrics.broker_metrics`
-gives the figures). Everything else
+the kernel at each probe, so nothing is added to the loop's turns. Everything else
 (log offsets, ISR state, group lag) is read when Prometheus scrapes, on the broker's
 event loop; a scrape writes its text itself, each series' escaped name and labels kept
 from the scrape before (`gregor.metrics.exposition`). Scraped {SCRAPE_COST_SAMPLES} times back

@@ -43,6 +43,12 @@ from scrape import Scrape, scrape
 
 from gregor.broker.process import BrokerProcess
 from gregor.config import BrokerConfig, ConfigError
+from gregor.metrics.broker_metrics import (
+    FOLD_EVERY,
+    TIME_BUCKETS_MS,
+    BrokerMetrics,
+    RequestCounters,
+)
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.record_batch import read_header
@@ -551,3 +557,30 @@ def _expressions(node: object) -> Iterator[str]:
     elif isinstance(node, list):
         for item in node:
             yield from _expressions(item)
+
+
+def test_a_scrape_counts_every_request_answered_folded_or_not() -> None:
+    """Requests are folded into the histograms FOLD_EVERY at a time; a scrape in between
+    still sees each one, once, in the bucket of its time."""
+    metrics = BrokerMetrics()
+    # Arrived at 10 s, started 0.2 ms later, answered at 3 ms: buckets 0.25 and 5 ms.
+    times = (10.0, 10.0002, 10.003)
+
+    def produce(count: int) -> RequestCounters:
+        for _ in range(count):
+            metrics.request_completed(int(ApiKey.PRODUCE), 9, False, *times)
+        return metrics.as_scraped()["Produce"]
+
+    assert produce(3).by_version == {9: 3}
+    produce_counters = produce(FOLD_EVERY * 2 + 1)
+    total = 3 + FOLD_EVERY * 2 + 1
+    assert produce_counters.by_version == {9: total}
+    queue, whole = produce_counters.queue_time, produce_counters.total_time
+    assert queue.counts[TIME_BUCKETS_MS.index(0.25)] == sum(queue.counts) == total
+    assert whole.counts[TIME_BUCKETS_MS.index(5.0)] == sum(whole.counts) == total
+    assert queue.total == pytest.approx(total * 0.2)
+    assert whole.total == pytest.approx(total * 3.0)
+    metrics.request_completed(int(ApiKey.FETCH), 12, True, *times)
+    scraped = metrics.as_scraped()
+    assert scraped["FetchFollower"].by_version == scraped["Fetch"].by_version == {12: 1}
+    assert not scraped["FetchConsumer"].by_version
