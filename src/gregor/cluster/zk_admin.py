@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
@@ -96,12 +95,10 @@ class ZkClusterAdmin:
         return await self._wait_for_leaders(name) or topic
 
     async def _wait_for_leaders(self, name: str) -> TopicMetadata | None:
-        deadline = time.monotonic() + _LEADERS_WAIT_S
-        while (remaining := deadline - time.monotonic()) > 0:
+        def led() -> bool:
             topic = self.image.topics.get(name)
-            if topic is not None and all(p.has_leader for p in topic.partitions):
-                return topic
-            await self.cache.wait_for_change(remaining)
+            return topic is not None and all(p.has_leader for p in topic.partitions)
+        await self.cache.wait_until(led, _LEADERS_WAIT_S)
         return self.image.topics.get(name)
 
     async def delete_topic(self, name: str, timeout_s: float = 0.0) -> TopicMetadata:
@@ -117,14 +114,14 @@ class ZkClusterAdmin:
         # listing topics next must not find it), as Kafka's DelayedDeleteTopics does, or
         # REQUEST_TIMED_OUT while it goes on (at once for a timeout of 0, which
         # librdkafka's non-blocking delete takes for success, as from Kafka).
-        deadline = time.monotonic() + timeout_s
-        while (still := self.image.topics.get(name)) is not None and (
-                still.topic_id == topic.topic_id):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ControllerError(ErrorCode.request_timed_out,
-                                      f"topic {name!r} is being deleted, not yet gone")
-            await self.cache.wait_for_change(remaining)
+        topic_id = topic.topic_id
+
+        def gone() -> bool:
+            still = self.image.topics.get(name)
+            return still is None or still.topic_id != topic_id
+        if not await self.cache.wait_until(gone, timeout_s):
+            raise ControllerError(ErrorCode.request_timed_out,
+                                  f"topic {name!r} is being deleted, not yet gone")
         return topic
 
     async def create_partitions(self, name: str, count: int,

@@ -167,14 +167,11 @@ class ZkClusterMember:
         with contextlib.suppress(NodeExistsError):
             await self.zk.create(f"{CONTROLLED_SHUTDOWN}/{self.broker_id}", ephemeral=True,
                                  makepath=True)
-        deadline = time.monotonic() + timeout
-        while (pending := leaderships_to_move(self.image, self.broker_id)):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                log.warning("controlled shutdown: %d partition(s) still to move; stopping "
-                            "anyway", len(pending))
-                return
-            await self.cache.wait_for_change(remaining)
+        if not await self.cache.wait_until(
+                lambda: not leaderships_to_move(self.image, self.broker_id), timeout):
+            log.warning("controlled shutdown: %d partition(s) still to move; stopping anyway",
+                        len(leaderships_to_move(self.image, self.broker_id)))
+            return
         log.info("controlled shutdown: leaderships moved")
 
     async def close(self) -> None:

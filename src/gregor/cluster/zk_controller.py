@@ -251,10 +251,10 @@ class ZkController:
                         ErrorCode.request_timed_out, "the partition kept changing")))
                     break
                 await self.cache.wait_for_change(deadline - time.monotonic())
-        while (remaining := deadline - time.monotonic()) > 0 and any(
-                self.image.topics[t].partitions[i].leader != leader
-                for (t, i), leader in leaders.items() if t in self.image.topics):
-            await self.cache.wait_for_change(remaining)
+        await self.cache.wait_until(lambda: all(
+            self.image.topics[t].partitions[i].leader == leader
+            for (t, i), leader in leaders.items() if t in self.image.topics),
+            deadline - time.monotonic())
         return results
 
     # ----------------------------------------------------- shutdowns, deletions

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -80,6 +81,17 @@ class ZkMetadataCache:
         self._changed.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._changed.wait(), timeout)
+
+    async def wait_until(self, shown: Callable[[], bool], timeout: float) -> bool:
+        """Park until ``shown()`` holds (asked now and after each change of the image)
+        or ``timeout`` seconds pass; whether it holds."""
+        deadline = time.monotonic() + timeout
+        while not shown():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            await self.wait_for_change(remaining)
+        return True
 
     # ------------------------------------------------------------------ plumbing
     def _spawn(self, key: str, refresh: Callable[[], Awaitable[None]]) -> Callable[[], None]:
