@@ -11,10 +11,10 @@ counted :data:`FOLD_EVERY` at a time (and before each scrape): its arguments are
 in a list, then folded into the histograms in one loop. Instructions are not the
 measure here: callgrind (2026-11-28, 400 of ``bench.saturate``'s produce requests of
 100 B) counted fewer in place, yet in place is slower. Timed inside the broker under
-that load, counting one request in place took a median 4.6 us, where ``timeit`` gives
-0.65 us: between two requests the loop moves 128 KiB and serves other connections,
-and the counters' objects and code have left the caches by the next one. Folded, a
-request cost a mean 3.0 us there, the fold paying the caches once for 32 requests.
+that load, counting one request in place took a mean 5.0 us (median 4.6), where
+``timeit`` gives 0.65 us: between two requests the loop moves 128 KiB and serves other
+connections, and the counters' objects and code have left the caches by the next one.
+Folded, a request cost a mean 3.0 us there, the fold paying the caches once for 32.
 Side by side (``bench.metrics_bench``'s runs of produce 100 B, 2026-11-28), metrics on
 against off cost -2.4% [-3.0%, -1.8%] counted in place (the bench's full run), and in
 scratch runs of 16, -1.1% [-2.0%, -0.3%] folded, -0.0% [-1.2%, +0.8%] with requests
