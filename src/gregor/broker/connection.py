@@ -67,7 +67,7 @@ class Connection:
         self.transport = frames.transport
         peer = self.transport.get_extra_info("peername") or ("?", 0)
         self.client_host, self.client_port = peer[0], peer[1]
-        # The request being served; None when it was answered without being decoded.
+        # The last request decoded: a Fetch's tells whether a follower sent it.
         self.request: Request | None = None
         # Answers still to send, oldest first, while acks=all produces wait: each a
         # task that sends its answer once ready and once the one before it went out.
@@ -83,11 +83,12 @@ class Connection:
         try:
             while True:
                 frame = await self._read_frame()
+                api_key, version, correlation_id = peek_api(frame)
                 if self._answers:
-                    produce = peek_api(frame)[0] == ApiKey.PRODUCE
+                    produce = api_key == ApiKey.PRODUCE
                     await self._answered(MAX_WAITING_ANSWERS - 1 if produce else 0)
                 if metrics is None:
-                    response = await self.dispatch(frame)
+                    response = await self.dispatch(frame, api_key, version, correlation_id)
                     if isinstance(response, DelayedResponse) or self._answers:
                         self._answer_later(response, None)
                     elif response is not None:
@@ -96,12 +97,12 @@ class Connection:
                 # Counted as Kafka's RequestMetrics do: the time from arrival to the answer
                 # sent, of which the wait behind earlier requests. Measured here rather
                 # than in a coroutine of its own (one fewer per request), and what is
-                # counted is read now, while the frame is in the caches: read back from
-                # the decoded request once answered, it cost several times as much.
+                # counted is read now, from the frame's header while it is in the caches:
+                # read back from the decoded request once answered, it cost several times
+                # as much.
                 started = perf_counter()
                 received = self.frames.received_at
-                api_key, version, _ = peek_api(frame)
-                response = await self.dispatch(frame)
+                response = await self.dispatch(frame, api_key, version, correlation_id)
                 if isinstance(response, DelayedResponse) or self._answers:
                     self._answer_later(response, self._counter(metrics, api_key, version,
                                                                received, started))
@@ -179,14 +180,14 @@ class Connection:
             self._refuse("frame-size", "request size %d outside [%d, socket.request.max.bytes=%d]",
                          exc.size, self.frames.min_frame, self.frames.max_frame)
 
-    async def dispatch(self, frame: bytes | memoryview) -> Response:
-        """Handle one request frame; return the response to send, if any."""
-        api_key, version, correlation_id = peek_api(frame)
+    async def dispatch(self, frame: bytes | memoryview, api_key: int, version: int,
+                       correlation_id: int) -> Response:
+        """Handle one request frame (its header's first fields already read: ``peek_api``);
+        return the response to send, if any."""
         router = self.broker.router
         route = router.route(api_key, version)
         if route is None:
             if api_key == ApiKey.API_VERSIONS:
-                self.request = None  # nothing decoded: counted from the frame's header
                 return api_versions.unsupported_version_response(
                     correlation_id, router.supported_versions())
             # One log kind per served API (plus one for all unknown keys), so that
