@@ -395,6 +395,9 @@ def test_elections_an_admin_asks_for(cluster: Cluster) -> None:
     assert cluster.leader("t") == 1  # answered once the election is in the metadata
     (again,) = admin.elect_leaders(ElectionType.PREFERRED, [t]).result(30).values()
     assert again is not None and again.code() == KafkaError.ELECTION_NOT_NEEDED
+    (unknown,) = admin.elect_leaders(ElectionType.PREFERRED,
+                                     [TopicPartition("t", 7)]).result(30).values()
+    assert unknown is not None and unknown.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
 
     assert cluster.brokers[3].stop() == 0  # u's ISR shrinks to 2 alone
     cluster.brokers[2].kill()

@@ -39,8 +39,7 @@ def _producers(log: Log, version: int) -> tuple:
 
 def _partition(broker: Broker, topic: str, index: int, version: int):
     partition_cls = nested(_KEY, version, "PartitionResponse")
-    meta = broker.image.topics.get(topic)
-    if meta is None or not 0 <= index < len(meta.partitions):
+    if broker.image.partition(topic, index) is None:
         return build(partition_cls, partition_index=index,
                      error_code=ErrorCode.unknown_topic_or_partition, active_producers=())
     partition = broker.replica_manager.get(topic, index)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from gregor.broker.request import Request
 from gregor.cluster.election import PREFERRED
-from gregor.cluster.zk_controller import ElectionResult, NotController
+from gregor.cluster.zk_controller import UNKNOWN_PARTITION, ElectionResult, NotController
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
@@ -58,7 +58,6 @@ async def handle(broker: Broker, request: Request):
 
 
 def _alone(broker: Broker, tp: tuple[str, int]) -> ElectionResult:
-    topic = broker.image.topics.get(tp[0])
-    if topic is None or not 0 <= tp[1] < len(topic.partitions):
-        return ErrorCode.unknown_topic_or_partition, "The partition does not exist."
+    if broker.image.partition(*tp) is None:
+        return UNKNOWN_PARTITION
     return ErrorCode.election_not_needed, None

@@ -31,11 +31,6 @@ _FIRST_GROUP_ERROR_VERSION = 2
 _FIRST_MULTI_GROUP_VERSION = 8
 
 
-def _partition_exists(broker: Broker, topic: str, partition: int) -> bool:
-    meta = broker.image.topics.get(topic)
-    return meta is not None and 0 <= partition < len(meta.partitions)
-
-
 def _grouped(items: Sequence[tuple[TopicPartition, Any]]) -> dict[str, list[tuple[int, Any]]]:
     """``((topic, partition), x)`` pairs grouped by topic, keeping their order."""
     by_topic: dict[str, list] = {}
@@ -62,7 +57,7 @@ async def handle_commit(broker: Broker, request: Request):
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
             metadata = p.committed_metadata or ""
-            if not _partition_exists(broker, *tp):
+            if broker.image.partition(*tp) is None:
                 errors.append((tp, ErrorCode.unknown_topic_or_partition))
             elif len(metadata.encode()) > max_metadata:
                 errors.append((tp, ErrorCode.offset_metadata_too_large))
@@ -169,7 +164,7 @@ async def handle_delete(broker: Broker, request: Request):
     body = request.body
     version = request.version
     asked = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
-    known = [tp for tp in asked if _partition_exists(broker, *tp)]
+    known = [tp for tp in asked if broker.image.partition(*tp) is not None]
     error, results = broker.group_coordinator.delete_offsets(body.group_id, known)
     entries: list[tuple[TopicPartition, ErrorCode]] = []
     if error == ErrorCode.none:

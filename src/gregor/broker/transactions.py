@@ -37,8 +37,8 @@ async def _error_of(api_key: ApiKey, version: int, action: Awaitable[None]) -> E
 
 
 def _partition_exists(broker: Broker, topic: str, index: int) -> bool:
-    meta = broker.image.topics.get(topic)
-    return meta is not None and not meta.internal and 0 <= index < len(meta.partitions)
+    return (broker.image.partition(topic, index) is not None
+            and not broker.image.topics[topic].internal)
 
 
 async def _add_or_verify(broker: Broker, version: int, transactional_id: str,

@@ -29,8 +29,7 @@ async def _write(broker: Broker, marker, asked: list[tuple[str, int]]) -> list[E
     errors = [ErrorCode.none] * len(asked)
     known = []
     for position, (topic, index) in enumerate(asked):
-        meta = broker.image.topics.get(topic)
-        if meta is None or not 0 <= index < len(meta.partitions):
+        if broker.image.partition(topic, index) is None:
             errors[position] = ErrorCode.unknown_topic_or_partition
         else:
             known.append(position)

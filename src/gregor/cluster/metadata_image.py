@@ -82,6 +82,14 @@ class MetadataImage:
             os.fsync(handle.fileno())
         os.replace(tmp, self.path)
 
+    def partition(self, topic: str, index: int) -> PartitionState | None:
+        """The partition's state, or None if no such topic has such a partition: the one
+        answer to "does it exist?" that requests naming partitions must give first."""
+        meta = self.topics.get(topic)
+        if meta is None or not 0 <= index < len(meta.partitions):
+            return None
+        return meta.partitions[index]
+
     def dynamic_broker_configs(self, broker_id: int) -> tuple[dict[str, str], dict[str, str]]:
         """The cluster's default dynamic configs and ``broker_id``'s own."""
         return (self.broker_configs.get(DEFAULT_BROKER_CONFIGS, {}),

@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 # An ElectLeaders answer per partition: an error code and its message (None when none).
 ElectionResult = tuple[ErrorCode, str | None]
+UNKNOWN_PARTITION: ElectionResult = (ErrorCode.unknown_topic_or_partition,
+                                     "The partition does not exist.")
 
 
 class NotController(Exception):
@@ -229,12 +231,10 @@ class ZkController:
         while pending:
             changed = []
             for topic_name, index in pending:
-                topic = self.image.topics.get(topic_name)
-                if topic is None or not 0 <= index < len(topic.partitions):
-                    results[topic_name, index] = (ErrorCode.unknown_topic_or_partition,
-                                                  "The partition does not exist.")
+                state = self.image.partition(topic_name, index)
+                if state is None:
+                    results[topic_name, index] = UNKNOWN_PARTITION
                     continue
-                state = topic.partitions[index]
                 decided = election.elect_on_request(state, eligible, election_type,
                                                     self.epoch)
                 if isinstance(decided, ErrorCode):

@@ -111,10 +111,8 @@ class TransactionMarkerChannel:
     def _leader(self, tp: TopicPartition) -> int | None:
         """The partition's leader as this broker knows it (NO_LEADER: none now), or None
         if the partition does not exist any more."""
-        topic = self._image().topics.get(tp[0])
-        if topic is None or not 0 <= tp[1] < len(topic.partitions):
-            return None
-        return topic.partitions[tp[1]].leader
+        state = self._image().partition(*tp)
+        return None if state is None else state.leader
 
     async def _send(self, leader: int, tps: list[TopicPartition], producer_id: int,
                     producer_epoch: int, commit: bool, coordinator_epoch: int
