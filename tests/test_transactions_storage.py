@@ -239,3 +239,24 @@ def test_the_last_stable_offset_never_falls_below_the_log_start(tmp_path: Path) 
     end(log, 2, commit=True)  # 4
     log.advance_log_start_offset(3)
     assert log.last_stable_offset(5) == 3
+
+
+def test_a_fenced_producers_epoch_outlives_the_retention_pass(tmp_path: Path) -> None:
+    """A producer fenced (or timed out) leaves only the abort its coordinator wrote at
+    the bumped epoch: the partition keeps that epoch, which refuses the old producer's
+    batches, for producer.id.expiration.ms from the marker, as Kafka does, and not
+    only until the next retention pass because no batch of the new epoch came."""
+    day = 24 * 3600_000
+    manager = LogManager(tmp_path)
+    log = manager.get_or_create("t", 0, topic_config())
+    log.append_as_leader(txn_batch(3, 0), 0, origin=TXN)
+    fenced_at = BASE_TS + 3600_000
+    log.append_as_leader(encode_marker(3, 1, False, coordinator_epoch=0, timestamp=fenced_at),
+                         0, origin=COORDINATOR)
+    manager.apply_retention(fenced_at + day - 1)
+    assert log.producer_state.last_sequence(3) == (1, -1)
+    with pytest.raises(LogAppendError) as refused:
+        log.append_as_leader(txn_batch(3, 2), 0, origin=TXN)
+    assert refused.value.error == ErrorCode.invalid_producer_epoch
+    manager.apply_retention(fenced_at + day)
+    assert log.producer_state.last_sequence(3) is None

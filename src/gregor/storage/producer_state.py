@@ -188,16 +188,19 @@ class ProducerStateManager:
 
     def remove_expired(self, now_ms: int,
                        expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> int:
-        """Forget producers whose last batch is older than ``expiration_ms``; how many.
+        """Forget producers whose last batch or marker is older than ``expiration_ms``;
+        how many.
 
-        Like Kafka, age is measured by the batch's max timestamp, and a producer with
-        an open transaction is kept. A forgotten producer that writes again is
-        accepted at any sequence, as a new one.
+        Like Kafka, age is measured by the max timestamp of the producer's last batch or
+        marker, and a producer with an open transaction is kept. A marker counts: a
+        producer fenced or timed out has only the abort written at its bumped epoch,
+        which the partition must remember (its epoch refuses the old producer's
+        batches, its coordinator epoch stale markers). A forgotten producer that writes
+        again is accepted at any sequence, as a new one.
         """
         gone = [pid for pid, entry in self.producers.items()
-                if pid not in self.transactions.first_offsets and (
-                    not entry.batches
-                    or now_ms - entry.batches[-1].timestamp >= expiration_ms)]
+                if pid not in self.transactions.first_offsets
+                and now_ms - entry.last_timestamp >= expiration_ms]
         for pid in gone:
             del self.producers[pid]
         return len(gone)
@@ -216,11 +219,13 @@ def _parse_snapshot(text: str) -> tuple[dict[int, ProducerStateEntry], dict[int,
     producers = {}
     transactions = {}
     for pid, raw in json.loads(text).items():
-        # Snapshots written before these were kept lack them.
+        # Snapshots written before these were kept lack them: the last batch's time
+        # stands in for the last timestamp.
         entry = ProducerStateEntry(epoch=int(raw["epoch"]),
-                                   coordinator_epoch=int(raw.get("coordinator_epoch", -1)),
-                                   last_timestamp=int(raw.get("last_timestamp", -1)))
+                                   coordinator_epoch=int(raw.get("coordinator_epoch", -1)))
         entry.batches.extend(BatchMetadata(*(int(x) for x in b)) for b in raw["batches"])
+        entry.last_timestamp = int(raw.get(
+            "last_timestamp", entry.batches[-1].timestamp if entry.batches else -1))
         producers[int(pid)] = entry
         if "txn_first_offset" in raw:
             transactions[int(pid)] = int(raw["txn_first_offset"])
