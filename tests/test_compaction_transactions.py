@@ -175,7 +175,7 @@ def test_a_dropped_marker_leaves_no_transaction_behind_for_recovery(tmp_path: Pa
     txn(log, 0, [(b"a", b"a1")], pid=5)  # 0
     end(log, commit=True, pid=5)  # 1
     log.roll()
-    assert log.producer_state.remove_expired(BASE_TS + 10**12) == 1
+    assert log.producer_state.remove_expired(BASE_TS + 10**12, 10**12) == 1
     cleaner = LogCleaner(manager)
     for pass_number, now in enumerate((BASE_TS, BASE_TS, BASE_TS + RETENTION_MS)):
         # a1 superseded, then records of other keys, too large to join the marker's

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from clients import WireConnection
 from confluent_kafka import Producer
@@ -118,3 +120,37 @@ def test_describe_producers_of_a_partition(fresh_broker: BrokerProcess, topic_na
     assert missing.returncode == 1 and b"no such partition" in missing.stderr
     nobody = gregor(0, "--broker-id", "9")
     assert nobody.returncode == 1 and b"no broker 9" in nobody.stderr
+
+
+def test_a_fenced_producer_is_described_until_it_expires(tmp_path: Path,
+                                                         topic_name: str) -> None:
+    """A producer fenced by a new one with its transactional id leaves only the abort
+    written at its bumped epoch; the partition keeps it, and describes it, until
+    producer.id.expiration.ms after that marker, not just until retention next runs."""
+    expiration_ms = 5000
+    broker = BrokerProcess(tmp_path / "data", overrides={
+        "producer.id.expiration.ms": str(expiration_ms),
+        "log.retention.check.interval.ms": "200"}).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(TIMEOUT)
+        config = {"bootstrap.servers": broker.bootstrap, "transactional.id": topic_name}
+        fenced = Producer(config)
+        fenced.init_transactions(TIMEOUT)
+        fenced.begin_transaction()
+        fenced.produce(topic_name, b"left open", partition=0)
+        assert fenced.flush(TIMEOUT) == 0
+        successor = Producer(config)
+        successor.init_transactions(TIMEOUT)  # aborts the open one at epoch 1
+        fenced_at = time.monotonic()
+        time.sleep(1)  # retention passes, each 200 ms
+        (pid,) = producers(broker, topic_name)
+        epoch, last_sequence, _, _, open_at = producers(broker, topic_name)[pid]
+        assert (epoch, last_sequence, open_at) == (1, -1, -1)
+        assert time.monotonic() - fenced_at < expiration_ms / 1000, "too slow to tell"
+        deadline = time.monotonic() + 15
+        while producers(broker, topic_name) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert producers(broker, topic_name) == {}
+    finally:
+        broker.kill()

@@ -127,7 +127,7 @@ def test_log_start_after_retention_survives_a_crash(tmp_path: Path) -> None:
     manager = LogManager(tmp_path)
     log = manager.get_or_create("t", 0, config)
     fill_hours(log, 4)
-    assert manager.apply_retention(BASE_TS + 4 * HOUR) > 0
+    assert manager.apply_retention(BASE_TS + 4 * HOUR, DAY) > 0
     restarted = LogManager(tmp_path)
     restarted.load_logs(lambda topic: config)
     assert restarted.logs[("t", 0)].log_start_offset == log.log_start_offset > 0
@@ -140,7 +140,7 @@ def test_idle_producers_expire_with_the_retention_pass(tmp_path: Path) -> None:
                                timestamp=BASE_TS), 0)
     log.append_as_leader(batch(1, producer_id=4, producer_epoch=0, base_sequence=0,
                                timestamp=BASE_TS + DAY), 0)
-    manager.apply_retention(BASE_TS + DAY + 1)
+    manager.apply_retention(BASE_TS + DAY + 1, DAY)
     assert set(log.producer_state.producers) == {4}
     # A forgotten producer is a new one: any sequence goes.
     assert log.append_as_leader(batch(1, producer_id=3, producer_epoch=0, base_sequence=9),

@@ -253,10 +253,10 @@ def test_a_fenced_producers_epoch_outlives_the_retention_pass(tmp_path: Path) ->
     fenced_at = BASE_TS + 3600_000
     log.append_as_leader(encode_marker(3, 1, False, coordinator_epoch=0, timestamp=fenced_at),
                          0, origin=COORDINATOR)
-    manager.apply_retention(fenced_at + day - 1)
+    manager.apply_retention(fenced_at + day - 1, day)
     assert log.producer_state.last_sequence(3) == (1, -1)
     with pytest.raises(LogAppendError) as refused:
         log.append_as_leader(txn_batch(3, 2), 0, origin=TXN)
     assert refused.value.error == ErrorCode.invalid_producer_epoch
-    manager.apply_retention(fenced_at + day)
+    manager.apply_retention(fenced_at + day, day)
     assert log.producer_state.last_sequence(3) is None

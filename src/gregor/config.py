@@ -223,6 +223,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
                   "grows with the connection)", minimum=-1),
         ConfigDef("log.retention.check.interval.ms", ConfigType.LONG, 300000,
                   "how often retention runs", minimum=1),
+        ConfigDef("producer.id.expiration.ms", ConfigType.INT, 86400000,
+                  "a partition forgets a producer this long after its last batch or marker "
+                  "(checked with retention); it may then write at any sequence", minimum=1),
         ConfigDef("log.cleaner.backoff.ms", ConfigType.LONG, 15000,
                   "how long the cleaner sleeps when nothing is dirty", minimum=0),
         ConfigDef("log.cleaner.enable", ConfigType.BOOLEAN, True, "run log compaction"),

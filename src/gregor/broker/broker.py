@@ -269,7 +269,7 @@ class Broker:
         return asyncio.create_task(loop())
 
     def _apply_retention(self) -> None:
-        if self.log_manager.apply_retention(_now_ms()):
+        if self.log_manager.apply_retention(_now_ms(), self.config["producer.id.expiration.ms"]):
             for tp in list(self.replica_manager.partitions):
                 self.replica_manager.notify(tp)
 

@@ -138,12 +138,13 @@ class LogManager:
         for lg in self.logs.values():
             lg.maybe_flush_on_time(now_ms)
 
-    def apply_retention(self, now_ms: int) -> int:
-        """Delete expired segments (return how many) and forget long-idle producers."""
+    def apply_retention(self, now_ms: int, producer_id_expiration_ms: int) -> int:
+        """Delete expired segments (return how many) and forget producers idle for
+        ``producer_id_expiration_ms``."""
         deleted = 0
         for lg in list(self.logs.values()):
             deleted += lg.delete_expired_segments(now_ms)
-            lg.producer_state.remove_expired(now_ms)
+            lg.producer_state.remove_expired(now_ms, producer_id_expiration_ms)
         return deleted
 
     def shutdown(self, high_watermarks: dict[TopicPartition, int]) -> None:

@@ -22,9 +22,6 @@ from gregor.storage.ongoing_transactions import OngoingTransactions
 
 SNAPSHOT_SUFFIX = ".snapshot"
 MAX_CACHED_BATCHES = 5
-# Kafka's default producer.id.expiration.ms: a producer silent this long (by its
-# batches' timestamps) is forgotten, so idle producer ids do not pile up forever.
-PRODUCER_ID_EXPIRATION_MS = 24 * 3600 * 1000
 _MAX_SEQUENCE = 0x7FFFFFFF
 
 
@@ -186,10 +183,9 @@ class ProducerStateManager:
             if snapshot > offset:
                 self._snapshot_path(snapshot).unlink(missing_ok=True)
 
-    def remove_expired(self, now_ms: int,
-                       expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> int:
-        """Forget producers whose last batch or marker is older than ``expiration_ms``;
-        how many.
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers whose last batch or marker is older than ``expiration_ms``
+        (producer.id.expiration.ms), so that idle producer ids do not pile up; how many.
 
         Like Kafka, age is measured by the max timestamp of the producer's last batch or
         marker, and a producer with an open transaction is kept. A marker counts: a
