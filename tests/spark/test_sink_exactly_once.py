@@ -342,22 +342,57 @@ def test_abort_after_the_decision_leaves_the_transactions_to_the_replay(broker: 
     settings = FetchSettings.from_config(options.client_config)
     write_decision(settings, options.client_config, log, BatchDecision(7, (txn,)))
 
-    exactly_once_sink.abort([PreparedTransaction(txn, 3, log)], 7, options)
+    exactly_once_sink.abort([PreparedTransaction(txn, 3, log, "eos")], 7, options)
     exactly_once_sink.commit([AlreadyDecided(log)], 7, options)
     exactly_once_sink.commit([AlreadyDecided(log)], 7, options)
     assert sorted(read_all(broker.bootstrap, sink, "read_committed")) == values
 
 
 def test_abort_before_the_decision_aborts(broker: Any) -> None:
+    """The transactions of the micro-batch's tasks, and that of a task that failed (no
+    message: its id, named after its partition, is fenced)."""
     options = parse_sink_options({"kafka.bootstrap.servers": broker.bootstrap})
-    sink, log = new_topic(broker.bootstrap), log_topic(uuid.uuid4().hex)
+    sink, log = new_topic(broker.bootstrap, partitions=1), log_topic(uuid.uuid4().hex)
     settings = FetchSettings.from_config(options.client_config)
     decided = open_transaction(broker.bootstrap, sink, f"eos-{uuid.uuid4().hex}", [b"old"])
     write_decision(settings, options.client_config, log, BatchDecision(6, (decided,)))
     exactly_once_sink.commit([AlreadyDecided(log)], 6, options)
-    txn = open_transaction(broker.bootstrap, sink, f"eos-{uuid.uuid4().hex}", [b"new"])
+    prefix = f"eos-{uuid.uuid4().hex}"
+    txn = open_transaction(broker.bootstrap, sink, f"{prefix}-0", [b"new"])
+    open_transaction(broker.bootstrap, sink, f"{prefix}-1", [b"of the failed task"])
 
-    exactly_once_sink.abort([PreparedTransaction(txn, 1, log)], 7, options)
+    exactly_once_sink.abort([PreparedTransaction(txn, 1, log, prefix), None], 7, options)
     with pytest.raises(TransactionFailed, match="invalid_txn_state"):
         end_transactions(settings, [txn], commit=True)
-    assert read_all(broker.bootstrap, sink, "read_committed") == [b"old"]
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(sink, b"after")
+    assert producer.flush(30) == 0
+    assert read_all(broker.bootstrap, sink, "read_committed") == [b"old", b"after"]
+
+
+def test_a_write_that_fails_leaves_no_transaction_open(spark: SparkSession,
+                                                       broker: Any) -> None:
+    """A batch write whose task fails at a bad row, every attempt: each attempt aborts
+    what it sent (the retry's InitProducerId would abort a predecessor's, but nothing
+    comes after the last), so read_committed readers of the partition are not held
+    back until the transaction's timeout (15 minutes), and a record written after
+    the failure is visible at once."""
+    sink = new_topic(broker.bootstrap, partitions=1)
+
+    @udf(BinaryType())
+    def bad_row(number):  # type: ignore[no-untyped-def]
+        if number == 150:
+            raise ValueError("bad row")
+        return str(number).encode().ljust(20_000, b"x")
+
+    rows = spark.range(0, 200, numPartitions=1).select(bad_row("id").alias("value"))
+    with pytest.raises(Exception, match="bad row"):
+        (rows.write.format("gregor").mode("append")
+         .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", sink)
+         .option("deliveryGuarantee", "exactly-once").save())
+    written = read_all(broker.bootstrap, sink, "read_uncommitted")
+    assert len(written) >= 100  # the attempts had sent records before the bad row
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(sink, b"after the failure")
+    assert producer.flush(30) == 0
+    assert read_all(broker.bootstrap, sink, "read_committed") == [b"after the failure"]

@@ -30,6 +30,7 @@ from gregor.spark.transactional_producer import (
     Transaction,
     TransactionalProducer,
     end_transactions,
+    fence,
 )
 
 log = logging.getLogger(__name__)
@@ -51,11 +52,13 @@ RecordColumns = tuple[
 
 @dataclass(frozen=True)
 class PreparedTransaction(WriterCommitMessage):
-    """A task's open transaction (None: the task had no rows and opened none)."""
+    """A task's open transaction (None: the task had no rows and opened none), and the
+    prefix of its write's transactional ids, which name those of tasks that failed."""
 
     transaction: Transaction | None
     records: int
     log_topic: str | None
+    prefix: str
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,7 @@ def write_in_transaction(batches: Iterable[RecordColumns], options: SinkOptions,
         if decided is not None and decided.batch_id >= int(batch_id):
             return AlreadyDecided(topic)
     prefix = write_prefix or f"gregor-spark-{query_id}"
-    transactional_id = f"{prefix}-{context.partitionId()}"
+    transactional_id = _transactional_id(prefix, context.partitionId())
     producer: TransactionalProducer | None = None
     try:
         for columns in batches:
@@ -102,8 +105,8 @@ def write_in_transaction(batches: Iterable[RecordColumns], options: SinkOptions,
                                                  options.transaction_timeout_ms)
             producer.add(*columns, int(time.time() * 1000))
         if producer is None:
-            return PreparedTransaction(None, 0, topic)
-        return PreparedTransaction(producer.flush(), producer.records, topic)
+            return PreparedTransaction(None, 0, topic, prefix)
+        return PreparedTransaction(producer.flush(), producer.records, topic, prefix)
     finally:
         if producer is not None:
             producer.close()
@@ -139,10 +142,19 @@ def commit(messages: Sequence[WriterCommitMessage | None], batch_id: int | None,
 
 
 def abort(messages: Sequence[WriterCommitMessage | None], batch_id: int | None,
-          options: SinkOptions) -> None:
+          options: SinkOptions, write_prefix: str | None = None) -> None:
     """Abort the tasks' transactions, unless the micro-batch was already decided: then
     they belong to the commit, which its replay completes (Spark also calls ``abort``
-    when ``commit`` failed)."""
+    when ``commit`` failed).
+
+    A task that failed has no message (None, at its partition's place), and its
+    transaction, if it had sent anything, is open: its Python worker is killed with the
+    task, so nothing of it ends the transaction, and a batch write is never replayed.
+    Left alone, it would hold back read_committed readers of every partition it wrote
+    until its timeout; so its id's producer is fenced, which aborts it. The ids' prefix
+    is ``write_prefix`` for a batch write; a micro-batch's is in its other tasks'
+    messages (with none, its restart fences them).
+    """
     settings = FetchSettings.from_config(options.client_config)
     prepared = _prepared(messages)
     topic = next((m.log_topic for m in messages
@@ -155,6 +167,16 @@ def abort(messages: Sequence[WriterCommitMessage | None], batch_id: int | None,
             return
     if prepared:
         end_transactions(settings, prepared, commit=False)
+    prefix = write_prefix or next(
+        (m.prefix for m in messages if isinstance(m, PreparedTransaction)), None)
+    if prefix is not None:
+        fence(settings, [_transactional_id(prefix, partition)
+                         for partition, m in enumerate(messages) if m is None],
+              options.transaction_timeout_ms)
+
+
+def _transactional_id(prefix: str, partition: int) -> str:
+    return f"{prefix}-{partition}"
 
 
 def _prepared(messages: Iterable[WriterCommitMessage | None]) -> list[Transaction]:

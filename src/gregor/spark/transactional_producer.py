@@ -12,6 +12,7 @@ EndTxn), over the blocking connections the source's executors use.
 from __future__ import annotations
 
 import datetime
+import logging
 import random
 import time
 from collections.abc import Iterable, Sequence
@@ -36,6 +37,8 @@ from gregor.spark.partition_leader import (
     metadata_body,
 )
 from gregor.spark.record_encoder import BatchBuilder
+
+log = logging.getLogger(__name__)
 
 FIND_COORDINATOR_VERSION = 3
 INIT_PRODUCER_ID_VERSION = 4
@@ -165,6 +168,19 @@ def end_transactions(settings: FetchSettings, transactions: Iterable[Transaction
         action = "commit" if commit else "abort"
         raise TransactionFailed(f"cannot {action} {len(failures)} transaction(s): "
                                 + "; ".join(failures))
+
+
+def fence(settings: FetchSettings, transactional_ids: Iterable[str], timeout_ms: int) -> None:
+    """Abort what the producers of these ids left open, as a new attempt of their task
+    would: a new epoch of each (InitProducerId), which also refuses the old epoch's
+    batches still on their way. Ids that cannot be reached are left to their
+    transaction's timeout, with a warning."""
+    for transactional_id in transactional_ids:
+        try:
+            TransactionalProducer(settings, transactional_id, timeout_ms).close()
+        except (TransactionFailed, LeaderUnavailable) as exc:
+            log.warning("could not abort the transaction of %s (%s): it ends at its "
+                        "timeout", transactional_id, exc)
 
 
 def _metadata(settings: FetchSettings, topics: Sequence[str], create: bool) -> Any:

@@ -171,7 +171,7 @@ class GregorArrowWriter(DataSourceArrowWriter):
 
     def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         if self._options.exactly_once:
-            exactly_once_sink.abort(messages, None, self._options)
+            exactly_once_sink.abort(messages, None, self._options, self._prefix)
 
 
 class GregorStreamArrowWriter(DataSourceStreamArrowWriter):
