@@ -1,5 +1,5 @@
 """The sink's ``deliveryGuarantee=exactly-once``: a micro-batch's records become visible to
-read_committed readers (librdkafka) at once, when the driver commits; a task killed
+read_committed readers (librdkafka) when the driver commits; a task killed
 mid-write and a driver killed in the middle of its commits each leave every record
 exactly once; keys land where the at-least-once sink (librdkafka's murmur2) puts them.
 
@@ -26,11 +26,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.functions import col, udf
 from pyspark.sql.types import BinaryType
 
+from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.record_codec import decode_records
 from gregor.spark import exactly_once_sink
 from gregor.spark.exactly_once_sink import AlreadyDecided, PreparedTransaction
 from gregor.spark.options import parse_sink_options
-from gregor.spark.partition_leader import FetchSettings
+from gregor.spark.partition_leader import FetchSettings, LeaderConnection
 from gregor.spark.record_encoder import BatchBuilder
 from gregor.spark.session import build_session
 from gregor.spark.sink_commit_log import BatchDecision, log_topic, write_decision
@@ -396,3 +397,33 @@ def test_a_write_that_fails_leaves_no_transaction_open(spark: SparkSession,
     producer.produce(sink, b"after the failure")
     assert producer.flush(30) == 0
     assert read_all(broker.bootstrap, sink, "read_committed") == [b"after the failure"]
+
+
+def test_commits_are_all_sent_before_any_answer_is_awaited(broker: Any, monkeypatch: Any
+                                                            ) -> None:
+    """The driver sends every EndTxn of a micro-batch before it reads an answer: once
+    they are out, the coordinators commit them all even if the driver dies, and they
+    land within a round trip of each other, not one after another."""
+    sink = new_topic(broker.bootstrap)
+    settings = FetchSettings.from_config({"bootstrap.servers": broker.bootstrap})
+    prefix = f"eos-{uuid.uuid4().hex}"
+    txns = [open_transaction(broker.bootstrap, sink, f"{prefix}-{n}", [b"%d" % n])
+            for n in range(3)]
+    calls: list[str] = []
+    send, receive = LeaderConnection.send, LeaderConnection.receive
+
+    def spied_send(self: LeaderConnection, api_key: int, *args: Any) -> None:
+        calls.append(f"send {ApiKey(api_key).name}")
+        send(self, api_key, *args)
+
+    def spied_receive(self: LeaderConnection) -> Any:
+        answer = receive(self)
+        calls.append(f"receive {type(answer).__name__}")
+        return answer
+
+    monkeypatch.setattr(LeaderConnection, "send", spied_send)
+    monkeypatch.setattr(LeaderConnection, "receive", spied_receive)
+    end_transactions(settings, txns, commit=True)
+    ends = [c for c in calls if "END_TXN" in c or "EndTxn" in c]
+    assert ends == ["send END_TXN"] * 3 + ["receive EndTxnResponse"] * 3, calls
+    assert sorted(read_all(broker.bootstrap, sink, "read_committed")) == [b"0", b"1", b"2"]

@@ -1,5 +1,6 @@
 """``deliveryGuarantee=exactly-once``: a micro-batch (or a batch write) becomes visible to
-``read_committed`` readers all at once, and a replayed micro-batch is not written twice.
+``read_committed`` readers when the driver commits it (its tasks' transactions within
+about one round trip of each other), and a replayed micro-batch is not written twice.
 
 A two-phase commit over Kafka transactions, as Flink's Kafka sink does it.  Phase one, in
 each task: produce into a transaction of ``transactional.id`` ``<prefix>-<Spark
@@ -29,8 +30,10 @@ from gregor.spark.transactional_producer import (
     Headers,
     Transaction,
     TransactionalProducer,
+    TransactionFailed,
     end_transactions,
     fence,
+    known,
 )
 
 log = logging.getLogger(__name__)
@@ -103,6 +106,8 @@ def write_in_transaction(batches: Iterable[RecordColumns], options: SinkOptions,
             if producer is None:
                 producer = TransactionalProducer(settings, transactional_id,
                                                  options.transaction_timeout_ms)
+                if write_prefix is not None and known(settings, _abort_mark(write_prefix)):
+                    raise TransactionFailed(f"{transactional_id}: the write was aborted")
             producer.add(*columns, int(time.time() * 1000))
         if producer is None:
             return PreparedTransaction(None, 0, topic, prefix)
@@ -148,12 +153,20 @@ def abort(messages: Sequence[WriterCommitMessage | None], batch_id: int | None,
     when ``commit`` failed).
 
     A task that failed has no message (None, at its partition's place), and its
-    transaction, if it had sent anything, is open: its Python worker is killed with the
-    task, so nothing of it ends the transaction, and a batch write is never replayed.
-    Left alone, it would hold back read_committed readers of every partition it wrote
-    until its timeout; so its id's producer is fenced, which aborts it. The ids' prefix
-    is ``write_prefix`` for a batch write; a micro-batch's is in its other tasks'
-    messages (with none, its restart fences them).
+    transaction, if it had sent anything, is open: nothing of the task ends it, and a
+    batch write is never replayed. Left alone, it would hold back read_committed
+    readers of every partition it wrote until its timeout; so its id's producer is
+    fenced, which aborts it. The ids' prefix is ``write_prefix`` for a batch write; a
+    micro-batch's is in its other tasks' messages (with none, its restart fences them).
+
+    The task's Python worker may outlive the task, though: when the task's input fails,
+    Spark ends the worker's input at a batch boundary, which the worker takes for the
+    end of its rows, and it may begin its transaction after the fence. So a batch
+    write's abort first leaves a mark (an id of its own, made known to the
+    coordinators), and a writer that finds the mark after beginning refuses to go on;
+    one that began before the mark was made is aborted by the fence after it. A
+    micro-batch can leave no such mark, since its replay reuses its ids: there, the
+    replay's InitProducerId aborts what such a worker left.
     """
     settings = FetchSettings.from_config(options.client_config)
     prepared = _prepared(messages)
@@ -169,14 +182,19 @@ def abort(messages: Sequence[WriterCommitMessage | None], batch_id: int | None,
         end_transactions(settings, prepared, commit=False)
     prefix = write_prefix or next(
         (m.prefix for m in messages if isinstance(m, PreparedTransaction)), None)
+    marks = [] if write_prefix is None else [_abort_mark(write_prefix)]
     if prefix is not None:
-        fence(settings, [_transactional_id(prefix, partition)
-                         for partition, m in enumerate(messages) if m is None],
+        fence(settings, marks + [_transactional_id(prefix, partition)
+                                 for partition, m in enumerate(messages) if m is None],
               options.transaction_timeout_ms)
 
 
 def _transactional_id(prefix: str, partition: int) -> str:
     return f"{prefix}-{partition}"
+
+
+def _abort_mark(write_prefix: str) -> str:
+    return f"{write_prefix}-aborted"
 
 
 def _prepared(messages: Iterable[WriterCommitMessage | None]) -> list[Transaction]:

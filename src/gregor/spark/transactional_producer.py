@@ -11,6 +11,7 @@ EndTxn), over the blocking connections the source's executors use.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import random
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.add_partitions_to_txn.v3 import request as add_partitions_request
+from kio.schema.describe_transactions.v0 import request as describe_transactions_request
 from kio.schema.end_txn.v3 import request as end_txn_request
 from kio.schema.find_coordinator.v3 import request as find_coordinator_request
 from kio.schema.init_producer_id.v4 import request as init_producer_id_request
@@ -44,6 +46,7 @@ FIND_COORDINATOR_VERSION = 3
 INIT_PRODUCER_ID_VERSION = 4
 ADD_PARTITIONS_VERSION = 3
 END_TXN_VERSION = 3
+DESCRIBE_TRANSACTIONS_VERSION = 0
 PRODUCE_VERSION = 9
 TRANSACTION_KEY_TYPE = 1
 ACKS_ALL = -1
@@ -119,6 +122,25 @@ class TransactionCoordinatorClient:
         raise TransactionFailed(f"{self.transactional_id}: {api_key.name} still refused "
                                 f"after {RETRIES} attempts")
 
+    def connect(self) -> None:
+        """Find the coordinator and connect, once; raises :class:`LeaderUnavailable`."""
+        self._coordinator()
+
+    def send(self, api_key: ApiKey, version: int, body: Any) -> None:
+        """Send once, without waiting for the answer (:meth:`receive`); raises
+        :class:`LeaderUnavailable` if the coordinator cannot be found or reached."""
+        self._coordinator().send(api_key, version, body)
+
+    def receive(self) -> Any:
+        """The answer to what :meth:`send` sent; on :class:`LeaderUnavailable` the
+        connection is dropped, so that :meth:`request` starts afresh."""
+        assert self._connection is not None, "receive() without send()"
+        try:
+            return self._connection.receive()
+        except LeaderUnavailable:
+            self.close()
+            raise
+
     def close(self) -> None:
         if self._connection is not None:
             self._connection.close()
@@ -145,29 +167,73 @@ def end_transactions(settings: FetchSettings, transactions: Iterable[Transaction
                      commit: bool) -> None:
     """EndTxn for each transaction, as its producer would have sent it.
 
+    Every coordinator is found first, then every EndTxn sent before any answer is
+    awaited: the transactions of a micro-batch become visible within about one round
+    trip of each other, not one after another, and once the requests are out the
+    coordinators end them all even if this process dies (it would otherwise leave the
+    rest open, the micro-batch half visible, until the query restarts). A request that
+    could not be sent, or was answered with a retriable error, is retried alone.
+
     Committing again a transaction that this very producer epoch already committed is
     answered with no error (Kafka's TransactionCoordinator treats it as a retry), which
     makes a replayed commit harmless.  Any other refusal raises, naming every
     transaction that could not be ended.
     """
+    ending = [(txn, TransactionCoordinatorClient(settings, txn.transactional_id),
+               build(end_txn_request.EndTxnRequest, transactional_id=txn.transactional_id,
+                     producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
+                     committed=commit))
+              for txn in transactions]
     failures = []
-    for txn in transactions:
-        client = TransactionCoordinatorClient(settings, txn.transactional_id)
-        try:
-            body = build(end_txn_request.EndTxnRequest, transactional_id=txn.transactional_id,
-                         producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
-                         committed=commit)
-            answer = client.request(ApiKey.END_TXN, END_TXN_VERSION, body)
+    try:
+        for _, client, _ in ending:
+            with contextlib.suppress(LeaderUnavailable):  # found again when it is sent
+                client.connect()
+        sent = []
+        for _, client, body in ending:
+            try:
+                client.send(ApiKey.END_TXN, END_TXN_VERSION, body)
+                sent.append(True)
+            except LeaderUnavailable:
+                sent.append(False)
+        for (txn, client, body), was_sent in zip(ending, sent, strict=True):
+            try:
+                answer = client.receive() if was_sent else None
+            except LeaderUnavailable:
+                answer = None
+            try:
+                if answer is None or ErrorCode(answer.error_code) in _RETRIABLE:
+                    # Never sent, lost with its connection, or to be retried: alone now.
+                    answer = client.request(ApiKey.END_TXN, END_TXN_VERSION, body)
+            except TransactionFailed as exc:
+                failures.append(f"{txn}: {exc}")
+                continue
             if answer.error_code != ErrorCode.none:
                 failures.append(f"{txn}: {ErrorCode(answer.error_code).name}")
-        except (TransactionFailed, LeaderUnavailable) as exc:
-            failures.append(f"{txn}: {exc}")
-        finally:
+    finally:
+        for _, client, _ in ending:
             client.close()
     if failures:
         action = "commit" if commit else "abort"
         raise TransactionFailed(f"cannot {action} {len(failures)} transaction(s): "
                                 + "; ".join(failures))
+
+
+def known(settings: FetchSettings, transactional_id: str) -> bool:
+    """Whether the transaction coordinators know this id (DescribeTransactions)."""
+    client = TransactionCoordinatorClient(settings, transactional_id)
+    body = build(describe_transactions_request.DescribeTransactionsRequest,
+                 transactional_ids=(transactional_id,))
+    try:
+        (state,) = client.request(ApiKey.DESCRIBE_TRANSACTIONS, DESCRIBE_TRANSACTIONS_VERSION,
+                                  body, lambda answer: answer.transaction_states[0].error_code
+                                  ).transaction_states
+    finally:
+        client.close()
+    error = ErrorCode(state.error_code)
+    if error not in (ErrorCode.none, ErrorCode.transactional_id_not_found):
+        raise TransactionFailed(f"DescribeTransactions({transactional_id}): {error.name}")
+    return error == ErrorCode.none
 
 
 def fence(settings: FetchSettings, transactional_ids: Iterable[str], timeout_ms: int) -> None:

@@ -155,7 +155,7 @@ def write_batches(batches: Iterator[pa.RecordBatch], options: SinkOptions,
 
 class GregorArrowWriter(DataSourceArrowWriter):
     """Batch writer: each task produces its rows and flushes before it succeeds; with
-    ``deliveryGuarantee=exactly-once`` the whole write becomes visible at once."""
+    ``deliveryGuarantee=exactly-once`` the whole write becomes visible when the driver commits."""
 
     def __init__(self, options: SinkOptions, columns: SinkColumns) -> None:
         self._options = options
