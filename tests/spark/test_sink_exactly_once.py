@@ -373,11 +373,11 @@ def test_abort_before_the_decision_aborts(broker: Any) -> None:
 
 def test_a_write_that_fails_leaves_no_transaction_open(spark: SparkSession,
                                                        broker: Any) -> None:
-    """A batch write whose task fails at a bad row, every attempt: each attempt aborts
-    what it sent (the retry's InitProducerId would abort a predecessor's, but nothing
-    comes after the last), so read_committed readers of the partition are not held
-    back until the transaction's timeout (15 minutes), and a record written after
-    the failure is visible at once."""
+    """A batch write whose task fails at a bad row, every attempt: each retry's
+    InitProducerId aborts what the attempt before sent, and the driver's abort what the
+    last one sent (and what its Python worker, outliving the task, may begin after), so
+    read_committed readers of the partition are not held back until the transaction's
+    timeout (15 minutes): a record written after the failure is visible at once."""
     sink = new_topic(broker.bootstrap, partitions=1)
 
     @udf(BinaryType())
