@@ -884,6 +884,16 @@ breakdown's "in the broker") is a small part of their time per 1,000 records, th
 being their own Python work, most of it in `send` (the column "handing them to the
 client").
 
+Where an aiokafka transaction's time goes, traced on 2026-11-28 (scratch timers around
+its sender's steps, not kept; 30 transactions, about 20 ms each): the hand-over,
+6.4-10.4 ms, during which its sender does not run (an `await send()` that finds room in
+a batch does not yield); AddPartitionsToTxn, 0.9-1.2 ms; then two Produce requests one
+after the other, 4.4-5.4 ms and 1.4-1.9 ms. The sender drains the partitions whose
+batches have lingered `linger_ms` before `commit_transaction` closes the last one, and
+with idempotence it keeps one request in flight per broker. EndTxn took 0.7 ms. With
+`linger_ms` 0, both of its producers moved alike in a scratch run of 30,000 records,
+two rounds each: transactional 48,000-54,000 records/s, idempotent 60,000-78,000.
+
 {kafkajs_section}### KIP-890 (transactions V2) in librdkafka 2.16: not implemented
 
 With transactions V2 (Kafka 4.0) a producer sends no AddPartitionsToTxn: Produce v12
