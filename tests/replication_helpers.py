@@ -40,13 +40,13 @@ def state(leader: int, epoch: int, isr: tuple[int, ...], replicas: tuple[int, ..
 
 
 def open_replica(tmp_path: Path, broker_id: int, current: PartitionState, clock: FakeClock,
-                 high_watermark: int = 0, is_alive: Callable[[int], bool] = lambda b: True,
+                 high_watermark: int = 0, isr_eligible: Callable[[int], bool] = lambda b: True,
                  **config: object) -> Partition:
-    """Broker ``broker_id``'s replica of t-0 (its log reopened if it exists); ``is_alive``
-    says which brokers are registered."""
+    """Broker ``broker_id``'s replica of t-0 (its log reopened if it exists); ``isr_eligible``
+    says which brokers are registered and not shutting down."""
     log = Log(tmp_path / f"b{broker_id}" / "t-0", "t", 0, topic_config(**config))
     return Partition("t", 0, log, broker_id, current, high_watermark, clock=clock,
-                     replica_lag_time_max_s=LAG_S, is_alive=is_alive)
+                     replica_lag_time_max_s=LAG_S, isr_eligible=isr_eligible)
 
 
 def fetch(leader: Partition, follower: Partition, max_bytes: int = 1 << 20) -> bool:

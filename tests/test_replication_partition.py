@@ -245,7 +245,8 @@ def test_a_dead_follower_outside_the_isr_does_not_hold_the_high_watermark(
     dead one was caught up a moment ago."""
     clock = FakeClock()
     alive = {1, 2, 3}
-    leader = open_replica(tmp_path, 1, state(1, 1, (1, 2, 3)), clock, is_alive=alive.__contains__)
+    leader = open_replica(tmp_path, 1, state(1, 1, (1, 2, 3)), clock,
+                          isr_eligible=alive.__contains__)
     f2 = open_replica(tmp_path, 2, state(1, 1, (1, 2, 3)), clock)
     f3 = open_replica(tmp_path, 3, state(1, 1, (1, 2, 3)), clock)
     leader.append_as_leader(batch(2), 1)
@@ -260,6 +261,28 @@ def test_a_dead_follower_outside_the_isr_does_not_hold_the_high_watermark(
     alive.discard(3)
     assert leader.update_state(state(1, 1, (1, 2), partition_epoch=1)) is StateChange.ISR
     assert leader.high_watermark == 5
+
+
+def test_a_follower_in_a_controlled_shutdown_is_not_put_back_in_the_isr(
+        tmp_path: Path) -> None:
+    """Kafka's isReplicaIsrEligible: a broker shutting down keeps fetching until it stops.
+    Once the controller has taken it out of the ISR, its leader must not ask to add it
+    back, nor wait for it: else the two undo each other until the shutdown gives up."""
+    clock = FakeClock()
+    eligible = {1, 2, 3}
+    leader = open_replica(tmp_path, 1, state(1, 1, (1, 2, 3)), clock,
+                          isr_eligible=eligible.__contains__)
+    f3 = open_replica(tmp_path, 3, state(1, 1, (1, 2, 3)), clock)
+    eligible.discard(3)  # broker 3 asked for a controlled shutdown
+    assert leader.update_state(state(1, 1, (1, 2), partition_epoch=1)) is StateChange.ISR
+    leader.append_as_leader(batch(2), 1)
+    leader.record_follower_fetch(2, 2, 0, 2)
+    assert leader.high_watermark == 2  # broker 3, caught up a moment ago, holds nothing
+    catch_up(leader, f3)
+    fetch(leader, f3)  # the leader learns it has everything
+    assert leader.propose_isr_expansion(3) is None
+    eligible.add(3)  # back after a restart
+    assert leader.propose_isr_expansion(3) is not None
 
 
 def test_states_apply_by_leader_epoch_then_partition_epoch(tmp_path: Path) -> None:

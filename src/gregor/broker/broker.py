@@ -61,7 +61,7 @@ class Broker:
             self.image = self.cluster.image
             self.replica_manager = ReplicaManager(
                 config, self.log_manager, broker_address=self.cluster.broker_address,
-                alter_isr=self.cluster.admin.alter_isr)
+                alter_isr=self.cluster.admin.alter_isr, isr_eligible=self.cluster.isr_eligible)
             self.controller = self.cluster.admin
         else:
             self.image = MetadataImage.load(config.log_dir)

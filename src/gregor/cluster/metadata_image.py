@@ -44,6 +44,8 @@ class MetadataImage:
     next_producer_id: int = 1000
     brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
     controller_id: int = -1
+    # Brokers in a controlled shutdown (a cluster only): not eligible for any ISR.
+    shutting_down: frozenset[int] = frozenset()
     # Dynamic broker configs: the cluster's default, and each broker's by its id.
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 

@@ -7,15 +7,15 @@ The rules are Kafka's (``Partition`` and ``Replica`` in its server module, 3.x):
   follower's fetches. The high watermark is the smallest log end offset over the
   "maximal" ISR (the ISR plus a member whose admission is being asked for) and
   over live followers caught up but not admitted yet (Kafka's
-  shouldWaitForReplicaToJoinIsr: a dead broker is not ISR-eligible and holds
-  nothing back); it only moves forward, and not at all while the ISR is below
-  ``min.insync.replicas`` (KIP-966): what it covers is on enough replicas, and it
-  is all consumers may read.
+  shouldWaitForReplicaToJoinIsr: a dead broker, or one in a controlled shutdown,
+  is not ISR-eligible and holds nothing back); it only moves forward, and not at
+  all while the ISR is below ``min.insync.replicas`` (KIP-966): what it covers is
+  on enough replicas, and it is all consumers may read.
 - A follower is caught up when its log end equals the leader's, or when within
   ``replica.lag.time.max.ms`` one of its fetches reached the leader's log end as
   it was at that fetch or at its previous one. Not caught up, it leaves the ISR;
   once its log end reaches the high watermark and the start of the leader's
-  epoch, it joins again.
+  epoch, it joins again, if it is ISR-eligible.
 - ISR changes are asked of the cluster, conditioned on the partition epoch this
   leader saw; one is in flight at a time. A refused change means the leader's
   view is stale: it keeps the change pending (so it asks nothing more) until the
@@ -72,7 +72,7 @@ class Partition:
                  state: PartitionState, high_watermark: int = 0, *,
                  clock: Callable[[], float] = time.monotonic,
                  replica_lag_time_max_s: float = DEFAULT_REPLICA_LAG_TIME_MAX_S,
-                 is_alive: Callable[[int], bool] = lambda broker_id: True) -> None:
+                 isr_eligible: Callable[[int], bool] = lambda broker_id: True) -> None:
         self.topic = topic
         self.index = index
         self.log = log
@@ -80,8 +80,11 @@ class Partition:
         self.state = state
         self.clock = clock
         self.replica_lag_time_max_s = replica_lag_time_max_s
-        # Whether a broker is registered (Kafka's isReplicaIsrEligible in ZooKeeper mode).
-        self.is_alive = is_alive
+        # Whether a broker may be in the ISR: registered and not in a controlled shutdown
+        # (Kafka's isReplicaIsrEligible). A broker shutting down keeps fetching until it
+        # stops; counted as eligible, its leaders would put it back in every ISR the
+        # controller just took it out of, and its shutdown would wait on them forever.
+        self.isr_eligible = isr_eligible
         self.followers: dict[int, FollowerState] = {}
         # A checkpointed high watermark can never exceed what survived on disk.
         self.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
@@ -233,7 +236,7 @@ class Partition:
                 if follower.log_end_offset < candidate and (
                         replica in maximal
                         or (follower.is_caught_up(leader_end, now, self.replica_lag_time_max_s)
-                            and self.is_alive(replica))):
+                            and self.isr_eligible(replica))):
                     candidate = follower.log_end_offset
         if candidate > self.high_watermark:
             self.high_watermark = candidate
@@ -287,7 +290,7 @@ class Partition:
         pending; it becomes the pending one."""
         follower = self.followers.get(replica_id)
         if (not self.is_leader or self.pending_isr is not None or follower is None
-                or replica_id in self.state.isr
+                or replica_id in self.state.isr or not self.isr_eligible(replica_id)
                 or follower.log_end_offset < self.high_watermark
                 or follower.log_end_offset < self.leader_epoch_start_offset):
             return None

@@ -42,14 +42,16 @@ class ReplicaManager:
     def __init__(self, config: BrokerConfig, log_manager: LogManager, *,
                  broker_address: Callable[[int], tuple[str, int] | None] | None = None,
                  alter_isr: AlterIsr | None = None,
+                 isr_eligible: Callable[[int], bool] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.broker_id = config.node_id
         self.log_manager = log_manager
         self.partitions: dict[TopicPartition, Partition] = {}
         self.clock = clock
-        self._in_cluster = broker_address is not None
         self._broker_address = broker_address or (lambda broker_id: None)
+        # Alone, every replica (this broker) is eligible.
+        self._isr_eligible = isr_eligible or (lambda broker_id: True)
         self._alter_isr = alter_isr
         self._lag_max_s = config["replica.lag.time.max.ms"] / 1000
         self._waiters: defaultdict[TopicPartition, set[asyncio.Event]] = defaultdict(set)
@@ -86,13 +88,9 @@ class ReplicaManager:
         partition = Partition(topic.name, index, log_, self.broker_id, state,
                               high_watermark=self.log_manager.high_watermarks.get(tp, 0),
                               clock=self.clock, replica_lag_time_max_s=self._lag_max_s,
-                              is_alive=self._is_alive)
+                              isr_eligible=self._isr_eligible)
         self.partitions[tp] = partition
         return partition
-
-    def _is_alive(self, broker_id: int) -> bool:
-        """A broker is alive while it is registered; without a cluster, every replica is."""
-        return not self._in_cluster or self._broker_address(broker_id) is not None
 
     def apply_partition_state(self, topic: TopicMetadata, index: int,
                               state: PartitionState) -> None:

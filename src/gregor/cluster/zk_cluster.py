@@ -25,7 +25,7 @@ from gregor.cluster import znodes
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata, new_cluster_id
 from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.zk_admin import ZkClusterAdmin
-from gregor.cluster.zk_controller import CONTROLLED_SHUTDOWN, ZkController, leaderships_to_move
+from gregor.cluster.zk_controller import ZkController, leaderships_to_move
 from gregor.cluster.zk_metadata import MetadataListeners, ZkMetadataCache
 from gregor.cluster.zookeeper import ZooKeeperSession
 from gregor.config import BrokerConfig
@@ -53,6 +53,10 @@ class ZkClusterMember:
         self._session_lost = False
         self._closing = False
         self._tasks: set[asyncio.Task] = set()
+
+    def isr_eligible(self, broker_id: int) -> bool:
+        """Registered and not in a controlled shutdown (Kafka's isReplicaIsrEligible)."""
+        return broker_id in self.image.brokers and broker_id not in self.image.shutting_down
 
     def broker_address(self, broker_id: int) -> tuple[str, int] | None:
         registration = self.image.brokers.get(broker_id)
@@ -165,8 +169,8 @@ class ZkClusterMember:
         if not self.config["controlled.shutdown.enable"] or not self.zk.connected:
             return
         with contextlib.suppress(NodeExistsError):
-            await self.zk.create(f"{CONTROLLED_SHUTDOWN}/{self.broker_id}", ephemeral=True,
-                                 makepath=True)
+            await self.zk.create(f"{znodes.CONTROLLED_SHUTDOWN}/{self.broker_id}",
+                                 ephemeral=True, makepath=True)
         if not await self.cache.wait_until(
                 lambda: not leaderships_to_move(self.image, self.broker_id), timeout):
             log.warning("controlled shutdown: %d partition(s) still to move; stopping anyway",

@@ -37,7 +37,6 @@ from gregor.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
-CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 # An ElectLeaders answer per partition: an error code and its message (None when none).
 ElectionResult = tuple[ErrorCode, str | None]
 UNKNOWN_PARTITION: ElectionResult = (ErrorCode.unknown_topic_or_partition,
@@ -89,7 +88,7 @@ class ZkController:
             return  # another broker won; its /controller node tells the cache
         self.epoch, self._epoch_version = epoch, found[1].version + 1
         log.info("broker %d is the controller (controller epoch %d)", self.broker_id, epoch)
-        await self.zk.ensure(CONTROLLED_SHUTDOWN)
+        await self.zk.ensure(znodes.CONTROLLED_SHUTDOWN)
         self._task = asyncio.create_task(self._run())
         if self.config["auto.leader.rebalance.enable"]:
             self._rebalance_task = asyncio.create_task(self._rebalance_periodically())
@@ -259,7 +258,7 @@ class ZkController:
 
     # ----------------------------------------------------- shutdowns, deletions
     async def _watch_shutdowns(self) -> None:
-        children = await self.zk.children(CONTROLLED_SHUTDOWN, self.changed) or []
+        children = await self.zk.children(znodes.CONTROLLED_SHUTDOWN, self.changed) or []
         requested = {int(c) for c in children}
         for broker in requested - self.shutting_down:
             log.info("controlled shutdown of broker %d: moving its leaderships", broker)

@@ -1,10 +1,11 @@
 """ZkMetadataCache: each broker's copy of the cluster metadata, kept from ZooKeeper watches.
 
-Every broker (the controller too) watches the live brokers, the controller, the
-topics, each partition's state and each topic's configs, and applies what it
-reads to its ``MetadataImage``. Partition states are applied in the order of
-their znode versions (the partition epoch), so a late read never undoes a newer
-one; the broker's replicas then follow the leader and epoch it names.
+Every broker (the controller too) watches the live brokers, those in a controlled
+shutdown, the controller, the topics, each partition's state and each topic's
+configs, and applies what it reads to its ``MetadataImage``. Partition states are
+applied in the order of their znode versions (the partition epoch), so a late read
+never undoes a newer one; the broker's replicas then follow the leader and epoch
+it names.
 
 ZooKeeper watches fire once; each handler re-reads the node and sets the watch
 again in the same call, so nothing between two reads is missed. Reads of one
@@ -68,6 +69,7 @@ class ZkMetadataCache:
         a new session, whose watches the old one's do not carry over to."""
         self._watched_partitions.clear()
         await self._refresh_brokers()
+        await self._refresh_shutdowns()
         await self._refresh_controller()
         await self._refresh_broker_configs(every_entity=True)
         await self._refresh_topics(every_topic=True)
@@ -138,6 +140,11 @@ class ZkMetadataCache:
             log.info("live brokers now %s (gone %s, joined %s)", sorted(brokers),
                      sorted(gone), sorted(joined))
             self.listeners.brokers_changed(gone, joined)
+
+    async def _refresh_shutdowns(self) -> None:
+        children = await self.zk.children(
+            znodes.CONTROLLED_SHUTDOWN, self._spawn("shutdowns", self._refresh_shutdowns)) or []
+        self.image.shutting_down = frozenset(int(child) for child in children)
 
     async def _refresh_controller(self) -> None:
         found = await self.zk.get(znodes.CONTROLLER,

@@ -12,6 +12,9 @@ state readable with the usual ZooKeeper tools and familiar to Kafka operators:
   version is the partition epoch that conditional ISR and leader writes name.
 - ``/config/topics/<topic>``: topic config overrides.
 - ``/admin/delete_topics/<topic>``: pending deletions, carried out by the controller.
+- ``/admin/controlled_shutdown/<id>``: ephemeral, a broker asking to be drained before
+  it stops (where Kafka sends ControlledShutdown to the controller); every broker
+  watches it, since a leader must neither wait for nor re-admit such a broker.
 - ``/latest_producer_id_block``: cluster-unique producer id blocks.
 - ``/cluster/id``: the cluster id.
 """
@@ -34,12 +37,13 @@ CONTROLLER_EPOCH = "/controller_epoch"
 TOPIC_CONFIGS = "/config/topics"
 BROKER_CONFIGS = "/config/brokers"  # <default> and each broker's id: dynamic configs
 DELETE_TOPICS = "/admin/delete_topics"
+CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CLUSTER_ID = "/cluster/id"
 
 # Every path a fresh cluster needs before brokers register and watch.
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, BROKER_CONFIGS, DELETE_TOPICS,
-                    "/cluster")
+                    CONTROLLED_SHUTDOWN, "/cluster")
 
 
 def broker_path(broker_id: int) -> str:
