@@ -93,6 +93,11 @@ def test_a_follower_copies_acks_all_writes_byte_for_byte(tmp_path: Path) -> None
                 assert copy.log.leader_epoch_cache.epochs == [1]
                 producers = copy.log.producer_state.producers
                 assert [p.last_seq for p in producers.values()] == [RECORDS - 1]
+                # It fetched in one incremental session (KIP-227) all along.
+                (fetcher,) = follower.fetchers.values()
+                (session,) = broker.replica_manager.fetch_sessions.sessions.values()
+                assert fetcher.session.session_id == session.id
+                assert session.replica_id == 2 and list(session.partitions) == [("t", 0)]
             finally:
                 await follower.stop()
 
@@ -115,8 +120,7 @@ def test_a_follower_ahead_of_its_leader_asks_again_soon(tmp_path: Path) -> None:
             assert copy is not None
             try:
                 (fetcher,) = follower.fetchers.values()
-                (target,) = fetcher.targets.values()
-                await until(lambda: target.delayed_until > 0)  # refused once
+                await until(lambda: ("t", 0) in fetcher.delayed)  # refused once
                 broker.replica_manager.apply_partition_state(topic, 0,
                                                              state(1, 2, (1, 2), (1, 2), 2))
                 await until(lambda: copy.log_end_offset == 3)

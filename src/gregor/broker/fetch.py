@@ -13,56 +13,72 @@ offset instead, and gets the transactions aborted in what it reads, whose
 records it drops itself. A fetch naming the epoch of its last fetched records (v12+) whose log
 parts from the leader's before its fetch offset gets no records but the
 diverging epoch, where the fetcher truncates (KIP-320/595).
+
+Fetch v7+ may open an incremental fetch session (KIP-227, ``cluster.fetch_sessions``):
+its later fetches name only what changed, are answered with only what changed,
+and read only the partitions touched since the last answer.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from gregor.broker.request import RawResponse, Request
+from gregor.cluster.fetch_sessions import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    NO_SESSION,
+    FetchSession,
+    next_epoch,
+)
 from gregor.metrics.broker_metrics import NONE
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.fetch_response import FetchedPartition, encode_fetch_response
 from gregor.storage.log import OffsetOutOfRange
+from gregor.storage.log_manager import TopicPartition
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
     from gregor.cluster.partition import Partition
 
-# KIP-227 fetch sessions are optional for a broker: answering session id 0 tells
-# the client none was created, and it keeps sending full fetch requests. A request
-# is a full fetch when its epoch is INITIAL (0, "open a session") or FINAL (-1,
-# "close it, or use none"), whatever session id it names; any other epoch is an
-# incremental fetch in a session this broker cannot know.
-_NO_SESSION = 0
-_FULL_FETCH_EPOCHS = (-1, 0)
 READ_COMMITTED = 1
+SESSIONS_FROM_VERSION = 7
+
+# A partition to read: its topic, what the fetcher asked of it, and whether this read
+# counts as a follower's fetch of it (only the first read of what the request named;
+# not re-reads after a long poll, nor partitions a session carried over unchanged).
+Wanted = tuple[str, Any, bool]
 
 
-def _read_partitions(broker: Broker, request: Request, replica_id: int,
-                     record_fetch: bool) -> tuple[list, int, bool]:
-    """Build every partition's answer; return it with the number of record bytes found
-    and whether one must be answered at once (an error, a diverging epoch)."""
-    body = request.body
-    budget = body.max_bytes
-    read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
-    total = 0
-    urgent = False
-    topics = []
-    for topic in body.topics:
-        partitions = []
-        for wanted in topic.partitions:
-            answer, size = _read_partition(broker, topic.topic, wanted, budget, replica_id,
-                                           first=total == 0, record_fetch=record_fetch,
-                                           read_committed=read_committed)
-            budget -= size
-            total += size
-            urgent = urgent or answer.error_code != ErrorCode.none or (
-                answer.diverging_epoch is not None)
-            partitions.append(answer)
-        topics.append((topic.topic, partitions))
-    return topics, total, urgent
+class _Read:
+    """One pass over the partitions a fetch reads: their answers, in order."""
+
+    __slots__ = ("answers", "total", "urgent")
+
+    def __init__(self) -> None:
+        self.answers: list[tuple[str, FetchedPartition, int]] = []
+        self.total = 0
+        self.urgent = False  # an error or a diverging epoch: answered at once
+
+
+def _read(broker: Broker, parts: Iterable[Wanted], max_bytes: int, replica_id: int,
+          read_committed: bool) -> _Read:
+    result = _Read()
+    budget = max_bytes
+    for topic, wanted, record in parts:
+        answer, size = _read_partition(broker, topic, wanted, budget, replica_id,
+                                       first=result.total == 0, record_fetch=record,
+                                       read_committed=read_committed)
+        budget -= size
+        result.total += size
+        result.urgent = result.urgent or answer.error_code != ErrorCode.none or (
+            answer.diverging_epoch is not None)
+        result.answers.append((topic, answer, size))
+    return result
 
 
 def _refusal(partition: Partition, wanted, replica_id: int) -> ErrorCode | None:
@@ -136,39 +152,146 @@ def _read_partition(broker: Broker, topic: str, wanted, budget: int, replica_id:
 
 async def handle(broker: Broker, request: Request):
     body = request.body
-    version = request.version
-    if getattr(body, "session_epoch", -1) not in _FULL_FETCH_EPOCHS:
-        chunks = encode_fetch_response(version, request.header.correlation_id, 0,
-                                       ErrorCode.fetch_session_id_not_found, _NO_SESSION, [])
-        return RawResponse(chunks)
-
-    deadline = time.monotonic() + body.max_wait.total_seconds()
-    # As in Kafka, min_bytes <= 0 asks for an immediate answer, even an empty one.
-    min_bytes = body.min_bytes
-    watched = [(t.topic, p.partition) for t in body.topics for p in t.partitions]
+    session_id = getattr(body, "session_id", NO_SESSION)
+    epoch = getattr(body, "session_epoch", FINAL_EPOCH)
+    sessions = broker.replica_manager.fetch_sessions
     replica_id = getattr(body, "replica_id", -1)
-    record_fetch = True
+    if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+        # A full fetch: it ends the session it names, and may open a new one.
+        if session_id != NO_SESSION:
+            sessions.close(session_id)
+        session = (sessions.open(replica_id) if epoch == INITIAL_EPOCH
+                   and request.version >= SESSIONS_FROM_VERSION else None)
+        return await _full_fetch(broker, request, replica_id, session)
+    session = sessions.get(session_id)
+    if session is None:
+        return _refused(request, ErrorCode.fetch_session_id_not_found)
+    if epoch != session.epoch:
+        return _refused(request, ErrorCode.invalid_fetch_session_epoch)
+    session.epoch = next_epoch(epoch)
+    return await _incremental_fetch(broker, request, replica_id, session)
+
+
+def _refused(request: Request, error: ErrorCode) -> RawResponse:
+    return RawResponse(encode_fetch_response(request.version, request.header.correlation_id,
+                                             0, error, NO_SESSION, []))
+
+
+async def _full_fetch(broker: Broker, request: Request, replica_id: int,
+                      session: FetchSession | None) -> RawResponse:
+    """Every partition named, answered; a new session holds them all."""
+    body = request.body
+    parts = [(t.topic, p) for t in body.topics for p in t.partitions]
+    if session is not None:
+        for topic, wanted in parts:
+            broker.replica_manager.fetch_sessions.update(session, (topic, wanted.partition),
+                                                         wanted)
+    deadline = time.monotonic() + body.max_wait.total_seconds()
+    read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
+    watched = [(topic, wanted.partition) for topic, wanted in parts]
+    record = True
     while True:
-        topics, total, urgent = _read_partitions(broker, request, replica_id, record_fetch)
-        record_fetch = False
+        if session is not None:
+            session.wakeup.clear()
+        result = _read(broker, [(t, w, record) for t, w in parts], body.max_bytes, replica_id,
+                       read_committed)
+        record = False
         remaining = deadline - time.monotonic()
-        if total >= min_bytes or urgent or remaining <= 0 or not watched:
+        # As in Kafka, min_bytes <= 0 asks for an immediate answer, even an empty one.
+        if result.total >= body.min_bytes or result.urgent or remaining <= 0 or not watched:
             break
-        await broker.replica_manager.wait_for_data(watched, remaining)
+        if session is None:
+            await broker.replica_manager.wait_for_data(watched, remaining)
+        else:
+            await _wait(session, remaining)
+    if session is not None:
+        session.marked.clear()
+        for topic, answer, _ in result.answers:
+            _answered(session, (topic, answer.index), answer)
+    return _respond(broker, request, replica_id, result,
+                    NO_SESSION if session is None else session.id)
+
+
+async def _incremental_fetch(broker: Broker, request: Request, replica_id: int,
+                             session: FetchSession) -> RawResponse:
+    """Only what the request changed, and what changed since the last answer, is read;
+    only what has news is answered."""
+    body = request.body
+    cache = broker.replica_manager.fetch_sessions
+    cache.forget(session, [(t.topic, index) for t in body.forgotten_topics_data
+                           for index in t.partitions])
+    named: dict[TopicPartition, None] = {}
+    for t in body.topics:
+        for wanted in t.partitions:
+            tp = (t.topic, wanted.partition)
+            cache.update(session, tp, wanted)
+            named[tp] = None
+    deadline = time.monotonic() + body.max_wait.total_seconds()
+    read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
+    first = True
+    while True:
+        session.wakeup.clear()
+        candidates = [tp for tp in {**named, **session.marked} if tp in session.partitions]
+        result = _read(broker, [(tp[0], session.partitions[tp].wanted, first and tp in named)
+                                for tp in candidates], body.max_bytes, replica_id,
+                       read_committed)
+        first = False
+        remaining = deadline - time.monotonic()
+        if result.total >= body.min_bytes or result.urgent or remaining <= 0:
+            break
+        await _wait(session, remaining)
+    starved = result.total >= body.max_bytes
+    news = _Read()
+    for (topic, answer, size), tp in zip(result.answers, candidates, strict=True):
+        cached = session.partitions[tp]
+        if size or answer.error_code != ErrorCode.none or answer.diverging_epoch is not None \
+                or cached.changed(answer.high_watermark, answer.last_stable_offset,
+                                  answer.log_start_offset):
+            news.answers.append((topic, answer, size))
+            news.total += size
+            news.urgent = news.urgent or answer.error_code != ErrorCode.none
+            _answered(session, tp, answer)
+        # Records sent, or none for want of room: read again at the next fetch, whether
+        # or not the fetcher names it (one that does not is sent the same again, as by
+        # Kafka).
+        if not size and not starved:
+            session.marked.pop(tp, None)
+    return _respond(broker, request, replica_id, news, session.id)
+
+
+def _answered(session: FetchSession, tp: TopicPartition, answer: FetchedPartition) -> None:
+    cached = session.partitions.get(tp)
+    if cached is not None:
+        cached.answered(answer.high_watermark, answer.last_stable_offset,
+                        answer.log_start_offset)
+
+
+async def _wait(session: FetchSession, timeout: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            await session.wakeup.wait()
+
+
+def _respond(broker: Broker, request: Request, replica_id: int, result: _Read,
+             session_id: int) -> RawResponse:
+    topics: dict[str, list[FetchedPartition]] = {}
+    for topic, answer, _ in result.answers:
+        topics.setdefault(topic, []).append(answer)
+    grouped = list(topics.items())
     metrics = broker.metrics
     if metrics is not None:
-        if urgent or len(topics) != 1:
-            metrics.fetch_answered(topics, replica_id >= 0)
+        if result.urgent or len(grouped) != 1:
+            metrics.fetch_answered(grouped, replica_id >= 0)
         else:
             # One topic, every partition answered NONE: counted inline, without looking at
-            # each partition (their bytes are ``total``), as this is once per fetch.
-            name, answers = topics[0]
+            # each partition (their bytes are the total), as this is once per fetch.
+            name, answers = grouped[0]
             counters = metrics.topics[name]
             counters.fetch_requests += len(answers)
             metrics.fetch_errors[NONE] += len(answers)
             if replica_id >= 0:
-                metrics.replication_bytes_out += total
+                metrics.replication_bytes_out += result.total
             else:
-                counters.bytes_out += total
-    return RawResponse(encode_fetch_response(version, request.header.correlation_id, 0,
-                                             ErrorCode.none, _NO_SESSION, topics))
+                counters.bytes_out += result.total
+    return RawResponse(encode_fetch_response(request.version, request.header.correlation_id, 0,
+                                             ErrorCode.none, session_id, grouped))

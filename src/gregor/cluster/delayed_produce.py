@@ -28,27 +28,34 @@ Lookup = Callable[[TopicPartition], Partition | None]
 class DelayedProduce:
     """One request: per partition, the offset its high watermark must reach."""
 
-    __slots__ = ("parts", "errors", "future", "timer")
+    __slots__ = ("parts", "errors", "unsettled", "future", "timer")
 
     def __init__(self, parts: Sequence[tuple[Partition, int]]) -> None:
         self.parts = parts
         self.errors: list[ErrorCode | None] = [None] * len(parts)
+        self.unsettled = len(parts)
         self.future: asyncio.Future[list[ErrorCode]] | None = None
         self.timer: asyncio.TimerHandle | None = None
 
     def try_complete(self, lookup: Lookup) -> bool:
         """Settle what can be settled; True once every partition is."""
-        done = True
-        for i, (partition, required_offset) in enumerate(self.parts):
-            if self.errors[i] is not None:
-                continue
-            if lookup((partition.topic, partition.index)) is not partition:
-                # Deleted, or moved off this broker and back: not the log written to.
-                self.errors[i] = ErrorCode.not_leader_or_follower
-                continue
-            self.errors[i] = partition.acks_error(required_offset)
-            done = done and self.errors[i] is not None
-        return done
+        for i in range(len(self.parts)):
+            self.settle(i, lookup)
+        return self.unsettled == 0
+
+    def settle(self, i: int, lookup: Lookup) -> None:
+        """Settle part ``i`` if its partition allows it now."""
+        if self.errors[i] is not None:
+            return
+        partition, required_offset = self.parts[i]
+        if lookup((partition.topic, partition.index)) is not partition:
+            # Deleted, or moved off this broker and back: not the log written to.
+            error: ErrorCode | None = ErrorCode.not_leader_or_follower
+        else:
+            error = partition.acks_error(required_offset)
+        if error is not None:
+            self.errors[i] = error
+            self.unsettled -= 1
 
     def result(self) -> list[ErrorCode]:
         return [ErrorCode.request_timed_out if e is None else e for e in self.errors]
@@ -57,7 +64,11 @@ class DelayedProduce:
 class DelayedProducePurgatory:
     def __init__(self, lookup: Lookup) -> None:
         self._lookup = lookup
-        self._watchers: defaultdict[TopicPartition, list[DelayedProduce]] = defaultdict(list)
+        # Per partition, the requests waiting on it and which of their parts it is: a
+        # change settles those parts alone, so a follower's fetch of n partitions costs
+        # n settlements, not n times the size of every request waiting on them.
+        self._watchers: defaultdict[TopicPartition, list[tuple[DelayedProduce, int]]] = (
+            defaultdict(list))
 
     def settled(self, parts: Sequence[tuple[Partition, int]]) -> list[ErrorCode] | None:
         """Each partition's answer if all are settled already (on one broker, always),
@@ -74,9 +85,7 @@ class DelayedProducePurgatory:
             return operation.result()
         loop = asyncio.get_running_loop()
         operation.future = loop.create_future()
-        keys = self._keys(operation)
-        for key in keys:
-            self._watchers[key].append(operation)
+        keys = self._watch(operation)
         operation.timer = loop.call_later(timeout_s, self._expire, operation)
         try:
             return await operation.future
@@ -90,9 +99,12 @@ class DelayedProducePurgatory:
         watching = self._watchers.get(tp)
         if not watching:
             return
-        for operation in list(watching):
+        for operation, i in list(watching):
             future = operation.future
-            if future is not None and not future.done() and operation.try_complete(self._lookup):
+            if future is None or future.done():
+                continue
+            operation.settle(i, self._lookup)
+            if operation.unsettled == 0:
                 future.set_result(operation.result())
 
     def watched(self, tp: TopicPartition) -> int:
@@ -104,18 +116,22 @@ class DelayedProducePurgatory:
         if operation.future is not None and not operation.future.done():
             operation.future.set_result(operation.result())
 
-    @staticmethod
-    def _keys(operation: DelayedProduce) -> list[TopicPartition]:
-        return list(dict.fromkeys((p.topic, p.index) for (p, _), error
-                                  in zip(operation.parts, operation.errors, strict=True)
-                                  if error is None))
+    def _watch(self, operation: DelayedProduce) -> list[TopicPartition]:
+        """Watch each unsettled part's partition; the partitions watched."""
+        keys = []
+        for i, ((partition, _), error) in enumerate(zip(operation.parts, operation.errors,
+                                                        strict=True)):
+            if error is None:
+                key = (partition.topic, partition.index)
+                self._watchers[key].append((operation, i))
+                keys.append(key)
+        return keys
 
     def _unwatch(self, operation: DelayedProduce, keys: list[TopicPartition]) -> None:
-        for key in keys:
+        for key in dict.fromkeys(keys):
             watching = self._watchers.get(key)
             if watching is None:
                 continue
-            if operation in watching:
-                watching.remove(operation)
+            watching[:] = [entry for entry in watching if entry[0] is not operation]
             if not watching:
                 del self._watchers[key]

@@ -23,6 +23,11 @@ connection, with Kafka's own Fetch (v12):
 A partition whose fetch failed is left out of the fetches for
 ``replica.fetch.backoff.ms``, so one broken partition neither stalls the others
 nor turns the leader's long poll into a busy loop.
+
+Fetches go in an incremental fetch session (KIP-227, ``fetch_session_handler``):
+after the first, a fetch names only the partitions whose fetch state changed, and
+the leader answers only those with news, so a round's cost follows the
+partitions with data rather than every partition followed.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import Any
 from kio.schema.fetch.v12 import request as fetch_request
 
 from gregor.cluster.broker_channel import BrokerChannel, ChannelError
+from gregor.cluster.fetch_session_handler import FetchSessionHandler, FetchState
 from gregor.cluster.partition import Partition
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build
@@ -60,6 +66,9 @@ _WAIT_FOR_METADATA = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.fenc
 # 1 s backoff, a controlled shutdown stopped producers for a second.
 _METADATA_RETRY_S = 0.05
 _WARN_INTERVAL_S = 10.0
+# The leader no longer knows the session, or its epoch is out of step: start a new one.
+_SESSION_ERRORS = frozenset({ErrorCode.fetch_session_id_not_found,
+                             ErrorCode.invalid_fetch_session_epoch})
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +87,6 @@ class FetcherSettings:
 class _Target:
     partition: Partition
     epoch: int  # the leader epoch it is followed at
-    delayed_until: float = 0.0
 
 
 def truncate_on_divergence(partition: Partition, epoch: int, end_offset: int) -> int:
@@ -123,20 +131,27 @@ class ReplicaFetcher:
                                      settings.source_address)
         self._appended = appended
         self.targets: dict[TopicPartition, _Target] = {}
+        # Targets backing off, and until when: left out of the session meanwhile.
+        self.delayed: dict[TopicPartition, float] = {}
+        self.session = FetchSessionHandler()
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._warned_at: dict[str, float] = {}
 
     def add(self, partition: Partition) -> None:
         """Follow ``partition`` from this leader at its current leader epoch."""
-        self.targets[(partition.topic, partition.index)] = _Target(partition,
-                                                                    partition.leader_epoch)
+        tp = (partition.topic, partition.index)
+        self.targets[tp] = _Target(partition, partition.leader_epoch)
+        self.delayed.pop(tp, None)
+        self.session.mark(tp)
         self._wakeup.set()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     def remove(self, tp: TopicPartition) -> None:
-        self.targets.pop(tp, None)
+        if self.targets.pop(tp, None) is not None:
+            self.delayed.pop(tp, None)
+            self.session.forget(tp)
 
     @property
     def idle(self) -> bool:
@@ -158,24 +173,31 @@ class ReplicaFetcher:
     # ---------------------------------------------------------------------- loop
     async def _run(self) -> None:
         while True:
-            ready = self._ready()
-            if not ready:
+            self._end_backoffs()
+            if len(self.delayed) == len(self.targets):
                 await self._wait_for_targets()
                 continue
             try:
-                await self._fetch(ready)
+                await self._fetch()
             except ChannelError as exc:
                 self._warn("channel", f"fetching from broker {self.leader_id} failed: {exc}")
-                self._delay(t for _, t in ready)
+                self._failed()
             except Exception:
                 log.exception("replica fetcher for broker %d failed", self.leader_id)
-                self._delay(t for _, t in ready)
+                self._failed()
 
-    def _ready(self) -> list[tuple[TopicPartition, _Target]]:
-        """Targets still followed from this leader at their epoch and not backing off."""
+    def _failed(self) -> None:
+        """The fetch failed as a whole: every partition backs off, the session starts over."""
+        self.session.reset()
+        self._delay(list(self.targets))
+
+    def _end_backoffs(self) -> None:
+        if not self.delayed:
+            return
         now = time.monotonic()
-        return [(tp, t) for tp, t in self.targets.items()
-                if t.delayed_until <= now and self._current(tp, t)]
+        for tp in [tp for tp, until in self.delayed.items() if until <= now]:
+            del self.delayed[tp]
+            self.session.mark(tp)
 
     def _current(self, tp: TopicPartition, target: _Target) -> bool:
         partition = target.partition
@@ -186,20 +208,21 @@ class ReplicaFetcher:
         """Sleep until a partition is added or the first backoff ends."""
         self._wakeup.clear()
         now = time.monotonic()
-        delays = [t.delayed_until - now for t in self.targets.values() if t.delayed_until > now]
-        timeout = min(delays) if delays else None
+        timeout = max(0.0, min(self.delayed.values()) - now) if self.delayed else None
         try:
             async with asyncio.timeout(timeout):
                 await self._wakeup.wait()
         except TimeoutError:
             pass
 
-    def _delay(self, targets: Any, seconds: float | None = None) -> None:
-        """Fetch ``targets`` again after ``seconds`` (at most replica.fetch.backoff.ms)."""
+    def _delay(self, tps: list[TopicPartition], seconds: float | None = None) -> None:
+        """Fetch ``tps`` again after ``seconds`` (at most replica.fetch.backoff.ms)."""
         backoff = self.settings.backoff_s
         until = time.monotonic() + (backoff if seconds is None else min(seconds, backoff))
-        for target in targets:
-            target.delayed_until = until
+        for tp in tps:
+            if tp in self.targets:
+                self.delayed[tp] = until
+                self.session.forget(tp)
 
     def _warn(self, kind: str, message: str) -> None:
         now = time.monotonic()
@@ -208,40 +231,58 @@ class ReplicaFetcher:
             log.warning(message)
 
     # --------------------------------------------------------------------- fetch
-    async def _fetch(self, ready: list[tuple[TopicPartition, _Target]]) -> None:
+    def _state(self, tp: TopicPartition) -> FetchState:
+        target = self.targets[tp]
+        partition = target.partition
+        return (target.epoch, partition.log_end_offset,
+                partition.log.leader_epoch_cache.latest_epoch, partition.log_start_offset)
+
+    async def _fetch(self) -> None:
+        delayed = self.delayed
+        named, forgotten = self.session.build(
+            (tp for tp in self.targets if tp not in delayed), self._state)
         topics: dict[str, list[fetch_request.FetchPartition]] = {}
-        for (topic, index), target in ready:
-            partition = target.partition
+        for (topic, index), (epoch, offset, last_epoch, start) in named:
             topics.setdefault(topic, []).append(build(
-                fetch_request.FetchPartition, partition=index,
-                current_leader_epoch=target.epoch, fetch_offset=partition.log_end_offset,
-                last_fetched_epoch=partition.log.leader_epoch_cache.latest_epoch,
-                log_start_offset=partition.log_start_offset,
+                fetch_request.FetchPartition, partition=index, current_leader_epoch=epoch,
+                fetch_offset=offset, last_fetched_epoch=last_epoch, log_start_offset=start,
                 partition_max_bytes=self.settings.partition_max_bytes))
+        gone: dict[str, list[int]] = {}
+        for topic, index in forgotten:
+            gone.setdefault(topic, []).append(index)
         body = build(fetch_request.FetchRequest, replica_id=self.settings.broker_id,
                      max_wait=datetime.timedelta(milliseconds=self.settings.max_wait_ms),
                      min_bytes=self.settings.min_bytes, max_bytes=self.settings.max_bytes,
+                     session_id=self.session.session_id, session_epoch=self.session.epoch,
                      topics=tuple(build(fetch_request.FetchTopic, topic=name,
                                         partitions=tuple(ps)) for name, ps in topics.items()),
-                     forgotten_topics_data=())
+                     forgotten_topics_data=tuple(
+                         build(fetch_request.ForgottenTopic, topic=name, partitions=tuple(ps))
+                         for name, ps in gone.items()))
         answer = await self.channel.request(ApiKey.FETCH, FETCH_VERSION, body)
         if answer.error_code != ErrorCode.none:
-            self._warn("fetch", f"leader {self.leader_id} refused the fetch: "
-                                f"{ErrorCode(answer.error_code).name}")
-            self._delay(t for _, t in ready)
+            if answer.error_code not in _SESSION_ERRORS:
+                self._warn("fetch", f"leader {self.leader_id} refused the fetch: "
+                                    f"{ErrorCode(answer.error_code).name}")
+                self._delay(list(self.targets))
+            self.session.reset()
             return
-        sent = dict(ready)
+        self.session.answered(answer.session_id)
         flushes = []
         for topic in answer.responses:
             for data in topic.partitions:
                 tp = (topic.topic, data.partition_index)
-                found = sent.get(tp)
+                target = self.targets.get(tp)
                 # Stopped following it, or at another epoch, while the fetch was out.
-                if found is not None and self._current(tp, found):
-                    self._apply(found, data)
-                    flush = found.partition.log.pending_flush
-                    if flush is not None and not flush.done():
-                        flushes.append(flush)
+                if target is None or tp in delayed or not self._current(tp, target) \
+                        or self.session.sent_epoch(tp) != target.epoch:
+                    continue
+                self._apply(target, data)
+                if tp not in delayed:
+                    self.session.mark(tp)  # appended, truncated or moved its log start
+                flush = target.partition.log.pending_flush
+                if flush is not None and not flush.done():
+                    flushes.append(flush)
         # An fsync flush.messages or flush.ms made due is done before the next fetch tells
         # the leader these records are here, as Kafka's follower appends (and flushes)
         # before it fetches again.
@@ -249,6 +290,7 @@ class ReplicaFetcher:
 
     def _apply(self, target: _Target, data: Any) -> None:
         partition = target.partition
+        tp = (partition.topic, partition.index)
         error = ErrorCode(data.error_code)
         if error == ErrorCode.none and data.diverging_epoch.epoch >= 0:
             diverging = data.diverging_epoch
@@ -268,15 +310,15 @@ class ReplicaFetcher:
                            f"{partition.name}: leader {self.leader_id} has no offset "
                            f"{partition.log_end_offset} in epoch "
                            f"{partition.log.leader_epoch_cache.latest_epoch}")
-                self._delay([target])
+                self._delay([tp])
             return
         if error in _WAIT_FOR_METADATA:
-            self._delay([target], _METADATA_RETRY_S)
+            self._delay([tp], _METADATA_RETRY_S)
             return
         if error != ErrorCode.none:
             self._warn(f"error-{partition.name}",
                        f"{partition.name}: leader {self.leader_id} answered {error.name}")
-            self._delay([target])
+            self._delay([tp])
             return
         if data.records:
             try:
@@ -285,7 +327,7 @@ class ReplicaFetcher:
                 self._warn(f"append-{partition.name}",
                            f"{partition.name}: cannot append what leader {self.leader_id} "
                            f"sent: {exc}")
-                self._delay([target])
+                self._delay([tp])
                 return
         if data.log_start_offset > partition.log_start_offset:
             partition.log.advance_log_start_offset(data.log_start_offset)

@@ -4,7 +4,8 @@ Produce appends through the partition leader; fetch reads below the high
 watermark. Two purgatories park requests until the replicas move on:
 
 - fetches that find too little data wait until an append or a high-watermark
-  move on one of their partitions wakes them, or their deadline passes;
+  move on one of their partitions wakes them, or their deadline passes (a fetch
+  in a session waits on its session, which every such change marks);
 - acks=all produces wait in the delayed-produce purgatory until the high
   watermark covers their records, the partition stops being led here, or their
   timeout passes.
@@ -25,6 +26,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from gregor.cluster.delayed_produce import DelayedProducePurgatory
+from gregor.cluster.fetch_sessions import FetchSessionCache
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
 from gregor.cluster.partition import Partition, StateChange
 from gregor.cluster.partition_state import PartitionState
@@ -56,6 +58,7 @@ class ReplicaManager:
         self._lag_max_s = config["replica.lag.time.max.ms"] / 1000
         self._waiters: defaultdict[TopicPartition, set[asyncio.Event]] = defaultdict(set)
         self.delayed_produce = DelayedProducePurgatory(self.partitions.get)
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         # Keyed by (leader broker id, fetcher id): num.replica.fetchers per leader.
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._fetcher_settings = FetcherSettings(
@@ -266,7 +269,9 @@ class ReplicaManager:
 
     # --------------------------------------------------------- fetch purgatory
     def notify(self, tp: TopicPartition) -> None:
-        """Wake fetches parked on ``tp`` (new data, or the partition went away)."""
+        """Wake fetches parked on ``tp`` (new data, a moved high watermark, or the
+        partition went away), and mark it in the fetch sessions holding it."""
+        self.fetch_sessions.touched(tp)
         waiters = self._waiters.pop(tp, None)
         if waiters:
             for event in waiters:
