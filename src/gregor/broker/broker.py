@@ -134,7 +134,8 @@ class Broker:
                 self._partition_changed,
                 topic_deleted=lambda topic: self.replica_manager.remove_topic(topic.name),
                 topic_config_changed=self.replica_manager.update_config,
-                broker_configs_changed=self.replica_manager.broker_configs_changed)
+                broker_configs_changed=self.replica_manager.broker_configs_changed,
+                brokers_changed=self.replica_manager.brokers_changed)
         self.group_coordinator.start()
         await self.transaction_coordinator.start()
         for server in self._servers:

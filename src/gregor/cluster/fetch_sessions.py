@@ -147,5 +147,11 @@ class FetchSessionCache:
                 session.marked[tp] = None
                 session.wakeup.set()
 
+    def fetching(self, tp: TopicPartition, replica_id: int, since: float) -> bool:
+        """Whether ``replica_id`` fetches ``tp`` in a session it used at or after
+        ``since``: then the leader's record of its position is current, named or not."""
+        return any(session.replica_id == replica_id and session.last_used >= since
+                   for session in self._holding.get(tp, ()))
+
     def __len__(self) -> int:
         return len(self.sessions)

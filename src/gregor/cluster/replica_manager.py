@@ -56,9 +56,12 @@ class ReplicaManager:
         self._isr_eligible = isr_eligible or (lambda broker_id: True)
         self._alter_isr = alter_isr
         self._lag_max_s = config["replica.lag.time.max.ms"] / 1000
+        # A follower's session counts as fetching for two of its long polls.
+        self._session_freshness_s = 2 * config["replica.fetch.wait.max.ms"] / 1000 + 0.5
         self._waiters: defaultdict[TopicPartition, set[asyncio.Event]] = defaultdict(set)
         self.delayed_produce = DelayedProducePurgatory(self.partitions.get)
-        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
+        self.fetch_sessions = FetchSessionCache(
+            config["max.incremental.fetch.session.cache.slots"], clock)
         # Keyed by (leader broker id, fetcher id): num.replica.fetchers per leader.
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._fetcher_settings = FetcherSettings(
@@ -120,6 +123,7 @@ class ReplicaManager:
         # Produces waiting here are answered (NOT_LEADER_OR_FOLLOWER once it follows; the
         # ISR may have moved the HW or fallen below min.insync.replicas), fetches woken.
         self._partition_changed(tp)
+        self._maybe_expand_isr(partition)
 
     def _fetcher_for(self, leader_id: int, tp: TopicPartition) -> ReplicaFetcher:
         key = (leader_id, fetcher_id(tp, self.config["num.replica.fetchers"]))
@@ -188,14 +192,49 @@ class ReplicaManager:
         if partition.record_follower_fetch(replica_id, fetch_offset, log_start_offset,
                                            leader_end):
             self._partition_changed((partition.topic, partition.index))
+        self._propose_expansion(partition, replica_id)
+
+    def _propose_expansion(self, partition: Partition, replica_id: int) -> bool:
         proposal = partition.propose_isr_expansion(replica_id)
-        if proposal is not None:
-            log.info("%s: follower %d caught up (log end %d, high watermark %d)",
-                     partition.name, replica_id, fetch_offset, partition.high_watermark)
-            self._spawn(self._change_isr(partition, proposal))
+        if proposal is None:
+            return False
+        log.info("%s: follower %d caught up (log end %d, high watermark %d)", partition.name,
+                 replica_id, partition.followers[replica_id].log_end_offset,
+                 partition.high_watermark)
+        self._spawn(self._change_isr(partition, proposal))
+        return True
+
+    def _maybe_expand_isr(self, partition: Partition) -> None:
+        """Admit a caught-up follower that no fetch will show again.
+
+        A follower in a fetch session names a partition only when its own position
+        changes: one that caught up while its leader could not admit it (an ISR
+        change in flight, the follower's registration not seen yet) may not name it
+        again while the partition is quiet. So whatever can end such a wait (an ISR
+        change settled, a new state, a broker joining) checks again here.
+        """
+        if not partition.is_leader or partition.pending_isr is not None:
+            return
+        tp = (partition.topic, partition.index)
+        # Only a follower still fetching the partition: what the leader knows of its
+        # position is then current (else a follower cut off would be let back in on the
+        # strength of a position it reached before).
+        since = self.clock() - self._session_freshness_s
+        for replica in partition.followers:
+            if (replica not in partition.isr
+                    and self.fetch_sessions.fetching(tp, replica, since)
+                    and self._propose_expansion(partition, replica)):
+                return
+
+    def brokers_changed(self) -> None:
+        """Brokers joined, left or began shutting down: which followers may be in an ISR
+        changed (a rare event: every partition led here is looked at)."""
+        for partition in self.partitions.values():
+            self._maybe_expand_isr(partition)
 
     def shrink_isrs(self) -> None:
-        """Drop followers that have not caught up for replica.lag.time.max.ms.
+        """Drop followers that have not caught up for replica.lag.time.max.ms, and admit
+        caught-up ones whose admission failed (ZooKeeper unreachable).
 
         High watermarks are checked again first: a follower outside the ISR that was
         caught up holds the HW only until the lag time passes or its broker dies, and
@@ -211,6 +250,8 @@ class ReplicaManager:
                          partition.name, sorted(set(partition.isr) - set(proposal.isr)),
                          partition.log_end_offset, partition.high_watermark)
                 self._spawn(self._change_isr(partition, proposal))
+            else:
+                self._maybe_expand_isr(partition)
 
     async def _change_isr(self, partition: Partition, proposal: PartitionState) -> None:
         tp = (partition.topic, partition.index)
@@ -232,6 +273,7 @@ class ReplicaManager:
             # A smaller ISR may let the HW move, or leave acks=all writes short of
             # min.insync.replicas.
             self._partition_changed(tp)
+            self._maybe_expand_isr(partition)
 
     def _partition_changed(self, tp: TopicPartition) -> None:
         self.notify(tp)

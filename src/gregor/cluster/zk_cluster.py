@@ -78,7 +78,8 @@ class ZkClusterMember:
     def follow(self, partition_changed: Callable[[TopicMetadata, int, PartitionState], None],
                topic_deleted: Callable[[TopicMetadata], None],
                topic_config_changed: Callable[[TopicMetadata], None],
-               broker_configs_changed: Callable[[MetadataImage], None]) -> None:
+               broker_configs_changed: Callable[[MetadataImage], None],
+               brokers_changed: Callable[[], None]) -> None:
         """Hand metadata changes to the broker's replicas (and to the controller)."""
         controller = self.controller
 
@@ -90,12 +91,16 @@ class ZkClusterMember:
             topic_deleted(topic)
             controller.changed()
 
+        def on_brokers(gone: set[int], joined: set[int]) -> None:
+            brokers_changed()
+            controller.changed()
+
         self.cache.listeners = MetadataListeners(
             partition_changed=on_partition, topic_deleted=on_deleted,
             topic_created=lambda topic: controller.changed(),
             topic_config_changed=topic_config_changed,
             broker_configs_changed=broker_configs_changed,
-            brokers_changed=lambda gone, joined: controller.changed(),
+            brokers_changed=on_brokers, shutdowns_changed=brokers_changed,
             controller_changed=self._controller_changed)
 
     async def register(self, host: str, port: int) -> None:

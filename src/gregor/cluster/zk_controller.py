@@ -24,14 +24,22 @@ import contextlib
 import logging
 import time
 from collections.abc import Collection
+from dataclasses import dataclass
 
 from kazoo.exceptions import NodeExistsError
 
 from gregor.cluster import election, znodes
-from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
+from gregor.cluster.metadata_image import MetadataImage
 from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.zk_metadata import ZkMetadataCache
-from gregor.cluster.zookeeper import Check, Create, SetData, TransactionFailed, ZooKeeperSession
+from gregor.cluster.zookeeper import (
+    Check,
+    Create,
+    Op,
+    SetData,
+    TransactionFailed,
+    ZooKeeperSession,
+)
 from gregor.config import BrokerConfig, TopicConfig
 from gregor.protocol.errors import ErrorCode
 
@@ -41,6 +49,22 @@ log = logging.getLogger(__name__)
 ElectionResult = tuple[ErrorCode, str | None]
 UNKNOWN_PARTITION: ElectionResult = (ErrorCode.unknown_topic_or_partition,
                                      "The partition does not exist.")
+
+
+# Partition writes per ZooKeeper multi-op: a few dozen KB of request, far below
+# ZooKeeper's 1 MB jute.maxbuffer.
+_WRITES_PER_MULTI = 200
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    """A partition's new state, decided on ``before`` (written only if it is current)."""
+
+    topic: str
+    index: int
+    before: PartitionState
+    after: PartitionState
+    unclean: bool = False
 
 
 class NotController(Exception):
@@ -130,25 +154,23 @@ class ZkController:
         await self._delete_requested_topics()
         live = await self._registered_brokers()
         eligible = live - self.shutting_down
+        created: list[tuple[str, int, PartitionState]] = []
+        changed: list[_Change] = []
         for topic in list(self.image.topics.values()):
             unclean = TopicConfig(self.config, topic.configs)["unclean.leader.election.enable"]
             for index, state in enumerate(topic.partitions):
-                await self._reconcile_partition(topic, index, state, live, eligible, unclean)
+                if state.partition_epoch < 0:
+                    created.append((topic.name, index,
+                                    election.initial_state(state.replicas, eligible, self.epoch)))
+                    continue
+                change = self._decide(topic.name, index, state, live, eligible, unclean)
+                if change is not None:
+                    changed.append(change)
+        await self._create_states(created)
+        await self._write_changes(changed)
 
-    async def _registered_brokers(self) -> set[int]:
-        """The brokers registered now, read from ZooKeeper rather than from the cache: a
-        restarted follower registers before it fetches, so one its leader has just put
-        back in the ISR is always among them, where the cache may not have seen the
-        registration yet, and the follower would be dropped from the ISR as dead."""
-        return {int(child) for child in await self.zk.children(znodes.BROKER_IDS) or []}
-
-    async def _reconcile_partition(self, topic: TopicMetadata, index: int,
-                                   state: PartitionState, live: set[int], eligible: set[int],
-                                   unclean: bool) -> None:
-        if state.partition_epoch < 0:
-            await self._create_state(topic.name, index,
-                                     election.initial_state(state.replicas, eligible, self.epoch))
-            return
+    def _decide(self, topic: str, index: int, state: PartitionState, live: set[int],
+                eligible: set[int], unclean: bool) -> _Change | None:
         decided = election.elect_offline(state, eligible, unclean_allowed=unclean,
                                          controller_epoch=self.epoch)
         if decided is None:
@@ -158,11 +180,46 @@ class ZkController:
                 if decided is not None:
                     break
         if decided is not None:
-            await self._write_election(topic.name, index, state, decided)
-            return
+            return _Change(topic, index, state, decided.state, decided.unclean)
         shrunk = election.without_replicas(state, set(state.replicas) - live, self.epoch)
-        if shrunk is not None:
-            await self._write_state(topic.name, index, state, shrunk)
+        return None if shrunk is None else _Change(topic, index, state, shrunk)
+
+    async def _registered_brokers(self) -> set[int]:
+        """The brokers registered now, read from ZooKeeper rather than from the cache: a
+        restarted follower registers before it fetches, so one its leader has just put
+        back in the ISR is always among them, where the cache may not have seen the
+        registration yet, and the follower would be dropped from the ISR as dead."""
+        return {int(child) for child in await self.zk.children(znodes.BROKER_IDS) or []}
+
+    # ------------------------------------------------------------------- writes
+    async def _create_states(self, created: list[tuple[str, int, PartitionState]]) -> None:
+        """Write new partitions' first states: each topic's in multi-ops of
+        ``_WRITES_PER_MULTI``, sent together (KAFKA-5642's pipelining), where one
+        round trip per partition made a topic of 10,000 partitions wait minutes."""
+        for topic in dict.fromkeys(name for name, _, _ in created):
+            await self.zk.ensure(znodes.partitions_path(topic))
+        chunks = [created[i:i + _WRITES_PER_MULTI // 2]
+                  for i in range(0, len(created), _WRITES_PER_MULTI // 2)]
+        await asyncio.gather(*(self._create_chunk(chunk) for chunk in chunks))
+
+    async def _create_chunk(self, chunk: list[tuple[str, int, PartitionState]]) -> None:
+        ops: list[Op] = [Check(znodes.CONTROLLER_EPOCH, self._epoch_version)]
+        for topic, index, state in chunk:
+            ops.append(Create(f"{znodes.partitions_path(topic)}/{index}", b""))
+            ops.append(Create(znodes.partition_state_path(topic, index),
+                              znodes.encode_partition_state(state)))
+        try:
+            await self.zk.multi(ops)
+        except TransactionFailed as exc:
+            self._check_fenced(exc)
+            # Some exist already (an earlier controller's partial work, or the cache
+            # catching up): each one alone.
+            for topic, index, state in chunk:
+                await self._create_state(topic, index, state)
+            return
+        (first_topic, first, _), (last_topic, last, _) = chunk[0], chunk[-1]
+        log.info("first states of %d partition(s) written, %s-%d to %s-%d", len(chunk),
+                 first_topic, first, last_topic, last)
 
     async def _create_state(self, topic: str, index: int, state: PartitionState) -> None:
         await self.zk.ensure(f"{znodes.partitions_path(topic)}/{index}")
@@ -177,33 +234,60 @@ class ZkController:
             return
         log.info("%s-%d: led by %d, ISR %s", topic, index, state.leader, list(state.isr))
 
-    async def _write_election(self, topic: str, index: int, before: PartitionState,
-                              decided: election.Election) -> bool:
-        written = await self._write_state(topic, index, before, decided.state)
-        if written and decided.unclean:
-            self.unclean_leader_elections += 1
-            log.warning("%s-%d: unclean leader election: broker %d was not in sync (ISR "
-                        "%s) and now leads; records acknowledged by the ISR may be lost",
-                        topic, index, decided.state.leader, list(before.isr))
-        return written
+    async def _write_changes(self, changes: list[_Change]) -> list[bool]:
+        """Write partitions' new states, conditioned on the versions they were decided
+        on: in multi-ops of ``_WRITES_PER_MULTI``, sent together. A multi refused as a
+        whole (one partition changed meanwhile) is written again one by one, so that
+        only the changed partition fails and is decided again on its newer state.
+        Whether each was written."""
+        chunks = [changes[i:i + _WRITES_PER_MULTI]
+                  for i in range(0, len(changes), _WRITES_PER_MULTI)]
+        written = await asyncio.gather(*(self._write_chunk(chunk) for chunk in chunks))
+        return [ok for chunk in written for ok in chunk]
 
-    async def _write_state(self, topic: str, index: int, before: PartitionState,
-                           after: PartitionState) -> bool:
-        """Write a partition's new state; False if it changed meanwhile (decide again)."""
+    async def _write_chunk(self, chunk: list[_Change]) -> list[bool]:
+        if len(chunk) == 1:
+            return [await self._write_one(chunk[0])]
+        ops: list[Op] = [Check(znodes.CONTROLLER_EPOCH, self._epoch_version)]
+        ops.extend(SetData(znodes.partition_state_path(c.topic, c.index),
+                           znodes.encode_partition_state(c.after), c.before.partition_epoch)
+                   for c in chunk)
+        try:
+            await self.zk.multi(ops)
+        except TransactionFailed as exc:
+            self._check_fenced(exc)
+            return [await self._write_one(change) for change in chunk]
+        for change in chunk:
+            self._written(change)
+        return [True] * len(chunk)
+
+    async def _write_one(self, change: _Change) -> bool:
+        """Write one partition's new state; False if it changed meanwhile (decide again)."""
         try:
             await self.zk.multi([
                 Check(znodes.CONTROLLER_EPOCH, self._epoch_version),
-                SetData(znodes.partition_state_path(topic, index),
-                        znodes.encode_partition_state(after), before.partition_epoch),
+                SetData(znodes.partition_state_path(change.topic, change.index),
+                        znodes.encode_partition_state(change.after),
+                        change.before.partition_epoch),
             ])
         except TransactionFailed as exc:
             # A leader changed the ISR meanwhile: decided again on the newer state.
             self._check_fenced(exc)
             return False
-        self.leader_elections += after.leader != before.leader
-        log.info("%s-%d: leader %d -> %d (epoch %d), ISR %s -> %s", topic, index, before.leader,
-                 after.leader, after.leader_epoch, list(before.isr), list(after.isr))
+        self._written(change)
         return True
+
+    def _written(self, change: _Change) -> None:
+        before, after = change.before, change.after
+        self.leader_elections += after.leader != before.leader
+        log.info("%s-%d: leader %d -> %d (epoch %d), ISR %s -> %s", change.topic, change.index,
+                 before.leader, after.leader, after.leader_epoch, list(before.isr),
+                 list(after.isr))
+        if change.unclean:
+            self.unclean_leader_elections += 1
+            log.warning("%s-%d: unclean leader election: broker %d was not in sync (ISR "
+                        "%s) and now leads; records acknowledged by the ISR may be lost",
+                        change.topic, change.index, after.leader, list(before.isr))
 
     def _check_fenced(self, exc: TransactionFailed) -> None:
         if "Check /controller_epoch" in str(exc):
@@ -228,7 +312,7 @@ class ZkController:
         leaders: dict[tuple[str, int], int] = {}
         pending = list(dict.fromkeys(partitions))
         while pending:
-            changed = []
+            decided_now: list[_Change] = []
             for topic_name, index in pending:
                 state = self.image.partition(topic_name, index)
                 if state is None:
@@ -238,12 +322,17 @@ class ZkController:
                                                     self.epoch)
                 if isinstance(decided, ErrorCode):
                     results[topic_name, index] = (decided, None)
-                elif await self._write_election(topic_name, index, state, decided):
-                    results[topic_name, index] = (ErrorCode.none, None)
-                    leaders[topic_name, index] = decided.state.leader
                 else:
-                    changed.append((topic_name, index))
-            pending = changed
+                    decided_now.append(_Change(topic_name, index, state, decided.state,
+                                               decided.unclean))
+            pending = []
+            for change, ok in zip(decided_now, await self._write_changes(decided_now),
+                                  strict=True):
+                if ok:
+                    results[change.topic, change.index] = (ErrorCode.none, None)
+                    leaders[change.topic, change.index] = change.after.leader
+                else:
+                    pending.append((change.topic, change.index))
             if pending:
                 if time.monotonic() >= deadline:
                     results.update(dict.fromkeys(pending, (
@@ -301,10 +390,12 @@ class ZkController:
             imbalanced = [(t, i, s) for t, i, s in preferred if s.leader != broker]
             if not preferred or len(imbalanced) / len(preferred) <= threshold:
                 continue
+            changes = []
             for topic, index, state in imbalanced:
                 decided = election.elect_preferred(state, eligible, self.epoch)
                 if decided is not None:
-                    await self._write_election(topic.name, index, state, decided)
+                    changes.append(_Change(topic.name, index, state, decided.state))
+            await self._write_changes(changes)
 
 
 def leaderships_to_move(image: MetadataImage, broker_id: int) -> list[tuple[str, int]]:

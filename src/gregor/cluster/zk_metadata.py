@@ -46,6 +46,7 @@ class MetadataListeners:
     topic_config_changed: Callable[[TopicMetadata], None] = lambda topic: None
     broker_configs_changed: Callable[[MetadataImage], None] = lambda image: None
     brokers_changed: Callable[[set[int], set[int]], None] = lambda gone, joined: None
+    shutdowns_changed: Callable[[], None] = lambda: None
     controller_changed: Callable[[int], None] = lambda controller_id: None
 
 
@@ -144,7 +145,10 @@ class ZkMetadataCache:
     async def _refresh_shutdowns(self) -> None:
         children = await self.zk.children(
             znodes.CONTROLLED_SHUTDOWN, self._spawn("shutdowns", self._refresh_shutdowns)) or []
-        self.image.shutting_down = frozenset(int(child) for child in children)
+        shutting_down = frozenset(int(child) for child in children)
+        if shutting_down != self.image.shutting_down:
+            self.image.shutting_down = shutting_down
+            self.listeners.shutdowns_changed()
 
     async def _refresh_controller(self) -> None:
         found = await self.zk.get(znodes.CONTROLLER,
@@ -218,11 +222,16 @@ class ZkMetadataCache:
                                                    replicas=replicas, partition_epoch=-1))
         if created:
             self.listeners.topic_created(topic)
-        for index in range(len(assignment.replicas)):
-            if (name, index) not in self._watched_partitions:
-                self._watched_partitions.add((name, index))
-                await self._serialized(f"state/{name}/{index}",
-                                       functools.partial(self._refresh_partition, name, index))
+        # Read together: ZooKeeper answers pipelined reads in one stream, where one
+        # round trip each made a broker take a minute to learn a topic of 10,000
+        # partitions.
+        new = [index for index in range(len(assignment.replicas))
+               if (name, index) not in self._watched_partitions]
+        self._watched_partitions.update((name, index) for index in new)
+        await asyncio.gather(*(
+            self._serialized(f"state/{name}/{index}",
+                             functools.partial(self._refresh_partition, name, index))
+            for index in new))
 
     async def _read_config(self, name: str) -> dict[str, str]:
         found = await self.zk.get(znodes.topic_config_path(name),
