@@ -38,7 +38,7 @@ class Members:
         member = ZkClusterMember(config)
         await member.connect()
         member.follow(lambda topic, index, state: None, lambda topic: None, lambda topic: None,
-                      lambda image: None)
+                      lambda image: None, lambda: None)
         await member.register("127.0.0.1", 9000 + broker_id)
         self.members[broker_id] = member
         return member
