@@ -205,6 +205,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
                   "addresses clients are told to use (default: listeners)"),
         ConfigDef("num.partitions", ConfigType.INT, 1,
                   "partitions of an auto-created topic", minimum=1),
+        # Kafka's default is 1; closing thousands of logs one fsync after another made a
+        # clean stop of a broker with 10,000 partitions take most of a minute.
+        ConfigDef("num.recovery.threads.per.data.dir", ConfigType.INT, 8,
+                  "threads that flush and close the logs at a clean shutdown", minimum=1),
         ConfigDef("default.replication.factor", ConfigType.SHORT, 1,
                   "replicas of an auto-created topic", minimum=1),
         ConfigDef("auto.create.topics.enable", ConfigType.BOOLEAN, True,

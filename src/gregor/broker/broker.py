@@ -214,7 +214,8 @@ class Broker:
         await self.replica_manager.stop()
         await self.log_flusher.drain()
         self.log_flusher.close()
-        self.log_manager.shutdown(self.replica_manager.high_watermarks())
+        self.log_manager.shutdown(self.replica_manager.high_watermarks(),
+                                  self.config["num.recovery.threads.per.data.dir"])
         if self.cluster is not None:
             await self.cluster.close()
         log.info("broker %d stopped cleanly", self.broker_id)

@@ -50,6 +50,8 @@ class MetadataListeners:
     controller_changed: Callable[[int], None] = lambda controller_id: None
 
 
+# How often a wait_until condition is asked again while the image keeps changing.
+_RECHECK_S = 0.02
 # The serialization key of every refresh of the dynamic broker configs.
 _BROKER_CONFIGS_KEY = "broker-configs"
 
@@ -86,14 +88,20 @@ class ZkMetadataCache:
             await asyncio.wait_for(self._changed.wait(), timeout)
 
     async def wait_until(self, shown: Callable[[], bool], timeout: float) -> bool:
-        """Park until ``shown()`` holds (asked now and after each change of the image)
-        or ``timeout`` seconds pass; whether it holds."""
+        """Park until ``shown()`` holds (asked now and after changes of the image) or
+        ``timeout`` seconds pass; whether it holds.
+
+        ``shown`` may walk every partition (a controlled shutdown's leaderships, a new
+        topic's leaders), and a controller's batch changes thousands of states one
+        read at a time: it is asked at most every ``_RECHECK_S``, not after each.
+        """
         deadline = time.monotonic() + timeout
         while not shown():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
             await self.wait_for_change(remaining)
+            await asyncio.sleep(min(_RECHECK_S, max(0.0, deadline - time.monotonic())))
         return True
 
     # ------------------------------------------------------------------ plumbing
