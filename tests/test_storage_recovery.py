@@ -184,16 +184,17 @@ def test_leader_epochs_below_a_moved_log_start_are_dropped_on_load(tmp_path: Pat
 
 
 def test_a_deferred_leader_epoch_write_never_undoes_a_later_one(tmp_path: Path) -> None:
-    """A truncation's write waits on the worker while a new epoch is written at once: run
-    after it, the older contents must not replace the newer."""
+    """A truncation's write and a new epoch's both wait on the worker: should the older
+    run after the newer, its contents must not replace the newer ones."""
     log, spans = build(tmp_path)
     cache = log.leader_epoch_cache
     written: list[Callable[[], None]] = []
     cache.deferred_writer = written.append
     assert log.advance_log_start_offset(spans[45][0])
     log.append_as_leader(batch(1), 7)
-    (deferred,) = written
-    deferred()
+    truncation, new_epoch = written
+    new_epoch()
+    truncation()
     assert cache.path.read_text().split("\n")[2:4] == [f"2 {spans[45][0]}",
                                                        f"7 {log.log_end_offset - 1}"]
 

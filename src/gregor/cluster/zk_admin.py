@@ -30,7 +30,7 @@ from gregor.cluster.controller import (
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
 from gregor.cluster.partition_state import NO_LEADER, PartitionState
 from gregor.cluster.zk_metadata import INTERNAL_TOPICS, ZkMetadataCache
-from gregor.cluster.zookeeper import Create, TransactionFailed, ZooKeeperSession
+from gregor.cluster.zookeeper import Create, SetData, TransactionFailed, ZooKeeperSession
 from gregor.config import BrokerConfig
 from gregor.protocol.errors import ErrorCode
 from gregor.storage.log_manager import TopicPartition
@@ -203,20 +203,26 @@ class ZkClusterAdmin:
     # ----------------------------------------------------------------------- ISR
     async def alter_isr(self, tp: TopicPartition, state: PartitionState
                         ) -> PartitionState | None:
-        """Write a leader's new ISR if the state it saw is still the current one.
+        """Write a leader's new ISR if the state it saw is still the current one, with
+        the change node every broker learns it from.
 
         Returns the state as written (its partition epoch is the znode's new
         version), or None if anyone wrote since: the leader's view is stale, and the
         metadata cache is about to deliver the newer state.
         """
         topic, index = tp
+        written = replace(state, partition_epoch=state.partition_epoch + 1)
+        known = self.image.topics.get(topic)
         try:
-            stat = await self.zk.set(znodes.partition_state_path(topic, index),
-                                     znodes.encode_partition_state(state),
-                                     state.partition_epoch)
-        except (BadVersionError, NoNodeError):
+            await self.zk.multi([
+                SetData(znodes.partition_state_path(topic, index),
+                        znodes.encode_partition_state(state), state.partition_epoch),
+                znodes.state_change_node([znodes.StateChange(
+                    topic, "" if known is None else known.topic_id, index, written)]),
+            ])
+        except TransactionFailed:
             log.info("%s-%d: ISR change to %s refused: partition epoch %d is stale", topic, index,
                      list(state.isr), state.partition_epoch)
             return None
         log.info("%s-%d: ISR is now %s", topic, index, list(state.isr))
-        return replace(state, partition_epoch=stat.version)
+        return written

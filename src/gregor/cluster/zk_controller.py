@@ -24,7 +24,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kazoo.exceptions import NodeExistsError
 
@@ -51,6 +51,9 @@ UNKNOWN_PARTITION: ElectionResult = (ErrorCode.unknown_topic_or_partition,
                                      "The partition does not exist.")
 
 
+# How long a change node is kept once the controller has seen it: far beyond any
+# session timeout, so that a broker still in its session has read it.
+_CHANGE_RETENTION_S = 120.0
 # Partition writes per ZooKeeper multi-op: a few dozen KB of request, far below
 # ZooKeeper's 1 MB jute.maxbuffer.
 _WRITES_PER_MULTI = 200
@@ -82,6 +85,8 @@ class ZkController:
         self.epoch = -1
         self._epoch_version = -1
         self.shutting_down: set[int] = set()
+        # Change nodes, and when this controller first saw each (monotonic seconds).
+        self._changes_seen: dict[str, float] = {}
         self._dirty = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._rebalance_task: asyncio.Task | None = None
@@ -168,6 +173,21 @@ class ZkController:
                     changed.append(change)
         await self._create_states(created)
         await self._write_changes(changed)
+        await self._prune_state_changes()
+
+    async def _prune_state_changes(self) -> None:
+        """Delete change nodes this controller has known for ``_CHANGE_RETENTION_S``:
+        every broker applied them long before (one that did not lost its session, and
+        reads every state again when it rejoins)."""
+        names = await self.zk.children(znodes.STATE_CHANGES) or []
+        now = time.monotonic()
+        self._changes_seen = {name: self._changes_seen.get(name, now) for name in names}
+        old = [name for name, seen in self._changes_seen.items()
+               if now - seen > _CHANGE_RETENTION_S]
+        for name in old:
+            del self._changes_seen[name]
+        await asyncio.gather(*(self.zk.delete(f"{znodes.STATE_CHANGES}/{name}")
+                               for name in old), return_exceptions=True)
 
     def _decide(self, topic: str, index: int, state: PartitionState, live: set[int],
                 eligible: set[int], unclean: bool) -> _Change | None:
@@ -208,6 +228,8 @@ class ZkController:
             ops.append(Create(f"{znodes.partitions_path(topic)}/{index}", b""))
             ops.append(Create(znodes.partition_state_path(topic, index),
                               znodes.encode_partition_state(state)))
+        ops.append(znodes.state_change_node([self._change(topic, index, replace(
+            state, partition_epoch=0)) for topic, index, state in chunk]))
         try:
             await self.zk.multi(ops)
         except TransactionFailed as exc:
@@ -228,6 +250,8 @@ class ZkController:
                 Check(znodes.CONTROLLER_EPOCH, self._epoch_version),
                 Create(znodes.partition_state_path(topic, index),
                        znodes.encode_partition_state(state)),
+                znodes.state_change_node([self._change(topic, index, replace(
+                    state, partition_epoch=0))]),
             ])
         except TransactionFailed as exc:
             self._check_fenced(exc)  # else it exists already: the cache is catching up
@@ -252,6 +276,7 @@ class ZkController:
         ops.extend(SetData(znodes.partition_state_path(c.topic, c.index),
                            znodes.encode_partition_state(c.after), c.before.partition_epoch)
                    for c in chunk)
+        ops.append(self._change_node(chunk))
         try:
             await self.zk.multi(ops)
         except TransactionFailed as exc:
@@ -269,6 +294,7 @@ class ZkController:
                 SetData(znodes.partition_state_path(change.topic, change.index),
                         znodes.encode_partition_state(change.after),
                         change.before.partition_epoch),
+                self._change_node([change]),
             ])
         except TransactionFailed as exc:
             # A leader changed the ISR meanwhile: decided again on the newer state.
@@ -276,6 +302,17 @@ class ZkController:
             return False
         self._written(change)
         return True
+
+    def _change(self, topic: str, index: int, state: PartitionState) -> znodes.StateChange:
+        known = self.image.topics.get(topic)
+        return znodes.StateChange(topic, "" if known is None else known.topic_id, index, state)
+
+    def _change_node(self, changes: list[_Change]) -> Create:
+        """The change node of a write of ``changes``: each state with the version its
+        znode takes, one past the version the write is conditioned on."""
+        return znodes.state_change_node([self._change(
+            c.topic, c.index, replace(c.after, partition_epoch=c.before.partition_epoch + 1))
+            for c in changes])
 
     def _written(self, change: _Change) -> None:
         before, after = change.before, change.after

@@ -1,11 +1,14 @@
 """ZkMetadataCache: each broker's copy of the cluster metadata, kept from ZooKeeper watches.
 
 Every broker (the controller too) watches the live brokers, those in a controlled
-shutdown, the controller, the topics, each partition's state and each topic's
-configs, and applies what it reads to its ``MetadataImage``. Partition states are
-applied in the order of their znode versions (the partition epoch), so a late read
-never undoes a newer one; the broker's replicas then follow the leader and epoch
-it names.
+shutdown, the controller, the topics, each topic's configs and the partition state
+change nodes, and applies what it reads to its ``MetadataImage``. Partition states
+are read one by one only when the broker (re)starts its session; afterwards every
+write of states comes with a change node holding them (``znodes``), so a batch of
+thousands costs each broker a read or two, not a watch and a read per partition.
+States are applied in the order of their partition epochs (the state znode's
+version), so a late one never undoes a newer one; the broker's replicas then follow
+the leader and epoch it names.
 
 ZooKeeper watches fire once; each handler re-reads the node and sets the watch
 again in the same call, so nothing between two reads is missed. Reads of one
@@ -20,7 +23,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kazoo.exceptions import KazooException
 
@@ -64,18 +67,22 @@ class ZkMetadataCache:
         self.listeners = listeners or MetadataListeners()
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task] = set()
-        self._watched_partitions: set[tuple[str, int]] = set()
+        # Change nodes applied (their names), and changes whose topic or partition was
+        # not read yet when they came.
+        self._seen_changes: set[str] = set()
+        self._early_changes: dict[tuple[str, int], znodes.StateChange] = {}
         self._changed = asyncio.Event()
 
     async def start(self) -> None:
         """Read everything (arming every watch): before the broker serves, and again in
         a new session, whose watches the old one's do not carry over to."""
-        self._watched_partitions.clear()
+        self._seen_changes.clear()
         await self._refresh_brokers()
         await self._refresh_shutdowns()
         await self._refresh_controller()
         await self._refresh_broker_configs(every_entity=True)
         await self._refresh_topics(every_topic=True)
+        await self._serialized("changes", self._refresh_changes)
 
     def close(self) -> None:
         for task in self._tasks:
@@ -201,13 +208,18 @@ class ZkMetadataCache:
             znodes.TOPICS, self._spawn("topics", self._refresh_topics)) or [])
         for name in sorted(set(self.image.topics) - names):
             topic = self.image.topics.pop(name)
-            self._watched_partitions = {tp for tp in self._watched_partitions if tp[0] != name}
+            self._early_changes = {tp: change for tp, change in self._early_changes.items()
+                                   if tp[0] != name}
             log.info("topic %s deleted", name)
             self.listeners.topic_deleted(topic)
         for name in sorted(names if every_topic else names - set(self.image.topics)):
-            await self._serialized(f"topic/{name}", functools.partial(self._refresh_topic, name))
+            await self._serialized(f"topic/{name}", functools.partial(
+                self._refresh_topic, name, read_states=every_topic))
 
-    async def _refresh_topic(self, name: str) -> None:
+    async def _refresh_topic(self, name: str, read_states: bool = False) -> None:
+        """The topic's assignment (and configs, when new). Its partitions' states are
+        read here only in a (re)start; afterwards they come from change nodes, where
+        any that came before the topic itself was read wait for it."""
         found = await self.zk.get(znodes.topic_path(name),
                                   self._spawn(f"topic/{name}", lambda: self._refresh_topic(name)))
         if found is None:
@@ -230,16 +242,14 @@ class ZkMetadataCache:
                                                    replicas=replicas, partition_epoch=-1))
         if created:
             self.listeners.topic_created(topic)
-        # Read together: ZooKeeper answers pipelined reads in one stream, where one
-        # round trip each made a broker take a minute to learn a topic of 10,000
-        # partitions.
-        new = [index for index in range(len(assignment.replicas))
-               if (name, index) not in self._watched_partitions]
-        self._watched_partitions.update((name, index) for index in new)
-        await asyncio.gather(*(
-            self._serialized(f"state/{name}/{index}",
-                             functools.partial(self._refresh_partition, name, index))
-            for index in new))
+        for index in range(len(topic.partitions)):
+            early = self._early_changes.pop((name, index), None)
+            if early is not None:
+                self._apply_change(early)
+        if read_states:
+            # Read together: ZooKeeper answers pipelined reads in one stream.
+            await asyncio.gather(*(self._read_partition(name, index)
+                                   for index in range(len(topic.partitions))))
 
     async def _read_config(self, name: str) -> dict[str, str]:
         found = await self.zk.get(znodes.topic_config_path(name),
@@ -253,19 +263,51 @@ class ZkMetadataCache:
             topic.configs = configs
             self.listeners.topic_config_changed(topic)
 
-    async def _refresh_partition(self, name: str, index: int) -> None:
-        if (name, index) not in self._watched_partitions:
-            return  # the topic was deleted since the watch was set
-        found = await self.zk.get(
-            znodes.partition_state_path(name, index),
-            self._spawn(f"state/{name}/{index}", lambda: self._refresh_partition(name, index)))
+    async def _read_partition(self, name: str, index: int) -> None:
+        found = await self.zk.get(znodes.partition_state_path(name, index))
         topic = self.image.topics.get(name)
         if found is None or topic is None or index >= len(topic.partitions):
             return
         data, stat = found
+        self._apply(topic, index, znodes.decode_partition_state(
+            data, topic.partitions[index].replicas, stat.version))
+
+    def _apply(self, topic: TopicMetadata, index: int, state: PartitionState) -> None:
+        """Take ``state`` unless this image has it or a newer one (partition epoch)."""
         current = topic.partitions[index]
-        state = znodes.decode_partition_state(data, current.replicas, stat.version)
         if current.partition_epoch >= state.partition_epoch and current.leader_epoch >= 0:
             return
         topic.partitions[index] = state
         self.listeners.partition_changed(topic, index, state)
+
+    # ------------------------------------------------------------ state changes
+    async def _refresh_changes(self) -> None:
+        """Apply the states of every change node not applied yet, oldest first."""
+        names = await self.zk.children(
+            znodes.STATE_CHANGES, self._spawn("changes", self._refresh_changes)) or []
+        new = sorted(set(names) - self._seen_changes)
+        found = await asyncio.gather(*(self.zk.get(f"{znodes.STATE_CHANGES}/{name}")
+                                       for name in new))
+        self._seen_changes = (self._seen_changes & set(names)) | set(new)
+        for data in found:
+            if data is not None:
+                for change in znodes.decode_state_changes(data[0], self._replicas):
+                    self._apply_change(change)
+
+    def _replicas(self, name: str, index: int) -> tuple[int, ...]:
+        topic = self.image.topics.get(name)
+        return topic.partitions[index].replicas if (
+            topic is not None and index < len(topic.partitions)) else ()
+
+    def _apply_change(self, change: znodes.StateChange) -> None:
+        topic = self.image.topics.get(change.topic)
+        if (topic is None or topic.topic_id != change.topic_id
+                or change.index >= len(topic.partitions)):
+            # Its topic (or partition) is not read yet: applied once it is.
+            key = (change.topic, change.index)
+            held = self._early_changes.get(key)
+            if held is None or held.state.partition_epoch < change.state.partition_epoch:
+                self._early_changes[key] = change
+            return
+        replicas = topic.partitions[change.index].replicas
+        self._apply(topic, change.index, replace(change.state, replicas=replicas))

@@ -10,6 +10,12 @@ state readable with the usual ZooKeeper tools and familiar to Kafka operators:
 - ``/brokers/topics/<topic>``: replica assignment and topic id;
   ``.../partitions/<p>/state``: leader, leader epoch, ISR. The state znode's
   version is the partition epoch that conditional ISR and leader writes name.
+- ``/partition_state_changes/change-<seq>``: every write of partition states (the
+  controller's batches, a leader's ISR change) also writes one of these, in the
+  same multi-op, holding the states written. Brokers watch this one node's
+  children rather than every state znode: a batch of 10,000 states reaches each
+  broker as a few reads, not 10,000 (ZooKeeper mode Kafka had the like in
+  ``/isr_change_notification``, with the controller relaying the states by RPC).
 - ``/config/topics/<topic>``: topic config overrides.
 - ``/admin/delete_topics/<topic>``: pending deletions, carried out by the controller.
 - ``/admin/controlled_shutdown/<id>``: ephemeral, a broker asking to be drained before
@@ -29,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gregor.cluster.partition_state import PartitionState
+from gregor.cluster.zookeeper import Create
 
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
@@ -38,12 +45,14 @@ TOPIC_CONFIGS = "/config/topics"
 BROKER_CONFIGS = "/config/brokers"  # <default> and each broker's id: dynamic configs
 DELETE_TOPICS = "/admin/delete_topics"
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
+STATE_CHANGES = "/partition_state_changes"
+STATE_CHANGE_PREFIX = f"{STATE_CHANGES}/change-"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CLUSTER_ID = "/cluster/id"
 
 # Every path a fresh cluster needs before brokers register and watch.
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, BROKER_CONFIGS, DELETE_TOPICS,
-                    CONTROLLED_SHUTDOWN, "/cluster")
+                    CONTROLLED_SHUTDOWN, STATE_CHANGES, "/cluster")
 
 
 def broker_path(broker_id: int) -> str:
@@ -158,6 +167,43 @@ def decode_partition_state(data: bytes, replicas: tuple[int, ...], version: int
     return PartitionState(leader=raw["leader"], leader_epoch=raw["leader_epoch"],
                           isr=tuple(raw["isr"]), replicas=replicas, partition_epoch=version,
                           controller_epoch=raw["controller_epoch"])
+
+
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    """One partition state as written: its topic's id (a topic deleted and created again
+    under its name starts its epochs over) and the state (its partition epoch is the
+    version the state znode took)."""
+
+    topic: str
+    topic_id: str
+    index: int
+    state: PartitionState
+
+
+def encode_state_changes(changes: list[StateChange]) -> bytes:
+    return _dump({"version": 1, "partitions": [
+        {"topic": c.topic, "topic_id": c.topic_id, "partition": c.index,
+         "partition_epoch": c.state.partition_epoch,
+         "state": _load(encode_partition_state(c.state))} for c in changes]})
+
+
+def state_change_node(changes: list[StateChange]) -> Create:
+    """The change node a multi-op writing ``changes`` also creates."""
+    return Create(STATE_CHANGE_PREFIX, encode_state_changes(changes), sequential=True)
+
+
+def decode_state_changes(data: bytes, replicas: Any) -> list[StateChange]:
+    """The changes a change node holds; ``replicas(topic, index)`` gives each
+    partition's replica set (the state JSON does not carry it), () when unknown."""
+    changes = []
+    for entry in _load(data)["partitions"]:
+        topic, index, raw = entry["topic"], entry["partition"], entry["state"]
+        changes.append(StateChange(topic, entry["topic_id"], index, PartitionState(
+            leader=raw["leader"], leader_epoch=raw["leader_epoch"], isr=tuple(raw["isr"]),
+            replicas=replicas(topic, index), partition_epoch=entry["partition_epoch"],
+            controller_epoch=raw["controller_epoch"])))
+    return changes
 
 
 def encode_topic_config(configs: dict[str, str]) -> bytes:

@@ -53,6 +53,7 @@ class Create:
     path: str
     data: bytes
     ephemeral: bool = False
+    sequential: bool = False  # ZooKeeper appends a 10-digit counter to the name
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +214,8 @@ class ZooKeeperSession:
             if isinstance(op, Check):
                 transaction.check(op.path, op.version)
             elif isinstance(op, Create):
-                transaction.create(op.path, op.data, ephemeral=op.ephemeral)
+                transaction.create(op.path, op.data, ephemeral=op.ephemeral,
+                                   sequence=op.sequential)
             elif isinstance(op, SetData):
                 transaction.set_data(op.path, op.data, op.version)
             else:
