@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from clients import METADATA_VERSION, WireConnection, metadata_request
 from confluent_kafka.admin import NewTopic
 from harness import Cluster
 
@@ -22,11 +23,15 @@ from gregor.broker.process import BrokerProcess
 from gregor.broker.shutdown import shutdown_bound_s
 from gregor.cluster.zookeeper_server import ZooKeeperServer
 from gregor.config import BrokerConfig
+from gregor.protocol.api_keys import ApiKey
 from gregor.storage.log_manager import CLEAN_SHUTDOWN_FILE
 
 PARTITIONS = 1000
 TOPIC = "big"
 SETTINGS = {"request.timeout.ms": "3000", "controlled.shutdown.retry.backoff.ms": "500"}
+# Long enough for the controller's retries to make hundreds of calls to a ZooKeeper
+# that is gone.
+ZOOKEEPER_GONE_S = 5.0
 # At once: the time a process takes to act on a signal, on a busy machine.
 AT_ONCE_S = 3.0
 
@@ -53,7 +58,10 @@ def bound_s(broker: BrokerProcess) -> float:
 
 
 def restart_stopped(cluster: Cluster) -> None:
-    """Start again whatever an earlier test stopped, and wait until all are registered."""
+    """Start again whatever an earlier test stopped (ZooKeeper too), and wait until all
+    are registered."""
+    if cluster.zookeeper.pid is None:
+        cluster.zookeeper.start()
     for broker in cluster.brokers.values():
         if broker.proc is None or broker.proc.poll() is not None:
             broker.proc = None
@@ -131,3 +139,25 @@ def test_the_bound_follows_kafkas_controlled_shutdown_settings() -> None:
     assert shutdown_bound_s(config) == 2 * 3 + 0.5 + 30
     assert shutdown_bound_s(BrokerConfig.load(None, {
         "zookeeper.connect": "127.0.0.1:2181", "controlled.shutdown.enable": "false"})) == 30
+
+
+def test_brokers_without_zookeeper_for_a_while_answer_and_stop_cleanly(big: Cluster) -> None:
+    """ZooKeeper killed under running brokers: the controller and the metadata cache go
+    on calling it, which must not block a broker's event loop (kazoo's wake-up socket
+    pair filled after 278 calls and blocked it until ZooKeeper came back): each still
+    answers clients, and later stops cleanly within its bound."""
+    restart_stopped(big)
+    brokers = list(big.brokers.values())
+    big.zookeeper.kill()
+    time.sleep(ZOOKEEPER_GONE_S)
+    for broker in brokers:
+        with WireConnection(broker.bootstrap, timeout=5) as connection:
+            view = connection.request(ApiKey.METADATA, METADATA_VERSION,
+                                      metadata_request([TOPIC], False))
+        assert len(view.topics[0].partitions) == PARTITIONS
+    for broker in brokers:
+        assert broker.proc is not None
+        broker.proc.send_signal(signal.SIGTERM)
+    exits = wait_exit(brokers, max(bound_s(b) for b in brokers))
+    assert all(code == 0 for code, _ in exits.values()), exits
+    assert all(clean(b) for b in brokers), [b.log_tail() for b in brokers]
