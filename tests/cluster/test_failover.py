@@ -621,3 +621,43 @@ def test_a_consumer_detects_the_truncation_of_an_unclean_election(cluster: Clust
         assert seen[5:] == [b"after"]
     finally:
         consumer.close()
+
+
+def test_a_generations_assignment_is_handed_out_only_once_replicated(cluster: Cluster) -> None:
+    """As Kafka's storeGroup: SyncGroup answers with a new generation's assignment only
+    once the group's record is on every in-sync replica, so that a coordinator moving
+    right after loads that generation, and its static members keep their assignment
+    (librdkafka's 0102 saw a static member revoked once under load). While the
+    coordinator's followers cannot fetch, the assignment waits; it comes once they can."""
+    cluster.create_topic("t")
+    group = "static"
+    # The group's partition of __consumer_offsets exists, led and replicated.
+    first = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                      "log_level": 0})
+    first.assign([TopicPartition("t", 0, 0)])
+    first.commit(offsets=[TopicPartition("t", 0, 0)], asynchronous=False)
+    first.close()
+    coordinator = _coordinator(cluster, group)
+    followers = [b for b in cluster.brokers if b != coordinator]
+    assignments: list[list[int]] = []
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                         "group.instance.id": "instance-1", "session.timeout.ms": 30000,
+                         "log_level": 0})
+    try:
+        for broker_id in followers:
+            cluster.brokers[broker_id].pause()
+        consumer.subscribe(["t"], on_assign=lambda _, ps: assignments.append(
+            sorted(p.partition for p in ps)))
+        # Under replica.lag.time.max.ms: the followers stay in the ISR, the record waits.
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            consumer.poll(0.1)
+        assert assignments == [], "assigned before any follower had the group's record"
+        for broker_id in followers:
+            cluster.brokers[broker_id].resume()
+        wait_until(lambda: consumer.poll(0.1) is not None or assignments == [[0]],
+                   "the assignment once replicated")
+    finally:
+        for broker_id in followers:
+            cluster.brokers[broker_id].resume()
+        consumer.close()

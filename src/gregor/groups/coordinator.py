@@ -446,7 +446,16 @@ class GroupCoordinator:
                          group_id, len(unknown))
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
-            self._store_group(group)
+            generation = group.generation_id
+            error = await self._store_group_replicated(group)
+            if not (group.is_in(GroupState.COMPLETING_REBALANCE)
+                    and group.generation_id == generation):
+                # A member joined or left meanwhile: that rebalance answered the waiters.
+                return await waiter
+            if error != ErrorCode.none:
+                self._reset_assignments(group, error)
+                self._maybe_prepare_rebalance(group)
+                return await waiter
             group.transition_to(GroupState.STABLE, now_ms())
             for m in group.members.values():
                 if m.awaiting_sync:
@@ -781,6 +790,19 @@ class GroupCoordinator:
     def _is_live(self, group: Group) -> bool:
         """Whether a timer's group is still the one registered under its id."""
         return self.groups.get(group.group_id) is group and not group.is_in(GroupState.DEAD)
+
+    async def _store_group_replicated(self, group: Group) -> ErrorCode:
+        """Store a new generation's assignment and wait until every in-sync replica has
+        it (acks=all, within offsets.commit.timeout.ms), as Kafka's storeGroup before
+        it hands an assignment out: a coordinator that moves right after (its broker
+        stopped, killed, or its followers behind under load) then loads this generation,
+        not an older one whose members and generation would send the group's static
+        members into a rebalance they should never see. A failure to replicate is
+        answered as Kafka answers it (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR) and the
+        group rebalances again; one to append stays best effort (``_store_group``)."""
+        self._store_group(group)
+        return await self.store.replicated(group.group_id,
+                                           self.config["offsets.commit.timeout.ms"] / 1000)
 
     def _store_group(self, group: Group) -> None:
         """Persist the group's generation and members (best effort).
