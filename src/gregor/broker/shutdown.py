@@ -61,16 +61,22 @@ class StopSignals:
         self.stop = stop
         self.bound_s = bound_s
         self._loop = asyncio.get_running_loop()
+        self._signals: list[signal.Signals] = []
 
     def install(self) -> None:
-        for sig in SIGNALS:
+        """Handle both signals, but one the process was started ignoring: a background
+        job of a script ignores SIGINT (bash does that), and its script stops it with
+        SIGTERM on Ctrl-C, which the terminal also sends to the job as SIGINT; counted
+        as a second signal, that would skip the clean shutdown."""
+        self._signals = [sig for sig in SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
+        for sig in self._signals:
             self._loop.add_signal_handler(sig, self._first, sig)
 
     def _first(self, signum: int) -> None:
         log.info("%s: stopping within %.0f s (send it again to exit at once)",
                  signal.Signals(signum).name, self.bound_s)
         self.stop.set()
-        for sig in SIGNALS:
+        for sig in self._signals:
             self._loop.remove_signal_handler(sig)
             signal.signal(sig, _exit_now)
         watchdog = threading.Timer(self.bound_s, _overdue, (self.bound_s,))
