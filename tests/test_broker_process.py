@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,7 @@ from gregor.broker.process import BrokerProcess
 from gregor.cluster.znodes import broker_path
 from gregor.cluster.zookeeper_server import ZooKeeperServer
 from gregor.protocol.api_keys import ApiKey
+from gregor.storage.log_manager import CLEAN_SHUTDOWN_FILE
 
 # What the broker logs when it has opened its logs (gregor.storage.log_manager).
 _LOGS_LOADED = "gregor.storage.log_manager: loaded"
@@ -94,3 +99,29 @@ def test_a_broker_that_accepts_is_not_ready_until_registered(tmp_path: Path) -> 
             broker.kill()
             zk.stop()
             zk.close()
+
+
+def test_a_background_job_of_a_script_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    """bash starts a script's background jobs ignoring SIGINT; on Ctrl-C the terminal
+    sends them SIGINT anyway and the script's trap sends SIGTERM. The broker keeps
+    ignoring SIGINT, as it was started, so the SIGTERM is its first signal and it
+    stops cleanly, where a second signal would have ended it at once."""
+    data, ready = tmp_path / "data", tmp_path / "ready"
+    broker = subprocess.Popen(
+        [sys.executable, "-m", "gregor.cli.main", "broker", "start", "--log-dirs", str(data),
+         "--listeners", "PLAINTEXT://127.0.0.1:0", "--ready-file", str(ready)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert broker.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        broker.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        broker.send_signal(signal.SIGTERM)
+        assert broker.wait(60) == 0
+        assert (data / CLEAN_SHUTDOWN_FILE).exists()
+    finally:
+        broker.kill()
+        broker.wait()

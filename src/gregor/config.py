@@ -467,18 +467,7 @@ class BrokerConfig:
     @property
     def metrics_listener(self) -> tuple[str, int, str] | None:
         """``(host, port, path)`` of the metrics endpoint, or None when metrics are off."""
-        text = self.values["metrics.listener"].strip()
-        if not text:
-            return None
-        scheme, sep, rest = text.partition("://")
-        if sep and scheme != "http":
-            raise ConfigError(f"metrics.listener {text!r}: only http:// is served")
-        address, slash, path = (rest if sep else text).partition("/")
-        try:
-            host, port = parse_listener(address)
-        except ConfigError as exc:
-            raise ConfigError(f"metrics.listener: {exc}") from None
-        return host, port, "/" + path if slash and path else "/metrics"
+        return parse_metrics_listener(self.values["metrics.listener"])
 
     def advertised_address(self) -> tuple[str, int]:
         listeners = self.values["advertised.listeners"] or self.values["listeners"]
@@ -555,6 +544,24 @@ def _applicable(raw: Mapping[str, str]) -> dict[str, Any]:
             with contextlib.suppress(ConfigError):
                 parsed[name] = BROKER_CONFIGS[name].parse(value)
     return parsed
+
+
+def parse_metrics_listener(text: str) -> tuple[str, int, str] | None:
+    """A ``metrics.listener`` value (``http://host:port/path``, the scheme and path
+    optional) to ``(host, port, path)``; None when empty (metrics off). The broker
+    serves it, and the console reads it from each broker (DescribeConfigs) to scrape."""
+    text = text.strip()
+    if not text:
+        return None
+    scheme, sep, rest = text.partition("://")
+    if sep and scheme != "http":
+        raise ConfigError(f"metrics.listener {text!r}: only http:// is served")
+    address, slash, path = (rest if sep else text).partition("/")
+    try:
+        host, port = parse_listener(address)
+    except ConfigError as exc:
+        raise ConfigError(f"metrics.listener: {exc}") from None
+    return host, port, "/" + path if slash and path else "/metrics"
 
 
 def parse_listener(text: str) -> tuple[str, int]:

@@ -264,7 +264,7 @@ def test_controlled_shutdown_moves_leaderships_first(cluster: Members, run) -> N
         await cluster.start_all(1, 2, 3)
         stopping = next(b for b in (1, 2, 3) if b != cluster.controller().broker_id)
         await cluster.any().admin.create_topic("t", 6, 3)
-        await cluster.members[stopping].controlled_shutdown(timeout=WAIT_S)
+        await cluster.members[stopping].controlled_shutdown()
         # Still registered, yet it leads nothing and is in no ISR.
         watcher = cluster.controller()
         assert stopping in watcher.image.brokers

@@ -8,6 +8,7 @@ once, at the offset it was acknowledged at.
 from __future__ import annotations
 
 import re
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from clients import (
 from confluent_kafka import Consumer, ElectionType, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 from harness import SESSION_TIMEOUT_MS, Cluster
+from test_groups_protocol import JOIN_VERSION, join_request
 
 from gregor.cluster.zookeeper_server import ZooKeeperServer
 from gregor.protocol.api_keys import ApiKey
@@ -621,3 +623,80 @@ def test_a_consumer_detects_the_truncation_of_an_unclean_election(cluster: Clust
         assert seen[5:] == [b"after"]
     finally:
         consumer.close()
+
+
+def test_a_generations_assignment_is_handed_out_only_once_replicated(cluster: Cluster) -> None:
+    """As Kafka's storeGroup: SyncGroup answers with a new generation's assignment only
+    once the group's record is on every in-sync replica, so that a coordinator moving
+    right after loads that generation, and its static members keep their assignment
+    (librdkafka's 0102 saw a static member revoked once under load). While the
+    coordinator's followers cannot fetch, the assignment waits; it comes once they can."""
+    cluster.create_topic("t")
+    group = "static"
+    # The group's partition of __consumer_offsets exists, led and replicated.
+    first = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                      "log_level": 0})
+    first.assign([TopicPartition("t", 0, 0)])
+    first.commit(offsets=[TopicPartition("t", 0, 0)], asynchronous=False)
+    first.close()
+    coordinator = _coordinator(cluster, group)
+    followers = [b for b in cluster.brokers if b != coordinator]
+    assignments: list[list[int]] = []
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                         "group.instance.id": "instance-1", "session.timeout.ms": 30000,
+                         "log_level": 0})
+    try:
+        for broker_id in followers:
+            cluster.brokers[broker_id].pause()
+        consumer.subscribe(["t"], on_assign=lambda _, ps: assignments.append(
+            sorted(p.partition for p in ps)))
+        # Under replica.lag.time.max.ms: the followers stay in the ISR, the record waits.
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            consumer.poll(0.1)
+        assert assignments == [], "assigned before any follower had the group's record"
+        for broker_id in followers:
+            cluster.brokers[broker_id].resume()
+        wait_until(lambda: consumer.poll(0.1) is not None or assignments == [[0]],
+                   "the assignment once replicated")
+    finally:
+        for broker_id in followers:
+            cluster.brokers[broker_id].resume()
+        consumer.close()
+
+
+def test_a_static_members_restart_is_answered_only_once_replicated(cluster: Cluster) -> None:
+    """A static member restarted within its session takes its old place without a
+    rebalance; as Kafka, the coordinator answers its JoinGroup only once the new member
+    id is on every in-sync replica (a coordinator moving meanwhile would fence it).
+    The restart's JoinGroup goes straight to the coordinator, so that nothing else
+    (a client looking for the coordinator among paused brokers) delays it."""
+    cluster.create_topic("t")
+    group = "static-restart"
+    assignments: list[list[int]] = []
+    before = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                       "group.instance.id": "instance-1", "session.timeout.ms": 30000,
+                       "log_level": 0})
+    before.subscribe(["t"], on_assign=lambda _, ps: assignments.append(
+        sorted(p.partition for p in ps)))
+    wait_until(lambda: before.poll(0.1) is not None or assignments == [[0]], "an assignment")
+    before.close()  # a static member leaves no LeaveGroup: its place is kept
+    coordinator = _coordinator(cluster, group)
+    followers = [b for b in cluster.brokers if b != coordinator]
+    with WireConnection(cluster.brokers[coordinator].bootstrap, timeout=30) as connection:
+        try:
+            for broker_id in followers:
+                cluster.brokers[broker_id].pause()
+            connection.send(ApiKey.JOIN_GROUP, JOIN_VERSION, join_request(
+                group, instance_id="instance-1", session_ms=30000))
+            # Under replica.lag.time.max.ms: the followers stay in the ISR, the answer waits.
+            readable, _, _ = select.select([connection.sock], [], [], 1.0)
+            assert not readable, "answered before any follower had the new member id"
+            for broker_id in followers:
+                cluster.brokers[broker_id].resume()
+            joined = connection.receive(ApiKey.JOIN_GROUP, JOIN_VERSION)
+        finally:
+            for broker_id in followers:
+                cluster.brokers[broker_id].resume()
+    assert joined.error_code == ErrorCode.none
+    assert joined.generation_id == 1  # its old place: no rebalance

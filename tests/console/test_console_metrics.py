@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from selenium.webdriver import Chrome
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from gregor.broker.process import BrokerProcess
+from gregor.broker.process import BrokerProcess, free_port
 
 TIMEOUT = 30.0
 REFRESH_S = 0.5
@@ -180,6 +181,27 @@ def test_endpoints_that_refuse_or_never_answer_are_named_missing(
     # Pages read what the scraper kept: they answer while an endpoint hangs.
     _, topics = metered_console.api("GET", "/api/topics")
     assert topics["metrics"]["answering"] == 2
+
+
+def test_each_brokers_metrics_listener_is_found_without_metrics(
+        console: Console, tmp_path: Path) -> None:
+    """``scripts/run-cluster.sh`` then ``gregor console``: the console reads each broker's
+    ``metrics.listener`` (DescribeConfigs of the broker) and scrapes it with no
+    ``--metrics``; a wildcard host is the broker's own address."""
+    # Depends on ``console`` for the front end it builds.
+    broker = BrokerProcess(tmp_path / "data", overrides={
+        "metrics.listener": f"http://0.0.0.0:{free_port()}/metrics"}).start()
+    try:
+        found = Console.start(broker.bootstrap, REFRESH_S)
+        try:
+            _rounds_seen(found, "/api/cluster", "throughput")
+            _, cluster = found.api("GET", "/api/cluster")
+            status = cluster["throughput"]["metrics"]
+            assert (status["endpoints"], status["answering"]) == (1, 1), status
+        finally:
+            found.stop()
+    finally:
+        broker.stop()
 
 
 def test_without_metrics_the_pages_say_they_are_not_configured(console: Console) -> None:

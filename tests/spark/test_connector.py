@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from gregor.spark import JAR, jvm_source_loaded
+from gregor.spark import JAR, PythonSourceWarning, jvm_source_loaded, register
 from gregor.spark.partition_leader import FetchSettings
 from gregor.spark.partition_range import DataLossError, PartitionRange, ReadSettings
 from gregor.spark.partition_reader import read_range
@@ -161,6 +162,9 @@ def test_format_gregor_reads_through_the_jvm_source(spark: SparkSession, broker:
             pytest.fail(f"a JDK is here but set-up built no {JAR} (scripts/build-spark-jar.sh)")
         pytest.skip("no JDK: the JVM source was not built, format('gregor') is Python's")
     assert jvm_source_loaded(spark)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PythonSourceWarning)
+        register(spark)
     topic = new_topic(broker.bootstrap, partitions=2)
     produce(broker.bootstrap, topic, 10, partitions=2)
 
@@ -183,7 +187,8 @@ def test_format_gregor_reads_through_the_jvm_source(spark: SparkSession, broker:
 def test_without_the_jar_format_gregor_is_the_python_source(broker: Any) -> None:
     """A set-up without a JDK builds no jar: ``register`` then gives ``gregor`` to the
     Python source (in a process of its own, since a JVM keeps the classpath it started
-    with)."""
+    with), and says so once as a warning naming the way to the fast path, however many
+    times it is called."""
     topic = new_topic(broker.bootstrap, partitions=2)
     produce(broker.bootstrap, topic, 10, partitions=2)
     script = (
@@ -192,6 +197,8 @@ def test_without_the_jar_format_gregor_is_the_python_source(broker: Any) -> None
         "from gregor.spark import session\n"
         "session.JAR = Path('/nonexistent/gregor-spark.jar')\n"
         "spark = session.build_session('gregor-without-jar', 'local[1]')\n"
+        "import gregor.spark\n"
+        "gregor.spark.register(spark)\n"
         "df = (spark.read.format('gregor').option('kafka.bootstrap.servers', sys.argv[1])\n"
         "      .option('subscribe', sys.argv[2]).load())\n"
         "print('records:', df.count())\n"
@@ -202,6 +209,8 @@ def test_without_the_jar_format_gregor_is_the_python_source(broker: Any) -> None
     assert run.returncode == 0, run.stderr
     assert "records: 10\n" in run.stdout
     assert "BatchScan gregor[" in run.stdout and "(Python)" in run.stdout
+    assert run.stderr.count("PythonSourceWarning") == 1, run.stderr
+    assert "spark.jars" in run.stderr and "build_session" in run.stderr
 
 
 def test_a_query_checkpointed_by_one_path_resumes_on_the_other(

@@ -39,6 +39,7 @@ from gregor.spark.transactional_producer import (
     TransactionalProducer,
     TransactionFailed,
     end_transactions,
+    fence,
 )
 
 CRASH_QUERY = Path(__file__).with_name("sink_crash_query.py")
@@ -427,3 +428,32 @@ def test_commits_are_all_sent_before_any_answer_is_awaited(broker: Any, monkeypa
     ends = [c for c in calls if "END_TXN" in c or "EndTxn" in c]
     assert ends == ["send END_TXN"] * 3 + ["receive EndTxnResponse"] * 3, calls
     assert sorted(read_all(broker.bootstrap, sink, "read_committed")) == [b"0", b"1", b"2"]
+
+
+def test_ending_and_fencing_share_one_connection_per_coordinator(broker: Any,
+                                                                monkeypatch: Any) -> None:
+    """A micro-batch's EndTxns, and the InitProducerIds that fence a failed batch's ids,
+    find their coordinators over one bootstrap connection and reach each coordinator
+    over one connection, not one of each per transaction."""
+    sink = new_topic(broker.bootstrap)
+    settings = FetchSettings.from_config({"bootstrap.servers": broker.bootstrap})
+    prefix = f"eos-{uuid.uuid4().hex}"
+    txns = [open_transaction(broker.bootstrap, sink, f"{prefix}-{n}", [b"%d" % n])
+            for n in range(4)]
+    opened: list[tuple[str, int]] = []
+    init = LeaderConnection.__init__
+
+    def counted_init(self: LeaderConnection, address: tuple[str, int],
+                     settings: FetchSettings) -> None:
+        opened.append(address)
+        init(self, address, settings)
+
+    monkeypatch.setattr(LeaderConnection, "__init__", counted_init)
+    fence(settings, [t.transactional_id for t in txns[:2]], 60_000)
+    assert len(opened) == 2, opened  # the bootstrap server, the one coordinator
+    opened.clear()
+    end_transactions(settings, txns[2:], commit=True)
+    assert len(opened) == 2, opened
+    monkeypatch.undo()
+    # Fenced, the first two are aborted: read_committed reads past them.
+    assert sorted(read_all(broker.bootstrap, sink, "read_committed")) == [b"2", b"3"]

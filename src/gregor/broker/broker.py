@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -19,6 +18,7 @@ from gregor.broker.frame_protocol import FrameProtocol
 from gregor.broker.log_flusher import LogFlusher
 from gregor.broker.request import Request
 from gregor.broker.router import Router
+from gregor.broker.shutdown import CLOSE_BOUND_S, StopSignals, shutdown_bound_s
 from gregor.cluster.controller import ClusterAdmin, SingleNodeController
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
 from gregor.cluster.partition_state import PartitionState
@@ -40,8 +40,9 @@ log = logging.getLogger(__name__)
 
 _CHECKPOINT_INTERVAL_S = 5.0
 _WARN_WINDOW_S = 60.0
-# How long a stopping broker waits for the controller to move its leaderships.
-_CONTROLLED_SHUTDOWN_TIMEOUT_S = 15.0
+# Each step of a stop that may wait on other processes: seven of them leave about
+# half of CLOSE_BOUND_S to flush and close the logs.
+_CLOSE_STEP_S = CLOSE_BOUND_S / 14
 
 
 class Broker:
@@ -198,27 +199,43 @@ class Broker:
             self.advertised_address = (self.advertised_address[0], bound[1])
 
     async def stop(self) -> None:
+        """Stop cleanly, within ``shutdown.shutdown_bound_s`` whatever ZooKeeper, the
+        controller or the other brokers do: the controlled shutdown is bounded by its
+        settings, and each later step that may wait on another process gets a bounded
+        share of ``CLOSE_BOUND_S``, so that the logs are flushed and closed, and the
+        clean-shutdown marker written, in any case (the watchdog of ``shutdown`` ends
+        the process only if something still holds it after that)."""
         if self.cluster is not None:
-            await self.cluster.controlled_shutdown(_CONTROLLED_SHUTDOWN_TIMEOUT_S)
+            await self.cluster.controlled_shutdown()
         for server in self._servers:
             server.close()
         if self.metrics_server is not None:
-            await self.metrics_server.stop()
+            await self._bounded("the metrics listener", self.metrics_server.stop())
         for task in [*self._tasks, *self._connections]:
             task.cancel()
-        await asyncio.gather(*self._tasks, *self._connections, return_exceptions=True)
-        for server in self._servers:
-            await server.wait_closed()
-        await self.group_coordinator.shutdown()
-        await self.transaction_coordinator.shutdown()
-        await self.replica_manager.stop()
+        await self._bounded("background tasks and connections", asyncio.gather(
+            *self._tasks, *self._connections, return_exceptions=True))
+        await self._bounded("the listeners", asyncio.gather(
+            *(server.wait_closed() for server in self._servers)))
+        await self._bounded("the group coordinator", self.group_coordinator.shutdown())
+        await self._bounded("the transaction coordinator",
+                            self.transaction_coordinator.shutdown())
+        await self._bounded("the replica fetchers", self.replica_manager.stop())
         await self.log_flusher.drain()
         self.log_flusher.close()
         self.log_manager.shutdown(self.replica_manager.high_watermarks(),
                                   self.config["num.recovery.threads.per.data.dir"])
         if self.cluster is not None:
-            await self.cluster.close()
+            await self._bounded("the ZooKeeper session", self.cluster.close())
         log.info("broker %d stopped cleanly", self.broker_id)
+
+    async def _bounded(self, what: str, step: Awaitable[object]) -> None:
+        """Wait for one step of ``stop`` at most ``_CLOSE_STEP_S``, then go on without it."""
+        try:
+            await asyncio.wait_for(step, _CLOSE_STEP_S)
+        except TimeoutError:
+            log.warning("stopping: %s did not close within %.0f s; going on without",
+                        what, _CLOSE_STEP_S)
 
     async def serve_forever(self, stop: asyncio.Event, ready_file: str | None = None) -> None:
         """Serve until ``stop`` is set. ``ready_file`` is the broker's own word that it
@@ -310,13 +327,9 @@ def _no_address(broker_id: int) -> None:
 
 
 async def run_broker(config: BrokerConfig, ready_file: str | None = None) -> None:
-    """Run until SIGINT/SIGTERM, then stop cleanly (flush, checkpoint, clean-shutdown marker)."""
-    import signal
-
+    """Run until SIGINT/SIGTERM, then stop cleanly (flush, checkpoint, clean-shutdown
+    marker) within ``shutdown_bound_s``; a second signal exits at once."""
     keep_large_buffers_in_heap()
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+    StopSignals(stop, shutdown_bound_s(config)).install()
     await Broker(config).serve_forever(stop, ready_file)

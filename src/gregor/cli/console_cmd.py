@@ -6,9 +6,13 @@ import argparse
 import ipaddress
 import socket
 import urllib.parse
+from typing import TYPE_CHECKING
 
 from gregor.cli.client_config import add_client_arguments
 from gregor.cli.errors import CliError
+
+if TYPE_CHECKING:
+    from gregor.console.admin import ClusterAdmin
 
 DEFAULT_PORT = 8080
 
@@ -28,7 +32,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     console.add_argument("--metrics", action="append", default=[], metavar="URL",
                          help="a broker's Prometheus metrics (http://HOST:PORT/metrics), "
                               "scraped every --refresh for bytes in and out per second and "
-                              "log sizes; once per broker, summed over them")
+                              "log sizes; once per broker, summed over them. Brokers with "
+                              "metrics.listener set are found without it; this adds those "
+                              "behind other addresses")
     add_client_arguments(console)
     console.set_defaults(run=run)
 
@@ -58,8 +64,9 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
     admin = ClusterAdmin(args)
-    metrics = (BrokerMetrics(args.metrics, args.refresh, args.history * 60)
-               if args.metrics else None)
+    urls = [*args.metrics, *(url for url in _discovered_metrics(admin)
+                             if url not in args.metrics)]
+    metrics = BrokerMetrics(urls, args.refresh, args.history * 60) if urls else None
     history = History(admin, args.refresh, args.history * 60, metrics)
     app = create_app(admin, history, _allowed_hosts(args.host))
     host, port = listener.getsockname()[:2]
@@ -70,6 +77,16 @@ def run(args: argparse.Namespace) -> int:
                             lifespan="on")
     uvicorn.Server(config).run(sockets=[listener])
     return 0
+
+
+def _discovered_metrics(admin: ClusterAdmin) -> list[str]:
+    """The brokers' own ``metrics.listener`` endpoints, so that a cluster started with
+    them (``scripts/run-cluster.sh``) needs no ``--metrics``; none if the cluster cannot
+    be asked now (the pages say so on their own)."""
+    try:
+        return admin.metrics_urls()
+    except CliError:
+        return []
 
 
 def _allowed_hosts(host: str) -> list[str]:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 
 from kazoo.client import KazooState
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import KazooException, NodeExistsError
 
 from gregor.cluster import znodes
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata, new_cluster_id
@@ -32,9 +32,15 @@ from gregor.config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
+# How often a controlled shutdown looks again at which other brokers are stopping.
+_SHUTDOWNS_POLL_S = 1.0
 # How often a broker whose previous registration is still there (it was killed and
 # restarted within its old session's timeout) looks again.
 _REGISTRATION_RETRY_S = 0.2
+
+
+class ControlledShutdownFailed(Exception):
+    """An attempt at a controlled shutdown cannot be made now."""
 
 
 class ZkClusterMember:
@@ -168,20 +174,68 @@ class ZkClusterMember:
         task.add_done_callback(self._tasks.discard)
 
     # ----------------------------------------------------------------- shutdown
-    async def controlled_shutdown(self, timeout: float) -> None:
-        """Ask the controller to move this broker's leaderships, and wait until it has
-        (or ``timeout`` passes), so producers at acks=all see no error."""
-        if not self.config["controlled.shutdown.enable"] or not self.zk.connected:
+    async def controlled_shutdown(self) -> None:
+        """Ask the controller to move this broker's leaderships, and wait until it has,
+        so producers at acks=all see no error; then, or after the last failed attempt,
+        the broker stops anyway.
+
+        As Kafka's: ``controlled.shutdown.max.retries`` attempts, each given
+        ``request.timeout.ms`` (``shutdown.controlled_shutdown_bound_s``), with
+        ``controlled.shutdown.retry.backoff.ms`` between them. An attempt fails at once
+        without a ZooKeeper connection or a controller, and one whose request or wait
+        ZooKeeper never answers (it went away: kazoo holds the request until it
+        reconnects) fails at its timeout. It succeeds once nothing is left that the
+        controller could move: a partition whose other in-sync replicas are all
+        stopping too stays, as Kafka's controller leaves it (all brokers stopped at
+        once must not wait for each other)."""
+        if not self.config["controlled.shutdown.enable"]:
             return
-        with contextlib.suppress(NodeExistsError):
-            await self.zk.create(f"{znodes.CONTROLLED_SHUTDOWN}/{self.broker_id}",
-                                 ephemeral=True, makepath=True)
-        if not await self.cache.wait_until(
-                lambda: not leaderships_to_move(self.image, self.broker_id), timeout):
+        attempts = self.config["controlled.shutdown.max.retries"]
+        for attempt in range(1, attempts + 1):
+            if attempt > 1:
+                await asyncio.sleep(self.config["controlled.shutdown.retry.backoff.ms"] / 1000)
+            try:
+                staying = await self._controlled_shutdown_attempt(
+                    time.monotonic() + self.config["request.timeout.ms"] / 1000)
+            except (TimeoutError, ControlledShutdownFailed, KazooException) as exc:
+                log.warning("controlled shutdown: attempt %d of %d failed (%s)", attempt,
+                            attempts, str(exc) or type(exc).__name__)
+                continue
+            log.info("controlled shutdown: leaderships moved%s",
+                     f" ({staying} partition(s) have no other replica to move to)"
+                     if staying else "")
+            return
+        if attempts:
             log.warning("controlled shutdown: %d partition(s) still to move; stopping anyway",
                         len(leaderships_to_move(self.image, self.broker_id)))
-            return
-        log.info("controlled shutdown: leaderships moved")
+
+    async def _controlled_shutdown_attempt(self, deadline: float) -> int:
+        """One attempt: ask, then wait (woken by each change of the cluster's metadata,
+        and once a second for other brokers' shutdowns) until nothing is left to move;
+        how many partitions stay, with no other replica to take them. TimeoutError at
+        ``deadline``, kept by each wait rather than by cancelling the attempt from
+        outside: Python 3.11's wait_for loses a cancellation that coincides with its
+        inner wait ending, which the controller's stream of changes made likely (an
+        attempt seen running 39 s past its timeout)."""
+        if not self.zk.connected:
+            raise ControlledShutdownFailed("no ZooKeeper connection")
+        if self.image.controller_id not in self.image.brokers:
+            raise ControlledShutdownFailed("no controller")
+        with contextlib.suppress(NodeExistsError):
+            await asyncio.wait_for(self.zk.create(
+                f"{znodes.CONTROLLED_SHUTDOWN}/{self.broker_id}", ephemeral=True, makepath=True),
+                deadline - time.monotonic())
+        while True:
+            stopping = {int(child) for child in await asyncio.wait_for(
+                self.zk.children(znodes.CONTROLLED_SHUTDOWN), deadline - time.monotonic()) or ()}
+            pending = leaderships_to_move(self.image, self.broker_id)
+            movable = [(topic, index) for topic, index in pending
+                       if _takers(self.image, topic, index, self.broker_id) - stopping]
+            if not movable:
+                return len(pending)
+            if time.monotonic() >= deadline:
+                raise TimeoutError
+            await self.cache.wait_for_change(min(_SHUTDOWNS_POLL_S, deadline - time.monotonic()))
 
     async def close(self) -> None:
         self._closing = True
@@ -190,3 +244,9 @@ class ZkClusterMember:
         for task in self._tasks:
             task.cancel()
         await self.zk.close()
+
+
+def _takers(image: MetadataImage, topic: str, index: int, broker_id: int) -> set[int]:
+    """The live in-sync replicas, besides ``broker_id``, that could take over a partition."""
+    return {r for r in image.topics[topic].partitions[index].isr
+            if r != broker_id and r in image.brokers}

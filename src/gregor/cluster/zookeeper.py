@@ -5,6 +5,16 @@ handler, so every call here is kazoo's ``*_async`` variant whose completion is
 handed to the loop with ``call_soon_threadsafe``: the event loop never blocks on
 ZooKeeper, and watches and session-state changes arrive as plain callbacks on it.
 
+kazoo's ``*_async`` calls are not quite non-blocking, though: each wakes kazoo's
+connection thread by writing a byte to a socket pair that the thread reads only while
+connected. Without a connection (ZooKeeper gone, the thread in its reconnect backoff)
+the pair fills after 278 calls and the next one blocks its caller, the event loop,
+until ZooKeeper is back: at a thousand partitions the metadata cache and the
+controller make that many at once, and the broker stopped serving and could not even
+stop. So calls made without a connection, or beyond ``_MAX_IN_FLIGHT`` unanswered
+ones, are held here (in order) and handed to kazoo once connected again, as kazoo
+itself would have sent them; closing fails those still held.
+
 A ``zookeeper.connect`` string may end with a chroot (``host:port/gregor``), as in
 Kafka; the chroot is created when missing, as Kafka's brokers do.
 """
@@ -12,6 +22,7 @@ Kafka; the chroot is created when missing, as Kafka's brokers do.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import socket
@@ -20,12 +31,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionClosedError, NodeExistsError, NoNodeError
 from kazoo.handlers import utils as kazoo_utils
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.protocol.states import ZnodeStat
 
 log = logging.getLogger(__name__)
+
+_MAX_IN_FLIGHT = 128
+"""Calls handed to kazoo and not yet answered: well below the 278 wake-up bytes its
+socket pair holds (a call dropped with the connection stays in kazoo's queue)."""
 
 Watch = Callable[[], None]
 
@@ -89,6 +104,9 @@ class ZooKeeperSession:
         self._source_address = source_address
         self._client = self._new_client(self.hosts + self.chroot)
         self._client.add_listener(self._state_changed)
+        self._held: collections.deque[tuple[Callable[[], Any], asyncio.Future]] = (
+            collections.deque())
+        self._in_flight = 0
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, timeout: float = 15.0) -> None:
@@ -113,7 +131,11 @@ class ZooKeeperSession:
             root.close()
 
     async def close(self) -> None:
-        """End the session at once: its ephemeral nodes go with it."""
+        """End the session at once: its ephemeral nodes go with it. Calls still held
+        fail with kazoo's ConnectionClosedError."""
+        while self._held:
+            _, future = self._held.popleft()
+            _settle(future, None, ConnectionClosedError("the session was closed"))
         await asyncio.to_thread(self._stop_client)
 
     def _stop_client(self) -> None:
@@ -131,24 +153,48 @@ class ZooKeeperSession:
 
     def _state_changed(self, state: str) -> None:
         # Called on kazoo's thread; the loop decides what a lost session means.
-        if self._on_state is not None and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._on_state, state)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._state_changed_on_loop, state)
+
+    def _state_changed_on_loop(self, state: str) -> None:
+        self._hand_over()
+        if self._on_state is not None:
+            self._on_state(state)
 
     # ---------------------------------------------------------------- operations
     def _await(self, start: Callable[[], Any]) -> asyncio.Future:
-        """Run a kazoo ``*_async`` call and resolve a loop future with its outcome."""
-        loop = self._loop or asyncio.get_running_loop()
-        future: asyncio.Future = loop.create_future()
+        """Run a kazoo ``*_async`` call and resolve a loop future with its outcome: now,
+        or once connected with room in flight (see the module's docstring)."""
+        future: asyncio.Future = (self._loop or asyncio.get_running_loop()).create_future()
+        self._held.append((start, future))
+        self._hand_over()
+        return future
+
+    def _hand_over(self) -> None:
+        """Hand held calls to kazoo, in order, while it is connected and has room."""
+        while self._held and self._in_flight < _MAX_IN_FLIGHT and self.connected:
+            start, future = self._held.popleft()
+            if not future.done():  # not given up on meanwhile (a timeout)
+                self._submit(start, future)
+
+    def _submit(self, start: Callable[[], Any], future: asyncio.Future) -> None:
+        loop = future.get_loop()
+        self._in_flight += 1
 
         def done(result: Any) -> None:
             try:
                 value, error = result.get(block=False), None
             except Exception as exc:  # kazoo reports failures by raising from get()
                 value, error = None, exc
-            loop.call_soon_threadsafe(_settle, future, value, error)
+            loop.call_soon_threadsafe(self._answered, future, value, error)
 
         start().rawlink(done)
-        return future
+
+    def _answered(self, future: asyncio.Future, value: Any, error: BaseException | None
+                  ) -> None:
+        self._in_flight -= 1
+        _settle(future, value, error)
+        self._hand_over()
 
     def _watcher(self, watch: Watch | None) -> Callable[[Any], None] | None:
         if watch is None:

@@ -54,6 +54,7 @@ from gregor.cli.groups_cmd import (
     reset_partitions,
     reset_targets,
 )
+from gregor.config import ConfigError, parse_metrics_listener
 
 CALL_TIMEOUT_S = 10.0
 _PROBE_S = 1.0
@@ -132,6 +133,32 @@ class ClusterAdmin:
         self.watch.all_brokers_down = False
         self.watch.connection_error = None
         return metadata
+
+    def metrics_urls(self) -> list[str]:
+        """Where each broker serves its Prometheus metrics, from its own
+        ``metrics.listener`` (DescribeConfigs of the broker, as Kafka exposes any broker
+        config), a wildcard host taken as the broker's own address. Brokers without
+        one or with port 0 (the port it chose is not in its config), and those that do
+        not answer, are left out."""
+        metadata = self.metadata()
+        futures = self.admin.describe_configs(
+            [ConfigResource(ResourceType.BROKER, str(b)) for b in metadata.brokers],
+            request_timeout=CALL_TIMEOUT_S)
+        urls = []
+        for resource, future in futures.items():
+            try:
+                entries: Mapping[str, ConfigEntry] = wait(
+                    future, f"describe broker {resource.name}")
+                listener = parse_metrics_listener(entries["metrics.listener"].value or "")
+            except (CliError, KeyError, ConfigError):
+                continue
+            if listener is None or listener[1] == 0:
+                continue  # none, or a port the broker chose, which its config does not say
+            host, port, path = listener
+            if host in ("", "0.0.0.0", "::"):
+                host = str(metadata.brokers[int(resource.name)].host)
+            urls.append(f"http://{f'[{host}]' if ':' in host else host}:{port}{path}")
+        return sorted(urls)
 
     # ---------------------------------------------------------------- cluster
     def cluster(self) -> dict[str, Any]:

@@ -6,8 +6,9 @@ kafka_exporter do. A thread samples every ``interval_s`` and keeps ``window_s`` 
 samples in memory, so the charts have a past as soon as a page opens.
 
 Throughput in bytes and log sizes need the brokers' own metrics (``metrics.listener``):
-given ``BrokerMetrics`` (``gregor console --metrics URL``), the views add its series
-beside the offset-based message rate; without, the pages say metrics are not configured.
+given ``BrokerMetrics`` (the brokers' own, or ``gregor console --metrics URL``), the views
+add its series beside the offset-based message rate; without, the pages say metrics are
+not configured.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from gregor.console.metrics import BrokerMetrics
 log = logging.getLogger(__name__)
 RATE_WINDOW_S = 60.0
 METRICS_UNAVAILABLE = ("Bytes in and out per second need the brokers' Prometheus metrics, "
-                       "which are not configured (gregor console --metrics "
+                       "which are not configured (metrics.listener on the brokers, found "
+                       "when the console starts, or gregor console --metrics "
                        "http://HOST:PORT/metrics, once per broker); messages per second "
                        "come from log end offsets.")
 Partition = tuple[str, int]

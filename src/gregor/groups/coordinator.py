@@ -90,6 +90,7 @@ class GroupCoordinator:
         # COORDINATOR_LOAD_IN_PROGRESS until then, as Kafka's do.
         self.loading: set[int] = set()
         self._load_tasks: set[asyncio.Task] = set()
+        self._rejoin_tasks: set[asyncio.Task] = set()  # static members' answers to come
         self._led: set[int] = set()  # __consumer_offsets partitions led here (cluster)
         # TxnOffsetCommit offsets by producer id, then group: applied when the
         # transaction commits, dropped when it aborts.
@@ -129,9 +130,9 @@ class GroupCoordinator:
         task.add_done_callback(self._load_tasks.discard)
 
     async def shutdown(self) -> None:
-        for task in self._load_tasks:
+        for task in [*self._load_tasks, *self._rejoin_tasks]:
             task.cancel()
-        await asyncio.gather(*self._load_tasks, return_exceptions=True)
+        await asyncio.gather(*self._load_tasks, *self._rejoin_tasks, return_exceptions=True)
         self.timers.cancel_all()
 
     def check_group(self, group_id: str | None, allow_empty: bool = False) -> ErrorCode | None:
@@ -289,13 +290,10 @@ class GroupCoordinator:
                  request.group_instance_id, new_member_id)
         if group.is_in(GroupState.STABLE):
             if group.select_protocol() == group.protocol_name:
-                self._store_group(group)
-                # The old leader id is returned on purpose: were the restarted member
-                # the leader, it must not compute an assignment a Stable group would
-                # never hand out; it just fetches its own with SyncGroup.
-                member.answer_join(JoinResult(
-                    ErrorCode.none, new_member_id, group.generation_id, group.protocol_type,
-                    group.protocol_name, current_leader))
+                task = asyncio.get_running_loop().create_task(
+                    self._answer_rejoin_once_stored(group, member, current_leader))
+                self._rejoin_tasks.add(task)
+                task.add_done_callback(self._rejoin_tasks.discard)
             else:
                 self._maybe_prepare_rebalance(group)
         elif group.is_in(GroupState.COMPLETING_REBALANCE):
@@ -303,6 +301,26 @@ class GroupCoordinator:
             self._prepare_rebalance(group)
 
     # ---------------------------------------------------------------- rebalance
+    async def _answer_rejoin_once_stored(self, group: Group, member: Member,
+                                         leader_id: str) -> None:
+        """Answer a restarted static member of a Stable group once its new member id is
+        on every in-sync replica, as Kafka's storeGroup callback does: a coordinator
+        moving meanwhile would know only the old id and fence the new one. A failure is
+        answered as such (the client joins again, and is replaced again)."""
+        member_id, generation = member.member_id, group.generation_id
+        error = await self._store_group_replicated(group)
+        if (group.members.get(member_id) is not member or group.generation_id != generation
+                or not group.is_in(GroupState.STABLE)):
+            return  # replaced again, or a rebalance began: that answers the member
+        if error != ErrorCode.none:
+            member.answer_join(JoinResult(error, member_id))
+            return
+        # The old leader id is returned on purpose: were the restarted member the
+        # leader, it must not compute an assignment a Stable group would never hand
+        # out; it just fetches its own with SyncGroup.
+        member.answer_join(JoinResult(ErrorCode.none, member_id, generation,
+                                      group.protocol_type, group.protocol_name, leader_id))
+
     def _maybe_prepare_rebalance(self, group: Group) -> None:
         if group.can_rebalance():
             self._prepare_rebalance(group)
@@ -446,7 +464,16 @@ class GroupCoordinator:
                          group_id, len(unknown))
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
-            self._store_group(group)
+            generation = group.generation_id
+            error = await self._store_group_replicated(group)
+            if not (group.is_in(GroupState.COMPLETING_REBALANCE)
+                    and group.generation_id == generation):
+                # A member joined or left meanwhile: that rebalance answered the waiters.
+                return await waiter
+            if error != ErrorCode.none:
+                self._reset_assignments(group, error)
+                self._maybe_prepare_rebalance(group)
+                return await waiter
             group.transition_to(GroupState.STABLE, now_ms())
             for m in group.members.values():
                 if m.awaiting_sync:
@@ -781,6 +808,19 @@ class GroupCoordinator:
     def _is_live(self, group: Group) -> bool:
         """Whether a timer's group is still the one registered under its id."""
         return self.groups.get(group.group_id) is group and not group.is_in(GroupState.DEAD)
+
+    async def _store_group_replicated(self, group: Group) -> ErrorCode:
+        """Store a new generation's assignment and wait until every in-sync replica has
+        it (acks=all, within offsets.commit.timeout.ms), as Kafka's storeGroup before
+        it hands an assignment out: a coordinator that moves right after (its broker
+        stopped, killed, or its followers behind under load) then loads this generation,
+        not an older one whose members and generation would send the group's static
+        members into a rebalance they should never see. A failure to replicate is
+        answered as Kafka answers it (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR) and the
+        group rebalances again; one to append stays best effort (``_store_group``)."""
+        self._store_group(group)
+        return await self.store.replicated(group.group_id,
+                                           self.config["offsets.commit.timeout.ms"] / 1000)
 
     def _store_group(self, group: Group) -> None:
         """Persist the group's generation and members (best effort).

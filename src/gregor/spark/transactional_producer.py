@@ -94,13 +94,61 @@ class _Partition:
     batch: BatchBuilder = field(default_factory=BatchBuilder)
 
 
+class Coordinators:
+    """Connections to transaction coordinators, shared by every transactional id one
+    caller ends or fences: one bootstrap connection finds them all (FindCoordinator) and
+    one connection reaches each coordinator, where each id had opened one of each (a
+    micro-batch of 200 tasks ended over 400 connections)."""
+
+    def __init__(self, settings: FetchSettings) -> None:
+        self.settings = settings
+        self._bootstrap: LeaderConnection | None = None
+        self._connections: dict[tuple[str, int], LeaderConnection] = {}
+
+    def find(self, transactional_id: str) -> LeaderConnection:
+        """The connection to the id's coordinator; raises :class:`LeaderUnavailable`."""
+        body = build(find_coordinator_request.FindCoordinatorRequest,
+                     key=transactional_id, key_type=TRANSACTION_KEY_TYPE)
+        if self._bootstrap is None:
+            self._bootstrap = bootstrap_connection(self.settings)
+        try:
+            answer = self._bootstrap.request(ApiKey.FIND_COORDINATOR, FIND_COORDINATOR_VERSION,
+                                             body)
+        except LeaderUnavailable:
+            self._bootstrap.close()
+            self._bootstrap = None
+            raise
+        if answer.error_code != ErrorCode.none:
+            raise LeaderUnavailable(f"FindCoordinator({transactional_id}): "
+                                    f"{ErrorCode(answer.error_code).name}")
+        address = (answer.host, int(answer.port))
+        connection = self._connections.get(address)
+        if connection is None:
+            connection = self._connections[address] = LeaderConnection(address, self.settings)
+        return connection
+
+    def drop(self, connection: LeaderConnection) -> None:
+        """A connection that failed: closed for everyone, opened again by the next find."""
+        connection.close()
+        self._connections = {a: c for a, c in self._connections.items() if c is not connection}
+
+    def close(self) -> None:
+        for connection in [*self._connections.values(), *filter(None, [self._bootstrap])]:
+            connection.close()
+        self._connections, self._bootstrap = {}, None
+
+
 class TransactionCoordinatorClient:
     """Requests to the coordinator of one transactional id, found with FindCoordinator
-    (key type 1) and found again when it moves."""
+    (key type 1) and found again when it moves; over ``coordinators`` shared with other
+    ids, or over connections of its own, which ``close`` closes."""
 
-    def __init__(self, settings: FetchSettings, transactional_id: str) -> None:
+    def __init__(self, settings: FetchSettings, transactional_id: str,
+                 coordinators: Coordinators | None = None) -> None:
         self.settings = settings
         self.transactional_id = transactional_id
+        self._own = coordinators is None
+        self.coordinators = coordinators or Coordinators(settings)
         self._connection: LeaderConnection | None = None
 
     def request(self, api_key: ApiKey, version: int, body: Any,
@@ -110,14 +158,14 @@ class TransactionCoordinatorClient:
             try:
                 answer = self._coordinator().request(api_key, version, body)
             except LeaderUnavailable:
-                self.close()
+                self._drop()
                 time.sleep(self.settings.retry_backoff_ms / 1000)
                 continue
             error = ErrorCode(error_of(answer))
             if error not in _RETRIABLE:
                 return answer
             if error in _REFIND:
-                self.close()
+                self._connection = None  # the id moved; the connection serves others
             time.sleep(self.settings.retry_backoff_ms / 1000)
         raise TransactionFailed(f"{self.transactional_id}: {api_key.name} still refused "
                                 f"after {RETRIES} attempts")
@@ -132,34 +180,29 @@ class TransactionCoordinatorClient:
         self._coordinator().send(api_key, version, body)
 
     def receive(self) -> Any:
-        """The answer to what :meth:`send` sent; on :class:`LeaderUnavailable` the
-        connection is dropped, so that :meth:`request` starts afresh."""
+        """The answer to what :meth:`send` sent (answers on a shared connection come in
+        the order of the sends); on :class:`LeaderUnavailable` the connection is
+        dropped, so that :meth:`request` starts afresh."""
         assert self._connection is not None, "receive() without send()"
         try:
             return self._connection.receive()
         except LeaderUnavailable:
-            self.close()
+            self._drop()
             raise
 
     def close(self) -> None:
+        if self._own:
+            self.coordinators.close()
+        self._connection = None
+
+    def _drop(self) -> None:
         if self._connection is not None:
-            self._connection.close()
+            self.coordinators.drop(self._connection)
             self._connection = None
 
     def _coordinator(self) -> LeaderConnection:
         if self._connection is None:
-            body = build(find_coordinator_request.FindCoordinatorRequest,
-                         key=self.transactional_id, key_type=TRANSACTION_KEY_TYPE)
-            connection = bootstrap_connection(self.settings)
-            try:
-                answer = connection.request(ApiKey.FIND_COORDINATOR, FIND_COORDINATOR_VERSION,
-                                            body)
-            finally:
-                connection.close()
-            if answer.error_code != ErrorCode.none:
-                raise LeaderUnavailable(f"FindCoordinator({self.transactional_id}): "
-                                        f"{ErrorCode(answer.error_code).name}")
-            self._connection = LeaderConnection((answer.host, int(answer.port)), self.settings)
+            self._connection = self.coordinators.find(self.transactional_id)
         return self._connection
 
 
@@ -179,7 +222,8 @@ def end_transactions(settings: FetchSettings, transactions: Iterable[Transaction
     makes a replayed commit harmless.  Any other refusal raises, naming every
     transaction that could not be ended.
     """
-    ending = [(txn, TransactionCoordinatorClient(settings, txn.transactional_id),
+    coordinators = Coordinators(settings)
+    ending = [(txn, TransactionCoordinatorClient(settings, txn.transactional_id, coordinators),
                build(end_txn_request.EndTxnRequest, transactional_id=txn.transactional_id,
                      producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
                      committed=commit))
@@ -196,11 +240,15 @@ def end_transactions(settings: FetchSettings, transactions: Iterable[Transaction
                 sent.append(True)
             except LeaderUnavailable:
                 sent.append(False)
-        for (txn, client, body), was_sent in zip(ending, sent, strict=True):
+        # Every answer read before any retry: a retry's request on a shared connection
+        # would otherwise read an answer meant for another id.
+        answers = []
+        for (_, client, _), was_sent in zip(ending, sent, strict=True):
             try:
-                answer = client.receive() if was_sent else None
+                answers.append(client.receive() if was_sent else None)
             except LeaderUnavailable:
-                answer = None
+                answers.append(None)
+        for (txn, client, body), answer in zip(ending, answers, strict=True):
             try:
                 if answer is None or ErrorCode(answer.error_code) in _RETRIABLE:
                     # Never sent, lost with its connection, or to be retried: alone now.
@@ -211,8 +259,7 @@ def end_transactions(settings: FetchSettings, transactions: Iterable[Transaction
             if answer.error_code != ErrorCode.none:
                 failures.append(f"{txn}: {ErrorCode(answer.error_code).name}")
     finally:
-        for _, client, _ in ending:
-            client.close()
+        coordinators.close()
     if failures:
         action = "commit" if commit else "abort"
         raise TransactionFailed(f"cannot {action} {len(failures)} transaction(s): "
@@ -240,13 +287,33 @@ def fence(settings: FetchSettings, transactional_ids: Iterable[str], timeout_ms:
     """Abort what the producers of these ids left open, as a new attempt of their task
     would: a new epoch of each (InitProducerId), which also refuses the old epoch's
     batches still on their way. Ids that cannot be reached are left to their
-    transaction's timeout, with a warning."""
-    for transactional_id in transactional_ids:
-        try:
-            TransactionalProducer(settings, transactional_id, timeout_ms).close()
-        except (TransactionFailed, LeaderUnavailable) as exc:
-            log.warning("could not abort the transaction of %s (%s): it ends at its "
-                        "timeout", transactional_id, exc)
+    transaction's timeout, with a warning. The coordinators' connections are shared."""
+    coordinators = Coordinators(settings)
+    try:
+        for transactional_id in transactional_ids:
+            try:
+                init_producer_id(TransactionCoordinatorClient(
+                    settings, transactional_id, coordinators), timeout_ms)
+            except (TransactionFailed, LeaderUnavailable) as exc:
+                log.warning("could not abort the transaction of %s (%s): it ends at its "
+                            "timeout", transactional_id, exc)
+    finally:
+        coordinators.close()
+
+
+def init_producer_id(client: TransactionCoordinatorClient, timeout_ms: int) -> Transaction:
+    """InitProducerId of the client's id: a new epoch, which fences every earlier
+    producer of the id and aborts what it left open."""
+    body = build(init_producer_id_request.InitProducerIdRequest,
+                 transactional_id=client.transactional_id,
+                 transaction_timeout=datetime.timedelta(milliseconds=timeout_ms),
+                 producer_id=-1, producer_epoch=-1)
+    answer = client.request(ApiKey.INIT_PRODUCER_ID, INIT_PRODUCER_ID_VERSION, body)
+    if answer.error_code != ErrorCode.none:
+        raise TransactionFailed(f"InitProducerId({client.transactional_id}): "
+                                f"{ErrorCode(answer.error_code).name}")
+    return Transaction(client.transactional_id, int(answer.producer_id),
+                       int(answer.producer_epoch))
 
 
 def _metadata(settings: FetchSettings, topics: Sequence[str], create: bool) -> Any:
@@ -332,17 +399,7 @@ class TransactionalProducer:
                  timeout_ms: int) -> None:
         self.settings = settings
         self.coordinator = TransactionCoordinatorClient(settings, transactional_id)
-        body = build(init_producer_id_request.InitProducerIdRequest,
-                     transactional_id=transactional_id,
-                     transaction_timeout=datetime.timedelta(milliseconds=timeout_ms),
-                     producer_id=-1, producer_epoch=-1)
-        answer = self.coordinator.request(ApiKey.INIT_PRODUCER_ID, INIT_PRODUCER_ID_VERSION,
-                                          body)
-        if answer.error_code != ErrorCode.none:
-            raise TransactionFailed(f"InitProducerId({transactional_id}): "
-                                    f"{ErrorCode(answer.error_code).name}")
-        self.transaction = Transaction(transactional_id, int(answer.producer_id),
-                                       int(answer.producer_epoch))
+        self.transaction = init_producer_id(self.coordinator, timeout_ms)
         self._leaders: dict[str, list[tuple[str, int]]] = {}
         self._partitions: dict[tuple[str, int], _Partition] = {}
         self._connections: dict[tuple[str, int], LeaderConnection] = {}
