@@ -1,0 +1,65 @@
+"""``gregor schema-registry``: serve Confluent's schema registry API for a cluster (see
+``gregor.schemas``), its state in the cluster's ``_schemas`` topic."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import threading
+
+from gregor.cli.client_config import add_client_arguments, client_config
+from gregor.cli.errors import CliError
+
+DEFAULT_LISTEN = "127.0.0.1:8081"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    registry = subparsers.add_parser(
+        "schema-registry",
+        help="a schema registry with Confluent's REST API, its state in _schemas")
+    registry.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                          help=f"address to serve on (default: {DEFAULT_LISTEN}, "
+                               "Confluent's port; port 0 picks a free one)")
+    registry.add_argument("--topic", default="_schemas",
+                          help="the topic holding the schemas (default: _schemas)")
+    add_client_arguments(registry)
+    registry.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from gregor.schemas.api import create_app
+        from gregor.schemas.registry import SchemaRegistry
+        from gregor.schemas.schema_topic import SchemaTopic
+        from gregor.schemas.state import RegistryState
+    except ImportError as exc:
+        raise CliError(f"the schema registry needs the 'schemas' extra ({exc}): "
+                       "run scripts/setup.sh schemas") from None
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise CliError(f"--listen takes HOST:PORT, not {args.listen!r}")
+    host = host.strip("[]")
+    # Bind before anything else, so a port in use fails at once and port 0 is known.
+    try:
+        listener = socket.create_server(
+            (host, int(port)), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as exc:
+        raise CliError(f"cannot listen on {args.listen}: {exc.strerror}") from None
+    config, _ = client_config(args)
+    state = RegistryState()
+    changed = threading.Condition(threading.RLock())
+    topic = SchemaTopic(config, state, changed, args.topic)
+    topic.start()
+    try:
+        app = create_app(SchemaRegistry(state, changed, topic))
+        bound_host, bound_port = listener.getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        print(f"gregor schema registry for {args.bootstrap_server} on "
+              f"http://{shown}:{bound_port}/ (Ctrl-C stops it)", flush=True)
+        uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2)
+                       ).run(sockets=[listener])
+    finally:
+        topic.close()
+    return 0

@@ -1,0 +1,121 @@
+"""Protobuf schemas as confluent-kafka's ``ProtobufSerializer`` sends them: a
+``FileDescriptorProto``, serialized and base64-encoded, decoded by protobuf's own
+descriptor classes and compared by Protobuf's wire-compatibility rules.
+
+Two message versions read each other's bytes when every field number that both know
+keeps a wire-compatible type and label, no message type disappears, and no required
+field appears or disappears; fields added or removed are skipped as unknown fields.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterator, Sequence
+
+from google.protobuf import descriptor_pb2
+from google.protobuf.message import DecodeError
+
+from gregor.schemas import errors
+from gregor.schemas.schema_types import ParsedSchema, ResolvedReference
+
+_FIELD = descriptor_pb2.FieldDescriptorProto
+_WIRE_GROUPS = [
+    {_FIELD.TYPE_INT32, _FIELD.TYPE_UINT32, _FIELD.TYPE_INT64, _FIELD.TYPE_UINT64,
+     _FIELD.TYPE_BOOL},
+    {_FIELD.TYPE_SINT32, _FIELD.TYPE_SINT64},
+    {_FIELD.TYPE_FIXED32, _FIELD.TYPE_SFIXED32},
+    {_FIELD.TYPE_FIXED64, _FIELD.TYPE_SFIXED64},
+    {_FIELD.TYPE_STRING, _FIELD.TYPE_BYTES},
+]
+"""Scalar types whose encodings read as each other (Protobuf's "compatible" changes)."""
+
+
+class ProtobufSchema:
+    schema_type = "PROTOBUF"
+
+    def __init__(self, text: str, descriptor: descriptor_pb2.FileDescriptorProto) -> None:
+        self.text = text
+        self.descriptor = descriptor
+
+    def canonical(self) -> str:
+        return self.text
+
+    def normalized(self) -> str:
+        # Serialization of one descriptor is deterministic: equal descriptors, equal text.
+        return base64.standard_b64encode(
+            self.descriptor.SerializeToString(deterministic=True)).decode("ascii")
+
+    def read_problems(self, writer: ParsedSchema) -> list[str]:
+        if not isinstance(writer, ProtobufSchema):
+            return [f"a {writer.schema_type} schema cannot become a PROTOBUF one"]
+        problems = []
+        if self.descriptor.package != writer.descriptor.package:
+            problems.append(f"package changed from '{writer.descriptor.package}'")
+        reader_messages = dict(_messages(self.descriptor.message_type, ""))
+        for name, written in _messages(writer.descriptor.message_type, ""):
+            read = reader_messages.get(name)
+            if read is None:
+                problems.append(f"message {name} removed")
+            else:
+                problems += _field_problems(name, read, written)
+        return problems
+
+
+def parse_protobuf(text: str, references: Sequence[ResolvedReference]) -> ProtobufSchema:
+    descriptor = descriptor_pb2.FileDescriptorProto()
+    try:
+        descriptor.ParseFromString(base64.b64decode(text, validate=True))
+    except (binascii.Error, ValueError, DecodeError):
+        raise errors.invalid_schema(
+            "a Protobuf schema here is a FileDescriptorProto, serialized and "
+            "base64-encoded (what confluent-kafka's ProtobufSerializer sends); "
+            ".proto text is not parsed") from None
+    if not descriptor.message_type and not descriptor.enum_type:
+        raise errors.invalid_schema("the Protobuf file defines no message or enum")
+    known = {r.name for r in references}
+    missing = [d for d in descriptor.dependency
+               if d not in known and not d.startswith("google/protobuf/")]
+    if missing:
+        raise errors.invalid_schema(f"imports without a reference: {missing}")
+    return ProtobufSchema(text, descriptor)
+
+
+def _messages(messages: Sequence[descriptor_pb2.DescriptorProto], scope: str,
+              ) -> Iterator[tuple[str, descriptor_pb2.DescriptorProto]]:
+    for message in messages:
+        name = f"{scope}{message.name}"
+        yield name, message
+        yield from _messages(message.nested_type, f"{name}.")
+
+
+def _field_problems(message: str, reader: descriptor_pb2.DescriptorProto,
+                    writer: descriptor_pb2.DescriptorProto) -> list[str]:
+    problems = []
+    writer_fields = {field.number: field for field in writer.field}
+    reader_fields = {field.number: field for field in reader.field}
+    for number, read in reader_fields.items():
+        written = writer_fields.get(number)
+        where = f"{message}.{read.name} ({number})"
+        if written is None:
+            if read.label == _FIELD.LABEL_REQUIRED:
+                problems.append(f"{where}: required field added")
+            continue
+        if (read.label == _FIELD.LABEL_REPEATED) != (written.label == _FIELD.LABEL_REPEATED):
+            problems.append(f"{where}: changed between repeated and single")
+        if not _same_wire_type(read, written):
+            problems.append(f"{where}: type changed")
+    for number, written in writer_fields.items():
+        if number not in reader_fields and written.label == _FIELD.LABEL_REQUIRED:
+            problems.append(f"{message}.{written.name} ({number}): required field removed")
+    return problems
+
+
+def _same_wire_type(read: descriptor_pb2.FieldDescriptorProto,
+                    written: descriptor_pb2.FieldDescriptorProto) -> bool:
+    if read.type in (_FIELD.TYPE_MESSAGE, _FIELD.TYPE_ENUM, _FIELD.TYPE_GROUP) or \
+            written.type in (_FIELD.TYPE_MESSAGE, _FIELD.TYPE_ENUM, _FIELD.TYPE_GROUP):
+        return read.type == written.type and \
+            read.type_name.rsplit(".", 1)[-1] == written.type_name.rsplit(".", 1)[-1]
+    return read.type == written.type or any(
+        read.type in group and written.type in group for group in _WIRE_GROUPS)
