@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import socket
 import threading
 
@@ -20,6 +21,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     registry.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                           help=f"address to serve on (default: {DEFAULT_LISTEN}, "
                                "Confluent's port; port 0 picks a free one)")
+    registry.add_argument("--advertised-url", metavar="URL",
+                          help="the URL other instances forward writes to (default: "
+                               "http://HOST:PORT of --listen)")
+    registry.add_argument("--group-id", default="schema-registry",
+                          help="the Kafka group whose members elect the primary "
+                               "(default: schema-registry)")
     registry.add_argument("--topic", default="_schemas",
                           help="the topic holding the schemas (default: _schemas)")
     add_client_arguments(registry)
@@ -31,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from gregor.schemas.api import create_app
+        from gregor.schemas.forwarding import forward_to_primary
+        from gregor.schemas.primary_election import PrimaryElection
         from gregor.schemas.registry import SchemaRegistry
         from gregor.schemas.schema_topic import SchemaTopic
         from gregor.schemas.state import RegistryState
@@ -47,19 +56,27 @@ def run(args: argparse.Namespace) -> int:
             (host, int(port)), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
     except OSError as exc:
         raise CliError(f"cannot listen on {args.listen}: {exc.strerror}") from None
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config, _ = client_config(args)
     state = RegistryState()
     changed = threading.Condition(threading.RLock())
     topic = SchemaTopic(config, state, changed, args.topic)
     topic.start()
+    bound_host, bound_port = listener.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    url = f"http://{shown}:{bound_port}"
+    # Instances elect the one that writes; the others forward writes to it.
+    election = PrimaryElection(args.bootstrap_server, args.advertised_url or url,
+                               on_elected=topic.catch_up, group_id=args.group_id)
+    election.start()
     try:
-        app = create_app(SchemaRegistry(state, changed, topic))
-        bound_host, bound_port = listener.getsockname()[:2]
-        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-        print(f"gregor schema registry for {args.bootstrap_server} on "
-              f"http://{shown}:{bound_port}/ (Ctrl-C stops it)", flush=True)
+        app = create_app(SchemaRegistry(state, changed, topic), forward_to_primary(election))
+        print(f"gregor schema registry for {args.bootstrap_server} on {url}/ "
+              "(Ctrl-C stops it)", flush=True)
         uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2)
                        ).run(sockets=[listener])
     finally:
+        election.close()
         topic.close()
     return 0

@@ -106,11 +106,11 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None) -> Star
     def endpoint(handler: Handler, writes: bool) -> Callable[[Request], Awaitable[Response]]:
         async def answer(request: Request) -> Response:
             body = await request.body()
-            if writes and forward is not None:
-                forwarded = await forward(request, body)
-                if forwarded is not None:
-                    return forwarded
             try:
+                if writes and forward is not None:
+                    forwarded = await forward(request, body)
+                    if forwarded is not None:
+                        return forwarded
                 result = await run_in_threadpool(handler, request, body)
             except errors.RegistryError as exc:
                 return _answer({"error_code": exc.code, "message": exc.message}, exc.status)
