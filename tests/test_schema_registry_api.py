@@ -15,9 +15,9 @@ from confluent_kafka.schema_registry import (
     SchemaRegistryClient,
     SchemaRegistryError,
 )
+from schema_registry_harness import RegistryProcess
 
 from gregor.broker.process import BrokerProcess
-from tests.schema_registry_harness import RegistryProcess
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from clients import TIMEOUT
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
@@ -18,10 +19,9 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSe
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from schema_registry_harness import RegistryProcess
 
 from gregor.broker.process import BrokerProcess
-from tests.clients import TIMEOUT
-from tests.schema_registry_harness import RegistryProcess
 
 USER_AVRO = json.dumps({"type": "record", "name": "User", "namespace": "test", "fields": [
     {"name": "name", "type": "string"}, {"name": "age", "type": "int"}]})

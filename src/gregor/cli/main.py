@@ -30,6 +30,7 @@ from gregor.cli import (
     pipeline_cmd,
     produce_cmd,
     schema_registry_cmd,
+    schemas_cmd,
     topics_cmd,
     transactions_cmd,
     zookeeper_cmd,
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     zookeeper_cmd.add_parser(subparsers)
     console_cmd.add_parser(subparsers)
     schema_registry_cmd.add_parser(subparsers)
+    schemas_cmd.add_parser(subparsers)
     return parser
 
 
