@@ -103,7 +103,8 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None) -> Star
 
     routes: list[Route] = []
 
-    def endpoint(handler: Handler, writes: bool) -> Callable[[Request], Awaitable[Response]]:
+    def endpoint(handler: Handler, writes: bool, parses: bool,
+                 ) -> Callable[[Request], Awaitable[Response]]:
         async def answer(request: Request) -> Response:
             body = await request.body()
             try:
@@ -111,16 +112,21 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None) -> Star
                     forwarded = await forward(request, body)
                     if forwarded is not None:
                         return forwarded
-                result = await run_in_threadpool(handler, request, body)
+                if writes or parses:
+                    # A write waits for the topic, a schema's parse takes CPU: neither
+                    # holds up the event loop. Reads are lookups in memory, answered here.
+                    result = await run_in_threadpool(handler, request, body)
+                else:
+                    result = handler(request, body)
             except errors.RegistryError as exc:
                 return _answer({"error_code": exc.code, "message": exc.message}, exc.status)
             return result if isinstance(result, Response) else _answer(result)
         return answer
 
-    def add(path: str, methods: list[str], writes: bool = False,
+    def add(path: str, methods: list[str], writes: bool = False, parses: bool = False,
             ) -> Callable[[Handler], Handler]:
         def register(handler: Handler) -> Handler:
-            routes.append(Route(path, endpoint(handler, writes), methods=methods))
+            routes.append(Route(path, endpoint(handler, writes, parses), methods=methods))
             return handler
         return register
 
@@ -162,7 +168,7 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None) -> Star
             _flag(request, "deleted"), request.query_params.get("subjectPrefix", ""),
             _flag(request, "deleted_only")))
 
-    @add("/subjects/{subject}", ["POST"])
+    @add("/subjects/{subject}", ["POST"], parses=True)
     def lookup(request: Request, body: bytes) -> Any:
         found = registry.lookup(request.path_params["subject"], _parse_request(body),
                                 _flag(request, "normalize"), _flag(request, "deleted"))
@@ -203,11 +209,11 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None) -> Star
                                        request.path_params["version"],
                                        _flag(request, "permanent"))
 
-    @add("/compatibility/subjects/{subject}/versions", ["POST"])
+    @add("/compatibility/subjects/{subject}/versions", ["POST"], parses=True)
     def check_all(request: Request, body: bytes) -> Any:
         return _compatibility(request, body, None)
 
-    @add("/compatibility/subjects/{subject}/versions/{version}", ["POST"])
+    @add("/compatibility/subjects/{subject}/versions/{version}", ["POST"], parses=True)
     def check_one(request: Request, body: bytes) -> Any:
         return _compatibility(request, body, request.path_params["version"])
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -21,7 +22,10 @@ noticed after one session timeout, and the rebalance takes up to another."""
 _FORWARD_TIMEOUT_S = 60.0
 
 
-def forward_to_primary(election: PrimaryElection) -> Forward:
+def forward_to_primary(election: PrimaryElection, catch_up: Callable[[], None]) -> Forward:
+    """``catch_up`` reads this instance's topic to its end: a write answered by the
+    primary is then visible here too, so a client reads its own writes at the instance
+    it called."""
     async def forward(request: Request, body: bytes) -> Response | None:
         """None when this instance is the primary; else the primary's answer. A primary
         that does not take the connection has died (or stopped): the write waits for
@@ -43,6 +47,7 @@ def forward_to_primary(election: PrimaryElection) -> Forward:
                 url += "?" + request.url.query
             answer = await run_in_threadpool(_send, url, request.method, body)
             if answer is not None:
+                await run_in_threadpool(catch_up)
                 return answer
             unreachable = primary
     return forward

@@ -60,6 +60,9 @@ class SchemaRegistry:
         self.topic = topic
         self._writing = threading.Lock()
         self._parsed: dict[int, ParsedSchema] = {}
+        self._ids: dict[tuple[str, str, tuple[Reference, ...]], int] = {}
+        """Schema identities (as stored and normalized) -> the id they were given."""
+        self._indexed: set[int] = set()
 
     # ----------------------------------------------------------------- reads
 
@@ -338,19 +341,22 @@ class SchemaRegistry:
         """The id of the same schema under any subject, else the next never used; in
         IMPORT mode the id asked for, unless it holds another schema."""
         with self.changed:
-            known = list(self.state.by_id.values())
+            known = dict(self.state.by_id)
             max_id = self.state.max_id
         if wanted is not None:
-            taken = next((s for s in known if s.schema_id == wanted), None)
+            taken = known.get(wanted)
             if taken is not None and self._identity_of(taken, False)[1:] != identity[1:]:
                 raise errors.operation_not_permitted(
                     f"Overwrite new schema with id {wanted} is not permitted.")
             return wanted
-        for schema in known:
-            if self._identity_of(schema, False) == identity or \
-                    self._identity_of(schema, True) == identity:
-                return schema.schema_id
-        return max_id + 1
+        for schema_id, schema in known.items():
+            if schema_id not in self._indexed:
+                self._indexed.add(schema_id)
+                for normalize in (False, True):
+                    self._ids.setdefault(self._identity_of(schema, normalize), schema_id)
+        found = self._ids.get(identity)
+        # A permanently deleted schema's id is not handed out again for it.
+        return found if found in known else max_id + 1
 
     def _refuse_if_referenced(self, versions: list[SubjectVersion]) -> None:
         with self.changed:

@@ -102,7 +102,10 @@ class SchemaTopic:
     def _read(self) -> None:
         while not self._stop.is_set():
             try:
-                messages = self._consumer.consume(500, timeout=_POLL_S)
+                # consume() waits out its whole timeout unless the batch fills: wait for
+                # one record, then take what else is there at once.
+                first = self._consumer.poll(_POLL_S)
+                messages = [] if first is None else [first, *self._consumer.consume(500, 0)]
             except KafkaException as exc:
                 log.warning("reading %s: %s", self.topic, exc)
                 continue
