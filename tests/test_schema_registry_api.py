@@ -4,6 +4,7 @@ process (one of each for the module)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from confluent_kafka.schema_registry import (
     SchemaRegistryClient,
     SchemaRegistryError,
 )
+from google.protobuf import descriptor_pb2
 from schema_registry_harness import RegistryProcess
 
 from gregor.broker.process import BrokerProcess
@@ -240,3 +242,26 @@ def test_modes_and_types(client: SchemaRegistryClient, registry: RegistryProcess
     assert registry.call("POST", f"/subjects/{imported}/versions",
                          {"schema": schema, "id": 900001, "version": 5}) == (200, {"id": 900001})
     assert client.get_version(imported, 5).schema_id == 900001
+
+
+def test_protobuf_text_with_an_import(client: SchemaRegistryClient, registry: RegistryProcess,
+                                      subject: str) -> None:
+    def dep(kind: str) -> Schema:
+        return Schema(f'syntax = "proto3"; package t; message Dep {{ {kind} x = 1; }}',
+                      "PROTOBUF")
+
+    client.register_schema(subject + "-dep", dep("string"))
+    main = Schema('syntax = "proto3"; package t; import "dep.proto";\n'
+                  "message Order { Dep dep = 1; int64 total = 2; }", "PROTOBUF",
+                  [SchemaReference("dep.proto", subject + "-dep", 1)])
+    client.register_schema(subject, main)
+    status, got = registry.call("GET", f"/subjects/{subject}/versions/1?format=serialized")
+    descriptor = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(got["schema"]))
+    assert [m.name for m in descriptor.message_type] == ["Order"]
+    assert list(descriptor.dependency) == ["dep.proto"]
+    # string and bytes share their encoding; an int32 is read from other bytes.
+    assert client.test_compatibility(subject + "-dep", dep("bytes"))
+    assert not client.test_compatibility(subject + "-dep", dep("int32"))
+    broken = error_of(lambda: client.register_schema(subject + "-x", Schema(
+        'syntax = "proto3"; message { }', "PROTOBUF")))
+    assert broken.error_code == 42201 and "schema.proto" in broken.error_message

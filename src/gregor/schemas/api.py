@@ -55,19 +55,19 @@ def _schema_id(request: Request) -> int:
     return int(text)
 
 
-def _schema_body(schema: StoredSchema) -> dict[str, Any]:
+def _schema_body(schema: StoredSchema, text: str) -> dict[str, Any]:
     body: dict[str, Any] = {}
     if schema.schema_type != "AVRO":
         body["schemaType"] = schema.schema_type
     if schema.references:
         body["references"] = [r.to_json() for r in schema.references]
-    body["schema"] = schema.text
+    body["schema"] = text
     return body
 
 
-def _version_body(version: SubjectVersion) -> dict[str, Any]:
+def _version_body(version: SubjectVersion, text: str) -> dict[str, Any]:
     return {"subject": version.subject, "version": version.version,
-            "id": version.schema.schema_id, **_schema_body(version.schema)}
+            "id": version.schema.schema_id, **_schema_body(version.schema, text)}
 
 
 def _parse_request(body: bytes) -> SchemaRequest:
@@ -142,11 +142,13 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None) -> Star
     def schemas(request: Request, body: bytes) -> Any:
         found = registry.all_versions(request.query_params.get("subjectPrefix", ""),
                                       _flag(request, "deleted"), _flag(request, "latestOnly"))
-        return [_version_body(v) for v in found]
+        return [_version_body(v, v.schema.text) for v in found]
 
     @add("/schemas/ids/{schema_id}", ["GET"])
     def schema_by_id(request: Request, body: bytes) -> Any:
-        return _schema_body(registry.schema(_schema_id(request)))
+        found = registry.schema(_schema_id(request))
+        return _schema_body(found, registry.text_in_format(
+            found, request.query_params.get("format")))
 
     @add("/schemas/ids/{schema_id}/schema", ["GET"])
     def raw_schema_by_id(request: Request, body: bytes) -> Any:
@@ -172,7 +174,7 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None) -> Star
     def lookup(request: Request, body: bytes) -> Any:
         found = registry.lookup(request.path_params["subject"], _parse_request(body),
                                 _flag(request, "normalize"), _flag(request, "deleted"))
-        return _version_body(found)
+        return _version_body(found, found.schema.text)
 
     @add("/subjects/{subject}", ["DELETE"], writes=True)
     def delete_subject(request: Request, body: bytes) -> Any:
@@ -193,9 +195,10 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None) -> Star
 
     @add("/subjects/{subject}/versions/{version}", ["GET"])
     def version(request: Request, body: bytes) -> Any:
-        return _version_body(registry.version(request.path_params["subject"],
-                                              request.path_params["version"],
-                                              _flag(request, "deleted")))
+        found = registry.version(request.path_params["subject"],
+                                 request.path_params["version"], _flag(request, "deleted"))
+        return _version_body(found, registry.text_in_format(
+            found.schema, request.query_params.get("format")))
 
     @add("/subjects/{subject}/versions/{version}/schema", ["GET"])
     def raw_version(request: Request, body: bytes) -> Any:

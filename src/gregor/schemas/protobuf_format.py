@@ -1,6 +1,7 @@
-"""Protobuf schemas as confluent-kafka's ``ProtobufSerializer`` sends them: a
+"""Protobuf schemas, as confluent-kafka's ``ProtobufSerializer`` sends them (a
 ``FileDescriptorProto``, serialized and base64-encoded, decoded by protobuf's own
-descriptor classes and compared by Protobuf's wire-compatibility rules.
+descriptor classes) or as ``.proto`` text (compiled by protoc), compared by Protobuf's
+wire-compatibility rules.
 
 Two message versions read each other's bytes when every field number that both know
 keeps a wire-compatible type and label, no message type disappears, and no required
@@ -11,7 +12,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import importlib.resources
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from google.protobuf import descriptor_pb2
 from google.protobuf.message import DecodeError
@@ -29,6 +35,7 @@ _WIRE_GROUPS = [
     {_FIELD.TYPE_STRING, _FIELD.TYPE_BYTES},
 ]
 """Scalar types whose encodings read as each other (Protobuf's "compatible" changes)."""
+_MAIN_FILE = "schema.proto"
 
 
 class ProtobufSchema:
@@ -43,6 +50,11 @@ class ProtobufSchema:
 
     def normalized(self) -> str:
         # Serialization of one descriptor is deterministic: equal descriptors, equal text.
+        return self.serialized()
+
+    def serialized(self) -> str:
+        """The base64 ``FileDescriptorProto`` (``?format=serialized``, what
+        confluent-kafka's deserializer asks for referenced schemas)."""
         return base64.standard_b64encode(
             self.descriptor.SerializeToString(deterministic=True)).decode("ascii")
 
@@ -63,14 +75,12 @@ class ProtobufSchema:
 
 
 def parse_protobuf(text: str, references: Sequence[ResolvedReference]) -> ProtobufSchema:
-    descriptor = descriptor_pb2.FileDescriptorProto()
-    try:
-        descriptor.ParseFromString(base64.b64decode(text, validate=True))
-    except (binascii.Error, ValueError, DecodeError):
-        raise errors.invalid_schema(
-            "a Protobuf schema here is a FileDescriptorProto, serialized and "
-            "base64-encoded (what confluent-kafka's ProtobufSerializer sends); "
-            ".proto text is not parsed") from None
+    """A schema in either form Confluent's registry takes: a base64 serialized
+    ``FileDescriptorProto`` (confluent-kafka's serializers), or ``.proto`` text (curl,
+    the Java and Go clients), compiled by protoc with its references as its imports."""
+    descriptor = _decoded(text)
+    if descriptor is None:
+        descriptor = _compiled(text, references)
     if not descriptor.message_type and not descriptor.enum_type:
         raise errors.invalid_schema("the Protobuf file defines no message or enum")
     known = {r.name for r in references}
@@ -79,6 +89,46 @@ def parse_protobuf(text: str, references: Sequence[ResolvedReference]) -> Protob
     if missing:
         raise errors.invalid_schema(f"imports without a reference: {missing}")
     return ProtobufSchema(text, descriptor)
+
+
+def _decoded(text: str) -> descriptor_pb2.FileDescriptorProto | None:
+    """The descriptor a base64 schema holds; None for anything else (.proto text)."""
+    try:
+        descriptor = descriptor_pb2.FileDescriptorProto.FromString(
+            base64.b64decode(text, validate=True))
+    except (binascii.Error, ValueError, DecodeError):
+        return None
+    return descriptor if descriptor.name or descriptor.message_type else None
+
+
+def _compiled(text: str, references: Sequence[ResolvedReference],
+              ) -> descriptor_pb2.FileDescriptorProto:
+    """``.proto`` text compiled by protoc (grpcio-tools ships it, with the well-known
+    types): text references become files of the import path they are named by,
+    serialized ones a descriptor set protoc reads them from. protoc runs as a child
+    process, whose error output is the message of a 42201."""
+    with tempfile.TemporaryDirectory(prefix="gregor-proto-") as work:
+        root = Path(work)
+        imported = descriptor_pb2.FileDescriptorSet()
+        for reference in references:
+            decoded = _decoded(reference.text)
+            if decoded is not None:
+                imported.file.append(decoded)
+            else:
+                (root / reference.name).parent.mkdir(parents=True, exist_ok=True)
+                (root / reference.name).write_text(reference.text)
+        (root / _MAIN_FILE).write_text(text)
+        command = [sys.executable, "-m", "grpc_tools.protoc", f"-I{root}",
+                   f"-I{importlib.resources.files('grpc_tools') / '_proto'}",
+                   f"--descriptor_set_out={root / 'out.pb'}", _MAIN_FILE]
+        if imported.file:
+            (root / "imports.pb").write_bytes(imported.SerializeToString())
+            command.insert(3, f"--descriptor_set_in={root / 'imports.pb'}")
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise errors.invalid_schema(f"{text}: {done.stderr.strip() or done.stdout}")
+        compiled = descriptor_pb2.FileDescriptorSet.FromString((root / "out.pb").read_bytes())
+    return compiled.file[0]
 
 
 def _messages(messages: Sequence[descriptor_pb2.DescriptorProto], scope: str,

@@ -173,6 +173,16 @@ class SchemaRegistry:
         return incompatibilities(level.removesuffix("_TRANSITIVE"), new,
                                  [self._parsed_of(old.schema)])
 
+    def text_in_format(self, schema: StoredSchema, fmt: str | None) -> str:
+        """The schema's text, or with ``fmt`` "serialized" a Protobuf schema as a
+        base64 ``FileDescriptorProto`` whichever form it was registered in."""
+        if fmt != "serialized" or schema.schema_type != "PROTOBUF":
+            return schema.text
+        from gregor.schemas.protobuf_format import ProtobufSchema
+        parsed = self._parsed_of(schema)
+        assert isinstance(parsed, ProtobufSchema)
+        return parsed.serialized()
+
     # ----------------------------------------------------------------- writes
 
     def register(self, subject: str, request: SchemaRequest, normalize: bool = False) -> int:
