@@ -22,6 +22,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from schema_registry_harness import RegistryProcess
 
 from gregor.broker.process import BrokerProcess
+from gregor.schemas.framed_values import FramedValueDecoder
 
 USER_AVRO = json.dumps({"type": "record", "name": "User", "namespace": "test", "fields": [
     {"name": "name", "type": "string"}, {"name": "age", "type": "int"}]})
@@ -80,6 +81,10 @@ def test_avro_auto_register_then_latest(broker: BrokerProcess, client: SchemaReg
     assert decoded == users
     registered = client.get_latest_version(f"{topic_name}-value")
     assert {framed_id(r) for r in raw} == {registered.schema_id}
+    # A reader without a schema of its own (the console) decodes with the writer's.
+    decoder = FramedValueDecoder(client._rest_client.base_urls[0])
+    assert [decoder.decode(r) for r in raw] == [(registered.schema_id, u) for u in users]
+    assert decoder.decode(b"plain text") is None
     # auto.register.schemas off: the serializer finds the subject's latest version.
     evolved = json.dumps({**json.loads(USER_AVRO), "fields": [
         *json.loads(USER_AVRO)["fields"], {"name": "email", "type": ["null", "string"],
@@ -107,6 +112,8 @@ def test_json_schema_round_trip(broker: BrokerProcess, client: SchemaRegistryCli
     latest = client.get_latest_version(f"{topic_name}-value")
     assert latest.schema.schema_type == "JSON"
     assert {framed_id(r) for r in raw} == {latest.schema_id}
+    decoder = FramedValueDecoder(client._rest_client.base_urls[0])
+    assert [decoder.decode(r) for r in raw] == [(latest.schema_id, u) for u in users]
 
 
 def user_message_class(package: str) -> Any:
@@ -135,6 +142,10 @@ def test_protobuf_round_trip(broker: BrokerProcess, client: SchemaRegistryClient
     latest = client.get_latest_version(f"{topic_name}-value")
     assert latest.schema.schema_type == "PROTOBUF"
     assert {framed_id(r) for r in raw} == {latest.schema_id}
+    decoder = FramedValueDecoder(client._rest_client.base_urls[0])
+    assert [decoder.decode(r) for r in raw] == [
+        (latest.schema_id, {"name": "barbara", "age": 86}),
+        (latest.schema_id, {"name": "donald", "age": 88})]
     # Changing a field's type breaks the subject's BACKWARD level.
     changed = descriptor_pb2.FileDescriptorProto.FromString(
         user_class.DESCRIPTOR.file.serialized_pb)
