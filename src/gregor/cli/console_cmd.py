@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 import socket
 import urllib.parse
 
@@ -29,6 +30,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                          help="a broker's Prometheus metrics (http://HOST:PORT/metrics), "
                               "scraped every --refresh for bytes in and out per second and "
                               "log sizes; once per broker, summed over them")
+    console.add_argument("--schema-registry", metavar="URL",
+                         default=os.environ.get("GREGOR_SCHEMA_REGISTRY"),
+                         help="a schema registry (Confluent's API): its subjects and "
+                              "versions, and message values in Confluent's framing decoded "
+                              "(default: $GREGOR_SCHEMA_REGISTRY, else none)")
     add_client_arguments(console)
     console.set_defaults(run=run)
 
@@ -58,10 +64,18 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
     admin = ClusterAdmin(args)
+    registry = None
+    if args.schema_registry:
+        try:
+            from gregor.console.schemas import RegistryView
+        except ImportError as exc:
+            raise CliError(f"--schema-registry needs the 'schemas' extra ({exc}): "
+                           "run scripts/setup.sh schemas") from None
+        registry = RegistryView(args.schema_registry)
     metrics = (BrokerMetrics(args.metrics, args.refresh, args.history * 60)
                if args.metrics else None)
     history = History(admin, args.refresh, args.history * 60, metrics)
-    app = create_app(admin, history, _allowed_hosts(args.host))
+    app = create_app(admin, history, _allowed_hosts(args.host), registry)
     host, port = listener.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"gregor console for {admin.bootstrap} on http://{shown}:{port}/ (Ctrl-C stops it)",
