@@ -1,5 +1,6 @@
 """The console with a schema registry: subjects, versions and their diff, and message
-values written by confluent-kafka's AvroSerializer shown decoded into their fields."""
+values written by confluent-kafka's AvroSerializer shown decoded into their fields, by
+its API and in the browser."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from console_harness import Console
 from schema_registry_harness import RegistryProcess
+from selenium.webdriver import Chrome
+from test_console_browser import all_css, css, until
 
 from gregor.broker.process import BrokerProcess
 
@@ -75,3 +78,31 @@ def test_framed_values_are_decoded(schema_console: Console, console_broker: Brok
     assert (by_offset[0]["value_schema_id"], by_offset[0]["value_decoded"]) == \
         (schema_id, {"id": 7})
     assert "value_decoded" not in by_offset[1]
+
+
+def test_pages_show_subjects_diff_and_decoded_values(
+        browser: Chrome, schema_console: Console, console_broker: BrokerProcess,
+        registry: RegistryProcess) -> None:
+    topic = f"shown-{uuid.uuid4().hex[:8]}"
+    subject = f"{topic}-value"
+    client = SchemaRegistryClient({"url": registry.url})
+    client.register_schema(subject, Schema(order_schema(), "AVRO"))
+    serialize = AvroSerializer(client, order_schema(
+        {"name": "note", "type": "string", "default": ""}))
+    producer = Producer({"bootstrap.servers": console_broker.bootstrap})
+    producer.produce(topic, value=serialize({"id": 42, "note": "gift"}, SerializationContext(
+        topic, MessageField.VALUE)))
+    assert producer.flush(20) == 0
+
+    browser.get(schema_console.page("schemas"))
+    until(browser, lambda: css(browser, f"tr[data-subject='{subject}'] a"), "the subject").click()
+    until(browser, lambda: len(all_css(browser, "[data-table=versions] tbody tr")) == 2,
+          "both versions")
+    assert '"name": "note"' in css(browser, "[data-field=schema]").text
+    added = until(browser, lambda: all_css(browser, "[data-field=diff] .added"), "the changes")
+    assert any('"name": "note"' in line.text for line in added)
+
+    browser.get(schema_console.page(f"topics/{topic}/messages"))
+    decoded = until(browser, lambda: css(browser, "[data-offset='0'] [data-field=value-decoded]"),
+                    "the decoded value")
+    assert json.loads(decoded.text) == {"id": 42, "note": "gift"}
