@@ -209,6 +209,7 @@ def test_avro_references(client: SchemaRegistryClient, subject: str) -> None:
     assert error_of(lambda: client.register_schema(subject + "-x", unresolved)).error_code \
         == 42201
     assert error_of(lambda: client.delete_subject(subject + "-address")).error_code == 42206
+    assert client.get_referenced_by(subject + "-address", 1) == [user_id]
 
 
 def test_normalize_gives_one_id(client: SchemaRegistryClient, subject: str) -> None:

@@ -206,6 +206,15 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None) -> Star
                                  request.path_params["version"], _flag(request, "deleted"))
         return Response(found.schema.text, media_type=MEDIA_TYPE)
 
+    @add("/subjects/{subject}/versions/{version}/referencedby", ["GET"])
+    def referenced_by(request: Request, body: bytes) -> Any:
+        return registry.referenced_by(request.path_params["subject"],
+                                      request.path_params["version"])
+
+    @add("/contexts", ["GET"])
+    def contexts(request: Request, body: bytes) -> Any:
+        return ["."]  # the default context, the only one here
+
     @add("/subjects/{subject}/versions/{version}", ["DELETE"], writes=True)
     def delete_version(request: Request, body: bytes) -> Any:
         return registry.delete_version(request.path_params["subject"],

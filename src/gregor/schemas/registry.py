@@ -142,6 +142,13 @@ class SchemaRegistry:
                 return version
         raise errors.schema_not_found()
 
+    def referenced_by(self, subject: str, version: str) -> list[int]:
+        """The ids of the live versions whose schema references this one."""
+        found = self.version(subject, version)
+        with self.changed:
+            return sorted({v.schema.schema_id
+                           for v in self.state.referrers(subject, found.version)})
+
     def compatibility_level(self, subject: str | None = None,
                             default_to_global: bool = True) -> str:
         with self.changed:
