@@ -17,9 +17,9 @@ from confluent_kafka.schema_registry import (
     SchemaRegistryError,
 )
 from google.protobuf import descriptor_pb2
-from schema_registry_harness import RegistryProcess
 
 from gregor.broker.process import BrokerProcess
+from gregor.schemas.process import RegistryProcess
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from schema_registry_harness import RegistryProcess
 
 from gregor.broker.process import BrokerProcess
+from gregor.schemas.process import RegistryProcess
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,10 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSe
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from schema_registry_harness import RegistryProcess
 
 from gregor.broker.process import BrokerProcess
 from gregor.schemas.framed_values import FramedValueDecoder
+from gregor.schemas.process import RegistryProcess
 
 USER_AVRO = json.dumps({"type": "record", "name": "User", "namespace": "test", "fields": [
     {"name": "name", "type": "string"}, {"name": "age", "type": "int"}]})

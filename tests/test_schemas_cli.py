@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from schema_registry_harness import RegistryProcess
 from test_cli import fails, ok
 
 from gregor.broker.process import BrokerProcess
+from gregor.schemas.process import RegistryProcess
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from harness import Cluster
-from schema_registry_harness import RegistryProcess
 from test_schema_registry_failover import primary_of
 from test_schema_registry_serializers import (
     USER_AVRO,
@@ -26,6 +25,7 @@ from test_schema_registry_serializers import (
 )
 
 from gregor.cluster.zookeeper_server import ZooKeeperServer
+from gregor.schemas.process import RegistryProcess
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -14,11 +14,11 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from console_harness import Console
-from schema_registry_harness import RegistryProcess
 from selenium.webdriver import Chrome
 from test_console_browser import all_css, css, until
 
 from gregor.broker.process import BrokerProcess
+from gregor.schemas.process import RegistryProcess
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
-"""``gregor schema-registry`` as a process, as users run it, and plain HTTP calls to it
-(for the answers confluent-kafka's client turns into exceptions or hides)."""
+"""RegistryProcess: ``gregor schema-registry`` in a child process, as users run it, for
+tests, benchmarks and tools, and plain HTTP calls to it (for the answers
+confluent-kafka's client turns into exceptions or hides)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ START_TIMEOUT_S = 60
 
 @dataclass
 class RegistryProcess:
+    """One registry for the cluster at ``bootstrap``, listening on ``listen`` (port 0
+    picks one on the first start; a restart asks for the same again)."""
+
     bootstrap: str
     listen: str = "127.0.0.1:0"
     url: str = ""
