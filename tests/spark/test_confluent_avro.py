@@ -1,0 +1,79 @@
+"""Confluent-framed Avro read from a topic through the ``gregor`` source into typed
+columns: values written by confluent-kafka's AvroSerializer with two versions of a
+schema come out in the shape of the latest."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+from pyspark.sql.functions import col
+
+from gregor.broker.process import BrokerProcess
+from gregor.schemas.process import RegistryProcess
+from gregor.spark.confluent_avro import from_confluent_avro, spark_type
+
+V1 = {"type": "record", "name": "Sale", "fields": [
+    {"name": "sku", "type": "string"},
+    {"name": "quantity", "type": "int"},
+    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9,
+                               "scale": 2}},
+    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "tags", "type": {"type": "array", "items": "string"}}]}
+V2 = {**V1, "fields": [*V1["fields"],
+                       {"name": "note", "type": ["null", "string"], "default": None}]}
+
+
+@pytest.fixture(scope="module")
+def registry(broker: BrokerProcess) -> Iterator[RegistryProcess]:
+    process = RegistryProcess(broker.bootstrap).start()
+    yield process
+    process.stop()
+
+
+def test_spark_types_of_avro() -> None:
+    import fastavro.schema
+    struct = spark_type(fastavro.schema.parse_schema(V2))
+    assert struct == T.StructType([
+        T.StructField("sku", T.StringType()),
+        T.StructField("quantity", T.IntegerType()),
+        T.StructField("price", T.DecimalType(9, 2)),
+        T.StructField("day", T.DateType()),
+        T.StructField("tags", T.ArrayType(T.StringType())),
+        T.StructField("note", T.StringType())])
+
+
+def test_framed_values_become_typed_columns(spark: SparkSession, broker: BrokerProcess,
+                                            registry: RegistryProcess,
+                                            topic_name: str) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    context = SerializationContext(topic_name, MessageField.VALUE)
+    day = datetime.date(2026, 11, 28)
+    old = {"sku": "a-1", "quantity": 2, "price": decimal.Decimal("9.50"), "day": day,
+           "tags": ["gift"]}
+    producer.produce(topic_name, value=AvroSerializer(client, json.dumps(V1))(old, context))
+    producer.produce(topic_name, value=AvroSerializer(client, json.dumps(V2))(
+        {**old, "sku": "b-2", "tags": [], "note": "late"}, context))
+    producer.produce(topic_name, value=b"not framed")
+    assert producer.flush(20) == 0
+
+    frame = (spark.read.format("gregor").option("kafka.bootstrap.servers", broker.bootstrap)
+             .option("subscribe", topic_name).load()
+             .select(from_confluent_avro(col("value"), registry.url, f"{topic_name}-value")
+                     .alias("sale"))
+             .select("sale.*"))
+    rows = [row.asDict(recursive=True) for row in frame.collect()]
+    assert rows[:2] == [
+        {**old, "note": None},  # written with v1: the field v2 added takes its default
+        {**old, "sku": "b-2", "tags": [], "note": "late"}]
+    assert rows[2] == dict.fromkeys(rows[0])
