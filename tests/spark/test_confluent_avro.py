@@ -1,6 +1,7 @@
 """Confluent-framed Avro read from a topic through the ``gregor`` source into typed
-columns: values written by confluent-kafka's AvroSerializer with two versions of a
-schema come out in the shape of the latest."""
+columns (values written by confluent-kafka's AvroSerializer with two versions of a
+schema come out in the shape of the latest), and typed columns written through the
+``gregor`` sink as values confluent-kafka's AvroDeserializer reads."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import decimal
 import json
 from collections.abc import Iterator
 
+import fastavro.schema
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
@@ -20,7 +22,7 @@ from pyspark.sql.functions import col
 
 from gregor.broker.process import BrokerProcess
 from gregor.schemas.process import RegistryProcess
-from gregor.spark.confluent_avro import from_confluent_avro, spark_type
+from gregor.spark.confluent_avro import from_confluent_avro, spark_type, to_confluent_avro
 
 V1 = {"type": "record", "name": "Sale", "fields": [
     {"name": "sku", "type": "string"},
@@ -41,7 +43,6 @@ def registry(broker: BrokerProcess) -> Iterator[RegistryProcess]:
 
 
 def test_spark_types_of_avro() -> None:
-    import fastavro.schema
     struct = spark_type(fastavro.schema.parse_schema(V2))
     assert struct == T.StructType([
         T.StructField("sku", T.StringType()),
@@ -77,3 +78,37 @@ def test_framed_values_become_typed_columns(spark: SparkSession, broker: BrokerP
         {**old, "note": None},  # written with v1: the field v2 added takes its default
         {**old, "sku": "b-2", "tags": [], "note": "late"}]
     assert rows[2] == dict.fromkeys(rows[0])
+
+
+def test_typed_columns_become_framed_values(spark: SparkSession, broker: BrokerProcess,
+                                            registry: RegistryProcess,
+                                            topic_name: str) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    subject = f"{topic_name}-value"
+    schema_id = client.register_schema(subject, Schema(json.dumps(V2), "AVRO"))
+    sales = [("c-3", 5, decimal.Decimal("1.25"), datetime.date(2026, 1, 2), ["x", "y"], None),
+             ("d-4", 1, decimal.Decimal("100.00"), datetime.date(2026, 2, 3), [], "n")]
+    frame = spark.createDataFrame(sales, "sku STRING, quantity INT, price DECIMAL(9,2), "
+                                         "day DATE, tags ARRAY<STRING>, note STRING")
+    (frame.selectExpr("struct(*) AS sale")
+     .select(to_confluent_avro(col("sale"), registry.url, subject).alias("value"))
+     .write.format("gregor").mode("append")
+     .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic_name).save())
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": topic_name,
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic_name])
+    deserialize = AvroDeserializer(client)
+    context = SerializationContext(topic_name, MessageField.VALUE)
+    got = []
+    try:
+        while len(got) < len(sales):
+            message = consumer.poll(20)
+            assert message is not None and message.error() is None
+            assert message.value()[1:5] == schema_id.to_bytes(4, "big")
+            got.append(deserialize(message.value(), context))
+    finally:
+        consumer.close()
+    names = ["sku", "quantity", "price", "day", "tags", "note"]
+    assert sorted(got, key=lambda r: r["sku"]) == [dict(zip(names, s, strict=True))
+                                                   for s in sales]

@@ -1,5 +1,6 @@
 """Values in Confluent's framing (magic byte 0, schema id, Avro binary) as typed Spark
-columns: ``from_confluent_avro(col("value"), registry_url, subject)``.
+columns, ``from_confluent_avro(col("value"), registry_url, subject)``, and struct
+columns into such values, ``to_confluent_avro(col("sale"), registry_url, subject)``.
 
 Spark's own ``from_avro`` knows neither the 5-byte header nor a registry, and its
 spark-avro module is not among PySpark's jars, so decoding runs in Python: a pandas UDF
@@ -24,7 +25,7 @@ from pyspark.sql import Column
 from pyspark.sql import types as T
 from pyspark.sql.functions import pandas_udf
 
-from gregor.schemas.framed_values import HEADER_SIZE, schema_id_of
+from gregor.schemas.framed_values import HEADER_SIZE, MAGIC, schema_id_of
 
 _PRIMITIVES: dict[str, T.DataType] = {
     "null": T.NullType(), "boolean": T.BooleanType(), "int": T.IntegerType(),
@@ -37,6 +38,8 @@ _LOGICAL: dict[str, T.DataType] = {
 }
 _readers: dict[tuple[str, str], Callable[[bytes | None], dict[str, Any] | None]] = {}
 """Per Python worker: one reader per (registry, reader schema), writer schemas cached."""
+_writers: dict[str, Any] = {}
+"""Per Python worker: the parsed schemas values are written with."""
 
 
 def spark_type(schema: Any, named: dict[str, Any] | None = None) -> T.DataType:
@@ -93,6 +96,38 @@ def from_confluent_avro(column: Column | str, registry_url: str, subject: str) -
                              for row in rows], columns=names)
 
     return decode(column)
+
+
+def to_confluent_avro(column: Column | str, registry_url: str, subject: str) -> Column:
+    """A binary column of the structs of ``column`` in Confluent's framing, written
+    with ``subject``'s latest schema (found now, on the driver, as confluent-kafka's
+    serializer does with ``use.latest.version``): what any Confluent deserializer
+    reads. A null struct gives a null value."""
+    latest = SchemaRegistryClient({"url": registry_url}).get_latest_version(subject)
+    header = bytes([MAGIC]) + int(latest.schema_id or 0).to_bytes(4, "big")
+    writer_text = latest.schema.schema_str or ""
+
+    @pandas_udf(T.BinaryType())  # type: ignore[call-overload]
+    def encode(rows: pd.DataFrame) -> pd.Series:
+        writer = _writer_schema(writer_text)
+        encoded: list[bytes | None] = []
+        for row in rows.to_dict("records"):
+            if all(value is None for value in row.values()):
+                encoded.append(None)
+                continue
+            buffer = io.BytesIO(header)
+            buffer.seek(len(header))
+            fastavro.schemaless_writer(buffer, writer, row)
+            encoded.append(buffer.getvalue())
+        return pd.Series(encoded, dtype=object)
+
+    return encode(column)
+
+
+def _writer_schema(text: str) -> Any:
+    if text not in _writers:
+        _writers[text] = fastavro.schema.parse_schema(json.loads(text))
+    return _writers[text]
 
 
 def _reader(registry_url: str, reader_text: str,
