@@ -1,7 +1,7 @@
-"""Confluent-framed Avro read from a topic through the ``gregor`` source into typed
-columns (values written by confluent-kafka's AvroSerializer with two versions of a
-schema come out in the shape of the latest), and typed columns written through the
-``gregor`` sink as values confluent-kafka's AvroDeserializer reads."""
+"""Confluent-framed Avro and JSON Schema values read from a topic through the ``gregor``
+source into typed columns (Avro values written by confluent-kafka's AvroSerializer with
+two versions of a schema come out in the shape of the latest), and typed columns
+written through the ``gregor`` sink as values confluent-kafka's deserializers read."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
@@ -23,6 +24,7 @@ from pyspark.sql.functions import col
 from gregor.broker.process import BrokerProcess
 from gregor.schemas.process import RegistryProcess
 from gregor.spark.confluent_avro import from_confluent_avro, spark_type, to_confluent_avro
+from gregor.spark.confluent_json import from_confluent_json, to_confluent_json
 
 V1 = {"type": "record", "name": "Sale", "fields": [
     {"name": "sku", "type": "string"},
@@ -112,3 +114,57 @@ def test_typed_columns_become_framed_values(spark: SparkSession, broker: BrokerP
     names = ["sku", "quantity", "price", "day", "tags", "note"]
     assert sorted(got, key=lambda r: r["sku"]) == [dict(zip(names, s, strict=True))
                                                    for s in sales]
+
+
+ORDER_JSON = {"type": "object", "properties": {
+    "id": {"type": "integer"}, "total": {"type": "number"},
+    "items": {"type": "array", "items": {"type": "string"}},
+    "shipping": {"type": "object", "properties": {"city": {"type": "string"}}},
+    "note": {"type": ["null", "string"]}}}
+
+
+def test_json_schema_values_both_ways(spark: SparkSession, broker: BrokerProcess,
+                                      registry: RegistryProcess, topic_name: str) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    subject = f"{topic_name}-value"
+    orders = [{"id": 1, "total": 9.5, "items": ["a"], "shipping": {"city": "Graz"},
+               "note": None},
+              {"id": 2, "total": 20.0, "items": [], "shipping": {"city": "Wien"},
+               "note": "gift"}]
+    serialize = JSONSerializer(json.dumps(ORDER_JSON), client)
+    context = SerializationContext(topic_name, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for order in orders:
+        producer.produce(topic_name, value=serialize(order, context))
+    assert producer.flush(20) == 0
+
+    typed = (spark.read.format("gregor").option("kafka.bootstrap.servers", broker.bootstrap)
+             .option("subscribe", topic_name).load()
+             .select(from_confluent_json(col("value"), registry.url, subject).alias("o"))
+             .select("o.*"))
+    rows = sorted((row.asDict(recursive=True) for row in typed.collect()),
+                  key=lambda r: r["id"])
+    assert rows == orders
+
+    copy = f"{topic_name}-copy"
+    client.register_schema(f"{copy}-value", Schema(json.dumps(ORDER_JSON), "JSON"))
+    (typed.selectExpr("struct(*) AS o")
+     .select(to_confluent_json(col("o"), registry.url, f"{copy}-value").alias("value"))
+     .write.format("gregor").mode("append")
+     .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", copy).save())
+    deserialize = JSONDeserializer(json.dumps(ORDER_JSON), schema_registry_client=client)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": copy,
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([copy])
+    back = []
+    try:
+        while len(back) < len(orders):
+            message = consumer.poll(20)
+            assert message is not None and message.error() is None
+            back.append(deserialize(message.value(), SerializationContext(
+                copy, MessageField.VALUE)))
+    finally:
+        consumer.close()
+    # Spark's to_json leaves null fields out, which the schema allows.
+    assert sorted(back, key=lambda r: r["id"]) == [
+        {k: v for k, v in order.items() if v is not None} for order in orders]
