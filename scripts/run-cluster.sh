@@ -4,7 +4,9 @@
 # 9093 and 9094 (data in ./data/broker-N, configs in ./data/server-N.properties,
 # output in ./data/broker-N.log), serving Prometheus metrics on
 # http://127.0.0.1:9644/metrics, 9645 and 9646 (monitoring/prometheus.yml scrapes
-# them). Ctrl-C (or SIGTERM) stops the brokers cleanly, each handing its leaderships
+# them), and a schema registry (Confluent's API) on http://127.0.0.1:8081, its schemas
+# in the cluster's _schemas topic (output in ./data/schema-registry.log). Ctrl-C (or
+# SIGTERM) stops the registry, then the brokers cleanly, each handing its leaderships
 # over first, then ZooKeeper. A broker killed meanwhile (to
 # watch a failover) leaves the others running; start it again by hand with
 #   .venv/bin/gregor broker start --config data/server-N.properties
@@ -16,14 +18,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 host="${GREGOR_CLUSTER_HOST:-127.0.0.1}"
 data="${GREGOR_CLUSTER_DATA:-data}"
-scripts/setup.sh
+scripts/setup.sh schemas
 scripts/install-zookeeper.sh
 mkdir -p "$data"
 zookeeper=""
 brokers=()
+registry=""
 
 stop_all() {
   trap - INT TERM
+  if [ -n "$registry" ]; then
+    echo "stopping the schema registry ..." >&2
+    kill -TERM "$registry" 2>/dev/null || true
+    wait "$registry" 2>/dev/null || true
+  fi
   # One at a time, as in a rolling restart: each hands its leaderships to brokers
   # that are not stopping themselves.
   for i in "${!brokers[@]}"; do
@@ -84,7 +92,15 @@ for id in 1 2 3; do
   wait_ready "${brokers[$((id - 1))]}" "$data/broker-$id.ready" "broker $id" \
     "$data/broker-$id.log"
 done
+# The registry prints its first line once it has read _schemas and listens.
+rm -f "$data/schema-registry.out"
+setsid .venv/bin/gregor schema-registry \
+  --bootstrap-server "$host:9092,$host:9093,$host:9094" --listen "$host:8081" \
+  > "$data/schema-registry.out" 2>> "$data/schema-registry.log" &
+registry=$!
+wait_ready "$registry" "$data/schema-registry.out" "the schema registry" \
+  "$data/schema-registry.log"
 echo "cluster ready: ZooKeeper $host:2181/gregor, brokers" \
-  "$host:9092,$host:9093,$host:9094, metrics on" \
+  "$host:9092,$host:9093,$host:9094, schema registry http://$host:8081, metrics on" \
   "http://$host:9644/metrics, :9645 and :9646 (Ctrl-C stops it)" >&2
 wait

@@ -5,7 +5,7 @@
 # Extra arguments go to pytest (e.g. -k produce -x; -n 0 runs in one process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh test,spark,bench,console
+scripts/setup.sh test,spark,bench,console,schemas
 scripts/install-zookeeper.sh tests
 scripts/install-chromium.sh
 scripts/install-kafkajs.sh

@@ -19,6 +19,7 @@ import psutil
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from network import loopback_block
 
 from gregor.storage.log_manager import CLEAN_SHUTDOWN_FILE
@@ -114,6 +115,13 @@ def test_the_cluster_replicates_and_stops_cleanly(running: RunningCluster) -> No
         values.append(message.value())
     consumer.close()
     assert sorted(values) == sorted(b"%d" % n for n in range(RECORDS))
+    # The script's schema registry serves Confluent's API, its state in the cluster.
+    registry = SchemaRegistryClient({"url": f"http://{running.host}:8081"})
+    schema_id = registry.register_schema("replicated-value", Schema(
+        '{"type": "record", "name": "R", "fields": []}', "AVRO"))
+    assert registry.get_latest_version("replicated-value").schema_id == schema_id
+    schemas = admin.list_topics("_schemas", timeout=WAIT_S).topics["_schemas"]
+    assert len(schemas.partitions[0].replicas) == 3
     del producer, admin  # gone before the brokers, which they would keep calling
 
 

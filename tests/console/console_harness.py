@@ -28,13 +28,14 @@ class Console:
 
     @classmethod
     def start(cls, bootstrap: str, refresh_s: float = 1.0,
-              metrics: Sequence[str] = ()) -> Console:
-        """A console on a free port, scraping ``metrics`` (URLs); it prints its address
-        once it listens."""
+              metrics: Sequence[str] = (), schema_registry: str | None = None) -> Console:
+        """A console on a free port, scraping ``metrics`` (URLs), showing the schemas of
+        ``schema_registry`` (a URL); it prints its address once it listens."""
         process = subprocess.Popen(
             [sys.executable, "-m", "gregor.cli.main", "console", "--bootstrap-server", bootstrap,
              "--port", "0", "--refresh", str(refresh_s),
-             *(argument for url in metrics for argument in ("--metrics", url))],
+             *(argument for url in metrics for argument in ("--metrics", url)),
+             *(("--schema-registry", schema_registry) if schema_registry else ())],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert process.stdout is not None
         line = process.stdout.readline()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 import socket
 import urllib.parse
 from typing import TYPE_CHECKING
@@ -35,6 +36,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                               "log sizes; once per broker, summed over them. Brokers with "
                               "metrics.listener set are found without it; this adds those "
                               "behind other addresses")
+    console.add_argument("--schema-registry", metavar="URL",
+                         default=os.environ.get("GREGOR_SCHEMA_REGISTRY"),
+                         help="a schema registry (Confluent's API): its subjects and "
+                              "versions, and message values in Confluent's framing decoded "
+                              "(default: $GREGOR_SCHEMA_REGISTRY, else none)")
     add_client_arguments(console)
     console.set_defaults(run=run)
 
@@ -67,8 +73,16 @@ def run(args: argparse.Namespace) -> int:
     urls = [*args.metrics, *(url for url in _discovered_metrics(admin)
                              if url not in args.metrics)]
     metrics = BrokerMetrics(urls, args.refresh, args.history * 60) if urls else None
+    registry = None
+    if args.schema_registry:
+        try:
+            from gregor.console.schemas import RegistryView
+        except ImportError as exc:
+            raise CliError(f"--schema-registry needs the 'schemas' extra ({exc}): "
+                           "run scripts/setup.sh schemas") from None
+        registry = RegistryView(args.schema_registry)
     history = History(admin, args.refresh, args.history * 60, metrics)
-    app = create_app(admin, history, _allowed_hosts(args.host))
+    app = create_app(admin, history, _allowed_hosts(args.host), registry)
     host, port = listener.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"gregor console for {admin.bootstrap} on http://{shown}:{port}/ (Ctrl-C stops it)",

@@ -29,6 +29,8 @@ from gregor.cli import (
     perf_cmd,
     pipeline_cmd,
     produce_cmd,
+    schema_registry_cmd,
+    schemas_cmd,
     topics_cmd,
     transactions_cmd,
     zookeeper_cmd,
@@ -52,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline_cmd.add_parser(subparsers)
     zookeeper_cmd.add_parser(subparsers)
     console_cmd.add_parser(subparsers)
+    schema_registry_cmd.add_parser(subparsers)
+    schemas_cmd.add_parser(subparsers)
     return parser
 
 

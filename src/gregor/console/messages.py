@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -82,11 +82,16 @@ def _bytes(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data[:SHOWN_BYTES]).decode("ascii")
 
 
-def record(message: Message) -> dict[str, Any]:
+ValueDecoder = Callable[[bytes | None], dict[str, Any]]
+"""Fields to add for a value in Confluent's framing (``RegistryView.decoded``)."""
+
+
+def record(message: Message, values: ValueDecoder | None = None) -> dict[str, Any]:
     kind, timestamp = message.timestamp()
     key, value = message.key(), message.value()
     headers = consumed_headers(message)
-    return {"partition": message.partition(), "offset": message.offset(),
+    decoded = {} if values is None else values(value)
+    return {**decoded, "partition": message.partition(), "offset": message.offset(),
             "timestamp": timestamp if kind in _TIMESTAMP_TYPES else None,
             "timestamp_type": _TIMESTAMP_TYPES.get(kind),
             "key": _bytes(key), "value": _bytes(value),
@@ -164,7 +169,8 @@ def _start_offsets(reader: _Reader, start: Start, at: int | Mapping[int, int],
 
 
 def browse(admin: ClusterAdmin, topic: str, partition: int | None, start: Start,
-           at: int | Mapping[int, int], limit: int, filters: Filters) -> dict[str, Any]:
+           at: int | Mapping[int, int], limit: int, filters: Filters,
+           values: ValueDecoder | None = None) -> dict[str, Any]:
     """Up to ``limit`` matching records; from the end, the newest ``limit`` of the last
     ``limit`` records of each partition, newest first (as a tail is read), else the first
     ones from the start position, oldest first.
@@ -204,7 +210,7 @@ def browse(admin: ClusterAdmin, topic: str, partition: int | None, start: Start,
                     pending.discard(p)
                 scanned += 1
                 if filters.matches(message):
-                    matches.append(record(message))
+                    matches.append(record(message, values))
             reader.watch.check()
     finally:
         reader.close()
@@ -224,8 +230,9 @@ class Follower:
     """
 
     def __init__(self, admin: ClusterAdmin, topic: str, partition: int | None,
-                 filters: Filters) -> None:
+                 filters: Filters, values: ValueDecoder | None = None) -> None:
         self.filters = filters
+        self.values = values
         self._lock = threading.Lock()
         self._closed = False
         self.down = False  # an outage was reported and no broker has answered since
@@ -250,7 +257,7 @@ class Follower:
                         self._reader.check(error)
                     continue
                 if self.filters.matches(message):
-                    found.append(record(message))
+                    found.append(record(message, self.values))
             return found
 
     def outage(self) -> str | None:

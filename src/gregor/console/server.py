@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar, get_args, get_type_hints
+from typing import TYPE_CHECKING, Any, TypeVar, get_args, get_type_hints
 
 import anyio
 from starlette.applications import Starlette
@@ -36,8 +36,11 @@ from gregor.cli.errors import CliError
 from gregor.cli.groups_cmd import ResetTo
 from gregor.console.admin import SIZE_UNAVAILABLE, ClusterAdmin, NotFound, RequestError
 from gregor.console.history import History
-from gregor.console.messages import Filters, Follower, Start, browse
+from gregor.console.messages import Filters, Follower, Start, ValueDecoder, browse
 from gregor.console.metrics import SIZE_COUNTED
+
+if TYPE_CHECKING:  # the schemas extra is needed only with --schema-registry
+    from gregor.console.schemas import RegistryView
 
 WEB_DIST = Path(__file__).parent / "web" / "dist"
 _KEEPALIVE_S = 15.0
@@ -54,7 +57,8 @@ async def _run(function: Callable[..., T], *args: Any) -> T:
 
 
 def create_app(admin: ClusterAdmin, history: History,
-               allowed_hosts: Sequence[str] = ("*",)) -> Starlette:
+               allowed_hosts: Sequence[str] = ("*",),
+               registry: RegistryView | None = None) -> Starlette:
     """The ASGI app; it starts the history sampler with the server and stops it after.
 
     The console has no login: whoever reaches it may delete topics. ``allowed_hosts``
@@ -62,6 +66,8 @@ def create_app(admin: ClusterAdmin, history: History,
     machine by DNS rebinding, and bodies must be JSON, which a page elsewhere can only
     send after a CORS preflight the console never grants.
     """
+
+    values = None if registry is None else registry.decoded
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -72,7 +78,28 @@ def create_app(admin: ClusterAdmin, history: History,
             await anyio.to_thread.run_sync(history.stop)
 
     async def info(_: Request) -> Response:
-        return JSONResponse({"bootstrap": admin.bootstrap, "refresh_s": history.interval_s})
+        return JSONResponse({"bootstrap": admin.bootstrap, "refresh_s": history.interval_s,
+                             "schema_registry": None if registry is None else registry.url})
+
+    def _registry() -> RegistryView:
+        if registry is None:
+            raise NotFound("no schema registry: start gregor console with "
+                           "--schema-registry URL")
+        return registry
+
+    async def subjects(_: Request) -> Response:
+        return JSONResponse({"subjects": await _run(_registry().subjects)})
+
+    async def subject(request: Request) -> Response:
+        return JSONResponse(await _run(_registry().subject, request.path_params["subject"]))
+
+    async def subject_diff(request: Request) -> Response:
+        old = _query_int(request.query_params, "from")
+        new = _query_int(request.query_params, "to")
+        if old is None or new is None:
+            raise RequestError("from and to are version numbers")
+        return JSONResponse({"diff": await _run(_registry().diff,
+                                                request.path_params["subject"], old, new)})
 
     async def cluster(_: Request) -> Response:
         view = await _run(admin.cluster)
@@ -145,7 +172,7 @@ def create_app(admin: ClusterAdmin, history: History,
             start, at = "offset", _resume(query["resume"])
         found = await _run(browse, admin, request.path_params["name"],
                            _query_int(query, "partition"), start, at,
-                           _query_int(query, "limit") or 100, _filters(query))
+                           _query_int(query, "limit") or 100, _filters(query), values)
         return JSONResponse(found)
 
     async def produce(request: Request) -> Response:
@@ -169,7 +196,7 @@ def create_app(admin: ClusterAdmin, history: History,
         name = request.path_params["name"]
         partition = _query_int(request.query_params, "partition")
         filters = _filters(request.query_params)
-        return StreamingResponse(_follow(admin, name, partition, filters),
+        return StreamingResponse(_follow(admin, name, partition, filters, values),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
 
@@ -222,6 +249,9 @@ def create_app(admin: ClusterAdmin, history: History,
         Route("/api/topics/{name}/messages", produce, methods=["POST"]),
         Route("/api/topics/{name}/follow", follow),
         # Group ids may hold any character, '/' included: they travel in the query.
+        Route("/api/subjects", subjects),
+        Route("/api/subjects/{subject}", subject),
+        Route("/api/subjects/{subject}/diff", subject_diff),
         Route("/api/groups", groups),
         Route("/api/group", group),
         Route("/api/group", delete_group, methods=["DELETE"]),
@@ -240,12 +270,12 @@ def create_app(admin: ClusterAdmin, history: History,
 
 
 async def _follow(admin: ClusterAdmin, topic: str, partition: int | None,
-                  filters: Filters) -> AsyncIterator[str]:
+                  filters: Filters, values: ValueDecoder | None) -> AsyncIterator[str]:
     """Server-sent events: ``ready`` (with the start offsets), then ``message`` per
     record, ``outage`` when no broker answers and ``resumed`` when one does again,
     ``failure`` when the tail cannot go on."""
     try:
-        follower = await _run(Follower, admin, topic, partition, filters)
+        follower = await _run(Follower, admin, topic, partition, filters, values)
     except CliError as exc:
         yield _event("failure", {"error": str(exc)})
         return

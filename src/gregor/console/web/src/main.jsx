@@ -4,6 +4,7 @@ import { api } from './api.js';
 import { ClusterPage } from './pages/cluster.jsx';
 import { GroupPage } from './pages/group.jsx';
 import { GroupsPage } from './pages/groups.jsx';
+import { SchemasPage, SubjectPage } from './pages/schemas.jsx';
 import { TopicPage } from './pages/topic.jsx';
 import { TopicsPage } from './pages/topics.jsx';
 import './style.css';
@@ -30,6 +31,8 @@ function page(parts, info) {
   if (section === 'topics') return <TopicsPage refresh={refresh} />;
   if (section === 'groups' && name) return <GroupPage id={name} refresh={refresh} />;
   if (section === 'groups') return <GroupsPage refresh={refresh} />;
+  if (section === 'schemas' && name) return <SubjectPage subject={name} refresh={refresh} />;
+  if (section === 'schemas') return <SchemasPage refresh={refresh} />;
   return <ClusterPage refresh={refresh} />;
 }
 
@@ -54,6 +57,7 @@ function App() {
           {link('#/', 'Cluster', 'cluster')}
           {link('#/topics', 'Topics', 'topics')}
           {link('#/groups', 'Consumer groups', 'groups')}
+          {info && info.schema_registry ? link('#/schemas', 'Schemas', 'schemas') : null}
         </nav>
         {info ? <span class="bootstrap" title="bootstrap servers">{info.bootstrap}</span> : null}
       </header>

@@ -32,7 +32,14 @@ function MessageCard({ message, view }) {
         <span class="meta key">key: <span data-field="key-preview">{key === null ? 'null' : key.slice(0, 80)}</span></span>
         {message.headers.length ? <span class="meta">{message.headers.length} header{message.headers.length > 1 ? 's' : ''}</span> : null}
       </button>
-      <Bytes b64={message.value} size={message.value_size} view={view} full={open} name="value" />
+      {message.value_decoded !== undefined ? (
+        <>
+          <pre class={`bytes ${open ? 'full' : 'preview'}`} data-field="value-decoded">
+            {JSON.stringify(message.value_decoded, null, open ? 2 : undefined)}
+          </pre>
+          {open ? <span class="hint">decoded with schema id {message.value_schema_id} of the schema registry</span> : null}
+        </>
+      ) : <Bytes b64={message.value} size={message.value_size} view={view} full={open} name="value" />}
       {open ? (
         <div class="details">
           <h4>Key</h4>

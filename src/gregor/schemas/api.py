@@ -1,0 +1,292 @@
+"""Confluent's REST API over the registry, as an ASGI app (starlette).
+
+Answers carry Confluent's media type and field names; errors are
+``{"error_code": ..., "message": ...}`` with Confluent's statuses. Handlers are plain
+functions, which starlette runs in its thread pool: a write waits for the topic.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gregor.schemas import errors
+from gregor.schemas.registry import SchemaRegistry, SchemaRequest
+from gregor.schemas.schema_types import SCHEMA_TYPES, Reference
+from gregor.schemas.state import StoredSchema, SubjectVersion
+
+MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
+
+Forward = Callable[[Request, bytes], Awaitable[Response | None]]
+"""None at the primary; elsewhere sends the write to the primary and gives its answer."""
+Handler = Callable[[Request, bytes], Any]
+
+
+def _answer(body: Any, status: int = 200) -> JSONResponse:
+    return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE)
+
+
+def _flag(request: Request, name: str) -> bool:
+    """A boolean query parameter as clients spell it (confluent-kafka sends ``True``)."""
+    return request.query_params.get(name, "false").lower() == "true"
+
+
+def _page(request: Request, items: list[Any]) -> list[Any]:
+    """``offset`` and ``limit`` (-1: all), as confluent-kafka's client sends them."""
+    try:
+        offset = max(0, int(request.query_params.get("offset", "0")))
+        limit = int(request.query_params.get("limit", "-1"))
+    except ValueError:
+        raise errors.unprocessable("offset and limit are integers") from None
+    return items[offset:] if limit < 0 else items[offset:offset + limit]
+
+
+def _schema_id(request: Request) -> int:
+    text = request.path_params["schema_id"]
+    if not text.isdigit():
+        raise errors.schema_not_found()
+    return int(text)
+
+
+def _schema_body(schema: StoredSchema, text: str) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if schema.schema_type != "AVRO":
+        body["schemaType"] = schema.schema_type
+    if schema.references:
+        body["references"] = [r.to_json() for r in schema.references]
+    body["schema"] = text
+    return body
+
+
+def _version_body(version: SubjectVersion, text: str) -> dict[str, Any]:
+    return {"subject": version.subject, "version": version.version,
+            "id": version.schema.schema_id, **_schema_body(version.schema, text)}
+
+
+def _parse_request(body: bytes) -> SchemaRequest:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise errors.RegistryError(400, 400, "Unrecognized field or malformed JSON") from None
+    if not isinstance(data, dict) or not isinstance(data.get("schema"), str):
+        raise errors.unprocessable("The request must be a JSON object with a 'schema' string")
+    schema_type = (data.get("schemaType") or "AVRO").upper()
+    if schema_type not in SCHEMA_TYPES:
+        raise errors.unprocessable(f"Invalid schema type {schema_type}")
+    try:
+        references = tuple(Reference(str(r["name"]), str(r["subject"]), int(r["version"]))
+                           for r in data.get("references") or ())
+        schema_id = None if data.get("id") in (None, -1) else int(data["id"])
+        version = None if data.get("version") in (None, -1) else int(data["version"])
+    except (KeyError, TypeError, ValueError):
+        raise errors.unprocessable("Invalid references, id or version") from None
+    return SchemaRequest(schema_type, data["schema"], references, schema_id, version)
+
+
+def _json_field(body: bytes, name: str) -> object:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise errors.RegistryError(400, 400, "Unrecognized field or malformed JSON") from None
+    return data.get(name) if isinstance(data, dict) else None
+
+
+def create_app(registry: SchemaRegistry, forward: Forward | None = None) -> Starlette:
+    """The API over ``registry``; writes go through ``forward`` first, when given."""
+
+    routes: list[Route] = []
+
+    def endpoint(handler: Handler, writes: bool, parses: bool,
+                 ) -> Callable[[Request], Awaitable[Response]]:
+        async def answer(request: Request) -> Response:
+            body = await request.body()
+            try:
+                if writes and forward is not None:
+                    forwarded = await forward(request, body)
+                    if forwarded is not None:
+                        return forwarded
+                if writes or parses:
+                    # A write waits for the topic, a schema's parse takes CPU: neither
+                    # holds up the event loop. Reads are lookups in memory, answered here.
+                    result = await run_in_threadpool(handler, request, body)
+                else:
+                    result = handler(request, body)
+            except errors.RegistryError as exc:
+                return _answer({"error_code": exc.code, "message": exc.message}, exc.status)
+            return result if isinstance(result, Response) else _answer(result)
+        return answer
+
+    def add(path: str, methods: list[str], writes: bool = False, parses: bool = False,
+            ) -> Callable[[Handler], Handler]:
+        def register(handler: Handler) -> Handler:
+            routes.append(Route(path, endpoint(handler, writes, parses), methods=methods))
+            return handler
+        return register
+
+    @add("/", ["GET"])
+    def root(request: Request, body: bytes) -> Any:
+        return {}
+
+    @add("/schemas/types", ["GET"])
+    def schema_types(request: Request, body: bytes) -> Any:
+        return list(SCHEMA_TYPES)
+
+    @add("/schemas", ["GET"])
+    def schemas(request: Request, body: bytes) -> Any:
+        found = registry.all_versions(request.query_params.get("subjectPrefix", ""),
+                                      _flag(request, "deleted"), _flag(request, "latestOnly"))
+        return [_version_body(v, v.schema.text) for v in found]
+
+    @add("/schemas/ids/{schema_id}", ["GET"])
+    def schema_by_id(request: Request, body: bytes) -> Any:
+        found = registry.schema(_schema_id(request))
+        return _schema_body(found, registry.text_in_format(
+            found, request.query_params.get("format")))
+
+    @add("/schemas/ids/{schema_id}/schema", ["GET"])
+    def raw_schema_by_id(request: Request, body: bytes) -> Any:
+        return Response(registry.schema(_schema_id(request)).text, media_type=MEDIA_TYPE)
+
+    @add("/schemas/ids/{schema_id}/versions", ["GET"])
+    def schema_versions(request: Request, body: bytes) -> Any:
+        found = registry.schema_versions(_schema_id(request), _flag(request, "deleted"))
+        return [{"subject": v.subject, "version": v.version} for v in found]
+
+    @add("/schemas/ids/{schema_id}/subjects", ["GET"])
+    def schema_subjects(request: Request, body: bytes) -> Any:
+        found = registry.schema_versions(_schema_id(request), _flag(request, "deleted"))
+        return sorted({v.subject for v in found})
+
+    @add("/subjects", ["GET"])
+    def subjects(request: Request, body: bytes) -> Any:
+        return _page(request, registry.subjects(
+            _flag(request, "deleted"), request.query_params.get("subjectPrefix", ""),
+            _flag(request, "deleted_only")))
+
+    @add("/subjects/{subject}", ["POST"], parses=True)
+    def lookup(request: Request, body: bytes) -> Any:
+        found = registry.lookup(request.path_params["subject"], _parse_request(body),
+                                _flag(request, "normalize"), _flag(request, "deleted"))
+        return _version_body(found, found.schema.text)
+
+    @add("/subjects/{subject}", ["DELETE"], writes=True)
+    def delete_subject(request: Request, body: bytes) -> Any:
+        return registry.delete_subject(request.path_params["subject"],
+                                       _flag(request, "permanent"))
+
+    @add("/subjects/{subject}/versions", ["GET"])
+    def versions(request: Request, body: bytes) -> Any:
+        return _page(request, registry.versions(
+            request.path_params["subject"], _flag(request, "deleted"),
+            _flag(request, "deleted_only")))
+
+    @add("/subjects/{subject}/versions", ["POST"], writes=True)
+    def register(request: Request, body: bytes) -> Any:
+        schema_id = registry.register(request.path_params["subject"], _parse_request(body),
+                                      _flag(request, "normalize"))
+        return {"id": schema_id}
+
+    @add("/subjects/{subject}/versions/{version}", ["GET"])
+    def version(request: Request, body: bytes) -> Any:
+        found = registry.version(request.path_params["subject"],
+                                 request.path_params["version"], _flag(request, "deleted"))
+        return _version_body(found, registry.text_in_format(
+            found.schema, request.query_params.get("format")))
+
+    @add("/subjects/{subject}/versions/{version}/schema", ["GET"])
+    def raw_version(request: Request, body: bytes) -> Any:
+        found = registry.version(request.path_params["subject"],
+                                 request.path_params["version"], _flag(request, "deleted"))
+        return Response(found.schema.text, media_type=MEDIA_TYPE)
+
+    @add("/subjects/{subject}/versions/{version}/referencedby", ["GET"])
+    def referenced_by(request: Request, body: bytes) -> Any:
+        return registry.referenced_by(request.path_params["subject"],
+                                      request.path_params["version"])
+
+    @add("/contexts", ["GET"])
+    def contexts(request: Request, body: bytes) -> Any:
+        return ["."]  # the default context, the only one here
+
+    @add("/subjects/{subject}/versions/{version}", ["DELETE"], writes=True)
+    def delete_version(request: Request, body: bytes) -> Any:
+        return registry.delete_version(request.path_params["subject"],
+                                       request.path_params["version"],
+                                       _flag(request, "permanent"))
+
+    @add("/compatibility/subjects/{subject}/versions", ["POST"], parses=True)
+    def check_all(request: Request, body: bytes) -> Any:
+        return _compatibility(request, body, None)
+
+    @add("/compatibility/subjects/{subject}/versions/{version}", ["POST"], parses=True)
+    def check_one(request: Request, body: bytes) -> Any:
+        return _compatibility(request, body, request.path_params["version"])
+
+    def _compatibility(request: Request, body: bytes, version: str | None) -> Any:
+        problems = registry.check(request.path_params["subject"], _parse_request(body),
+                                  version, _flag(request, "normalize"))
+        answer: dict[str, Any] = {"is_compatible": not problems}
+        if _flag(request, "verbose"):
+            answer["messages"] = problems
+        return answer
+
+    @add("/config", ["GET"])
+    def global_config(request: Request, body: bytes) -> Any:
+        return {"compatibilityLevel": registry.compatibility_level()}
+
+    @add("/config/{subject}", ["GET"])
+    def subject_config(request: Request, body: bytes) -> Any:
+        level = registry.compatibility_level(request.path_params["subject"],
+                                             _flag(request, "defaultToGlobal"))
+        return {"compatibilityLevel": level}
+
+    @add("/config", ["PUT"], writes=True)
+    def set_global_config(request: Request, body: bytes) -> Any:
+        return {"compatibility": registry.set_compatibility(
+            None, _json_field(body, "compatibility"))}
+
+    @add("/config/{subject}", ["PUT"], writes=True)
+    def set_subject_config(request: Request, body: bytes) -> Any:
+        return {"compatibility": registry.set_compatibility(
+            request.path_params["subject"], _json_field(body, "compatibility"))}
+
+    @add("/config", ["DELETE"], writes=True)
+    def delete_global_config(request: Request, body: bytes) -> Any:
+        return {"compatibilityLevel": registry.delete_compatibility(None)}
+
+    @add("/config/{subject}", ["DELETE"], writes=True)
+    def delete_subject_config(request: Request, body: bytes) -> Any:
+        return {"compatibilityLevel": registry.delete_compatibility(
+            request.path_params["subject"])}
+
+    @add("/mode", ["GET"])
+    def global_mode(request: Request, body: bytes) -> Any:
+        return {"mode": registry.mode()}
+
+    @add("/mode/{subject}", ["GET"])
+    def subject_mode(request: Request, body: bytes) -> Any:
+        return {"mode": registry.mode(request.path_params["subject"],
+                                      _flag(request, "defaultToGlobal"))}
+
+    @add("/mode", ["PUT"], writes=True)
+    def set_global_mode(request: Request, body: bytes) -> Any:
+        return {"mode": registry.set_mode(None, _json_field(body, "mode"),
+                                          _flag(request, "force"))}
+
+    @add("/mode/{subject}", ["PUT"], writes=True)
+    def set_subject_mode(request: Request, body: bytes) -> Any:
+        return {"mode": registry.set_mode(request.path_params["subject"],
+                                          _json_field(body, "mode"), _flag(request, "force"))}
+
+    @add("/mode/{subject}", ["DELETE"], writes=True)
+    def delete_subject_mode(request: Request, body: bytes) -> Any:
+        return {"mode": registry.delete_mode(request.path_params["subject"])}
+
+    return Starlette(routes=routes)

@@ -1,0 +1,170 @@
+"""Confluent-framed Avro and JSON Schema values read from a topic through the ``gregor``
+source into typed columns (Avro values written by confluent-kafka's AvroSerializer with
+two versions of a schema come out in the shape of the latest), and typed columns
+written through the ``gregor`` sink as values confluent-kafka's deserializers read."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+from collections.abc import Iterator
+
+import fastavro.schema
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+from pyspark.sql.functions import col
+
+from gregor.broker.process import BrokerProcess
+from gregor.schemas.process import RegistryProcess
+from gregor.spark.confluent_avro import from_confluent_avro, spark_type, to_confluent_avro
+from gregor.spark.confluent_json import from_confluent_json, to_confluent_json
+
+V1 = {"type": "record", "name": "Sale", "fields": [
+    {"name": "sku", "type": "string"},
+    {"name": "quantity", "type": "int"},
+    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9,
+                               "scale": 2}},
+    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "tags", "type": {"type": "array", "items": "string"}}]}
+V2 = {**V1, "fields": [*V1["fields"],
+                       {"name": "note", "type": ["null", "string"], "default": None}]}
+
+
+@pytest.fixture(scope="module")
+def registry(broker: BrokerProcess) -> Iterator[RegistryProcess]:
+    process = RegistryProcess(broker.bootstrap).start()
+    yield process
+    process.stop()
+
+
+def test_spark_types_of_avro() -> None:
+    struct = spark_type(fastavro.schema.parse_schema(V2))
+    assert struct == T.StructType([
+        T.StructField("sku", T.StringType()),
+        T.StructField("quantity", T.IntegerType()),
+        T.StructField("price", T.DecimalType(9, 2)),
+        T.StructField("day", T.DateType()),
+        T.StructField("tags", T.ArrayType(T.StringType())),
+        T.StructField("note", T.StringType())])
+
+
+def test_framed_values_become_typed_columns(spark: SparkSession, broker: BrokerProcess,
+                                            registry: RegistryProcess,
+                                            topic_name: str) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    context = SerializationContext(topic_name, MessageField.VALUE)
+    day = datetime.date(2026, 11, 28)
+    old = {"sku": "a-1", "quantity": 2, "price": decimal.Decimal("9.50"), "day": day,
+           "tags": ["gift"]}
+    producer.produce(topic_name, value=AvroSerializer(client, json.dumps(V1))(old, context))
+    producer.produce(topic_name, value=AvroSerializer(client, json.dumps(V2))(
+        {**old, "sku": "b-2", "tags": [], "note": "late"}, context))
+    producer.produce(topic_name, value=b"not framed")
+    assert producer.flush(20) == 0
+
+    frame = (spark.read.format("gregor").option("kafka.bootstrap.servers", broker.bootstrap)
+             .option("subscribe", topic_name).load()
+             .select(from_confluent_avro(col("value"), registry.url, f"{topic_name}-value")
+                     .alias("sale"))
+             .select("sale.*"))
+    rows = [row.asDict(recursive=True) for row in frame.collect()]
+    assert rows[:2] == [
+        {**old, "note": None},  # written with v1: the field v2 added takes its default
+        {**old, "sku": "b-2", "tags": [], "note": "late"}]
+    assert rows[2] == dict.fromkeys(rows[0])
+
+
+def test_typed_columns_become_framed_values(spark: SparkSession, broker: BrokerProcess,
+                                            registry: RegistryProcess,
+                                            topic_name: str) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    subject = f"{topic_name}-value"
+    schema_id = client.register_schema(subject, Schema(json.dumps(V2), "AVRO"))
+    sales = [("c-3", 5, decimal.Decimal("1.25"), datetime.date(2026, 1, 2), ["x", "y"], None),
+             ("d-4", 1, decimal.Decimal("100.00"), datetime.date(2026, 2, 3), [], "n")]
+    frame = spark.createDataFrame(sales, "sku STRING, quantity INT, price DECIMAL(9,2), "
+                                         "day DATE, tags ARRAY<STRING>, note STRING")
+    (frame.selectExpr("struct(*) AS sale")
+     .select(to_confluent_avro(col("sale"), registry.url, subject).alias("value"))
+     .write.format("gregor").mode("append")
+     .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic_name).save())
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": topic_name,
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic_name])
+    deserialize = AvroDeserializer(client)
+    context = SerializationContext(topic_name, MessageField.VALUE)
+    got = []
+    try:
+        while len(got) < len(sales):
+            message = consumer.poll(20)
+            assert message is not None and message.error() is None
+            assert message.value()[1:5] == schema_id.to_bytes(4, "big")
+            got.append(deserialize(message.value(), context))
+    finally:
+        consumer.close()
+    names = ["sku", "quantity", "price", "day", "tags", "note"]
+    assert sorted(got, key=lambda r: r["sku"]) == [dict(zip(names, s, strict=True))
+                                                   for s in sales]
+
+
+ORDER_JSON = {"type": "object", "properties": {
+    "id": {"type": "integer"}, "total": {"type": "number"},
+    "items": {"type": "array", "items": {"type": "string"}},
+    "shipping": {"type": "object", "properties": {"city": {"type": "string"}}},
+    "note": {"type": ["null", "string"]}}}
+
+
+def test_json_schema_values_both_ways(spark: SparkSession, broker: BrokerProcess,
+                                      registry: RegistryProcess, topic_name: str) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    subject = f"{topic_name}-value"
+    orders = [{"id": 1, "total": 9.5, "items": ["a"], "shipping": {"city": "Graz"},
+               "note": None},
+              {"id": 2, "total": 20.0, "items": [], "shipping": {"city": "Wien"},
+               "note": "gift"}]
+    serialize = JSONSerializer(json.dumps(ORDER_JSON), client)
+    context = SerializationContext(topic_name, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for order in orders:
+        producer.produce(topic_name, value=serialize(order, context))
+    assert producer.flush(20) == 0
+
+    typed = (spark.read.format("gregor").option("kafka.bootstrap.servers", broker.bootstrap)
+             .option("subscribe", topic_name).load()
+             .select(from_confluent_json(col("value"), registry.url, subject).alias("o"))
+             .select("o.*"))
+    rows = sorted((row.asDict(recursive=True) for row in typed.collect()),
+                  key=lambda r: r["id"])
+    assert rows == orders
+
+    copy = f"{topic_name}-copy"
+    client.register_schema(f"{copy}-value", Schema(json.dumps(ORDER_JSON), "JSON"))
+    (typed.selectExpr("struct(*) AS o")
+     .select(to_confluent_json(col("o"), registry.url, f"{copy}-value").alias("value"))
+     .write.format("gregor").mode("append")
+     .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", copy).save())
+    deserialize = JSONDeserializer(json.dumps(ORDER_JSON), schema_registry_client=client)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": copy,
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([copy])
+    back = []
+    try:
+        while len(back) < len(orders):
+            message = consumer.poll(20)
+            assert message is not None and message.error() is None
+            back.append(deserialize(message.value(), SerializationContext(
+                copy, MessageField.VALUE)))
+    finally:
+        consumer.close()
+    # Spark's to_json leaves null fields out, which the schema allows.
+    assert sorted(back, key=lambda r: r["id"]) == [
+        {k: v for k, v in order.items() if v is not None} for order in orders]

@@ -1,0 +1,15 @@
+"""The schema registry's benchmark, in its quick mode: it runs to the end and reports
+what it measured."""
+
+from __future__ import annotations
+
+import json
+
+from bench import schema_registry_bench
+
+
+def test_quick_run_reports_both_targets() -> None:
+    assert schema_registry_bench.main(["--quick"]) == 0
+    result = json.loads((schema_registry_bench.OUT / "schema_registry_bench.json").read_text())
+    assert result["schemas"] == 100 and result["registration_s"] > 0
+    assert result["lookups"] > 0 and 0 < result["p50_ms"] <= result["p99_ms"]
