@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -24,12 +25,15 @@ from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
 from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.replica_manager import ReplicaManager
 from gregor.cluster.zk_cluster import ZkClusterMember
-from gregor.cluster.znodes import BrokerRegistration
-from gregor.config import BrokerConfig, TopicConfig
+from gregor.cluster.znodes import BrokerRegistration, Endpoint
+from gregor.config import BrokerConfig, ConfigError, TopicConfig
 from gregor.groups.coordinator import GroupCoordinator
 from gregor.groups.offsets_store import OFFSETS_TOPIC
 from gregor.metrics.broker_metrics import BrokerMetrics
 from gregor.metrics.endpoint import MetricsServer
+from gregor.security import listeners as security_listeners
+from gregor.security import tls
+from gregor.security.listeners import Listener
 from gregor.storage.checkpoint_file import write_atomically
 from gregor.storage.cleaner import LogCleaner
 from gregor.storage.log_manager import LogManager
@@ -81,8 +85,13 @@ class Broker:
             config, self.controller, self.replica_manager, self.group_coordinator,
             self.cluster.broker_address if self.cluster is not None else _no_address)
         transactions.register(self.router)
-        self.advertised_address = config.advertised_address()
+        self.listeners = security_listeners.listeners(config)
+        self.inter_broker_listener = security_listeners.inter_broker_listener(config)
+        # Each listener's advertised address, with the ports bound once bound (port 0).
+        self.advertised = security_listeners.advertised(config, {})
+        self.advertised_address = self.advertised[self.listeners[0].name]
         self.bound_address = self.advertised_address  # the first listener, once bound
+        self.bound_ports: dict[str, int] = {}  # every listener's, by name, once bound
         self._servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task] = []
         self._connections: set[asyncio.Task] = set()
@@ -144,12 +153,14 @@ class Broker:
         if self.metrics_server is not None:
             await self.metrics_server.start()
         host, port = self.advertised_address
+        endpoints = self._endpoints()
         if self.cluster is not None:
-            await self.cluster.register(host, port)
+            await self.cluster.register(endpoints)
         else:
             # Alone, the broker is the cluster's only live broker and its controller.
             self.image.brokers = {self.broker_id: BrokerRegistration(
-                self.broker_id, host, port, self.config.rack)}
+                self.broker_id, endpoints[0].host, endpoints[0].port, self.config.rack,
+                endpoints=endpoints)}
             self.image.controller_id = self.broker_id
         self._tasks = [
             self._every(self.config["log.retention.check.interval.ms"] / 1000,
@@ -179,22 +190,38 @@ class Broker:
 
     async def _bind(self) -> None:
         """Bind every listener without accepting yet (connections are refused until
-        ``start_serving``). The first listener is the broker's address: with port 0 and
-        no ``advertised.listeners`` (tests), it advertises the port the kernel chose."""
+        ``start_serving``), each with its TLS context if it has one. The first listener
+        is the broker's address; a listener on port 0 (tests) advertises the port the
+        kernel chose unless ``advertised.listeners`` names another."""
         loop = asyncio.get_running_loop()
         max_request = self.config["socket.request.max.bytes"]
-        listeners = self.config.listener_addresses()
-        for host, port in listeners:
+        bound_ports: dict[str, int] = {}
+        for listener in self.listeners:
+            if listener.protocol.sasl:
+                raise ConfigError(f"listener {listener.name}: SASL is not served yet")
+            context = (tls.server_context(self.config, listener.name)
+                       if listener.protocol.tls else None)
             server = await loop.create_server(
-                lambda: FrameProtocol(MIN_REQUEST_SIZE, max_request, self._on_connect),
-                host or None, port, reuse_address=True, backlog=1024, start_serving=False)
+                functools.partial(FrameProtocol, MIN_REQUEST_SIZE, max_request,
+                                  functools.partial(self._on_connect, listener)),
+                listener.host or None, listener.port, reuse_address=True, backlog=1024,
+                start_serving=False, ssl=context)
             self._servers.append(server)
+            bound_ports[listener.name] = server.sockets[0].getsockname()[1]
         if self.metrics_server is not None:
             await self.metrics_server.bind()
         bound = self._servers[0].sockets[0].getsockname()
         self.bound_address = (bound[0], bound[1])
-        if listeners[0][1] == 0 and not self.config["advertised.listeners"]:
-            self.advertised_address = (self.advertised_address[0], bound[1])
+        self.bound_ports = bound_ports
+        self.advertised = security_listeners.advertised(self.config, bound_ports)
+        self.advertised_address = self.advertised[self.listeners[0].name]
+
+    def _endpoints(self) -> tuple[Endpoint, ...]:
+        """Every listener as advertised, the inter-broker one first (replicas use it)."""
+        ordered = sorted(self.listeners,
+                         key=lambda item: item.name != self.inter_broker_listener.name)
+        return tuple(Endpoint(item.name, item.protocol.value, *self.advertised[item.name])
+                     for item in ordered)
 
     async def stop(self) -> None:
         if self.cluster is not None:
@@ -226,7 +253,8 @@ class Broker:
         await self.start()
         if ready_file is not None:
             host, port = self.bound_address
-            ready = {"broker_id": self.broker_id, "host": host, "port": port, "pid": os.getpid()}
+            ready = {"broker_id": self.broker_id, "host": host, "port": port, "pid": os.getpid(),
+                     "listeners": self.bound_ports}
             if self.metrics_server is not None:
                 ready["metrics_url"] = self.metrics_server.url
             write_atomically(Path(ready_file), json.dumps(ready))
@@ -238,10 +266,10 @@ class Broker:
             await self.stop()
 
     # --------------------------------------------------------------- internals
-    def _on_connect(self, frames: FrameProtocol) -> None:
+    def _on_connect(self, listener: Listener, frames: FrameProtocol) -> None:
         assert frames.transport is not None
         self._size_socket_buffers(frames.transport.get_extra_info("socket"))
-        task = asyncio.create_task(Connection(self, frames).run())
+        task = asyncio.create_task(Connection(self, frames, listener).run())
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
 

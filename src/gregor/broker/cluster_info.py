@@ -37,7 +37,8 @@ async def handle(broker: Broker, request: Request):
         endpoint_type=endpoint_type,
         cluster_id=broker.image.cluster_id,
         controller_id=broker.image.controller_id,
-        brokers=broker_entries(broker, nested(_KEY, version, "DescribeClusterBroker")),
+        brokers=broker_entries(broker, nested(_KEY, version, "DescribeClusterBroker"),
+                               request.session.listener),
         cluster_authorized_operations=authorized_operations(
             request.body.include_cluster_authorized_operations, CLUSTER_OPERATIONS),
     )

@@ -35,6 +35,8 @@ from gregor.broker.request import DelayedResponse, RawResponse, Request
 from gregor.metrics.broker_metrics import FETCH, BrokerMetrics
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import MalformedRequest, decode_request, encode_response, peek_api
+from gregor.security.listeners import Listener
+from gregor.security.session import Session, certificate_subject, user
 from gregor.storage.segment import FileRegion
 
 if TYPE_CHECKING:
@@ -60,13 +62,21 @@ class ConnectionClosed(Exception):
 
 
 class Connection:
-    def __init__(self, broker: Broker, frames: FrameProtocol) -> None:
+    def __init__(self, broker: Broker, frames: FrameProtocol, listener: Listener) -> None:
         self.broker = broker
         self.frames = frames
         assert frames.transport is not None
         self.transport = frames.transport
         peer = self.transport.get_extra_info("peername") or ("?", 0)
         self.client_host, self.client_port = peer[0], peer[1]
+        self.session = Session(listener.name, listener.protocol)
+        # sendfile writes into the socket itself, below TLS: encrypted connections copy
+        # file regions through the TLS transport instead.
+        self._zero_copy = not listener.protocol.tls
+        if listener.protocol.tls and not listener.protocol.sasl:
+            certificate = self.transport.get_extra_info("peercert")
+            if certificate:
+                self.session.principal = user(certificate_subject(certificate["subject"]))
         # The last request decoded: a Fetch's tells whether a follower sent it.
         self.request: Request | None = None
         # Answers still to send, oldest first, while acks=all produces wait: each a
@@ -177,7 +187,7 @@ class Connection:
             return await self.frames.read_frame()
         except FrameSizeError as exc:
             # Checked before reading (or allocating) anything of the body, as Kafka does.
-            self._refuse("frame-size", "request size %d outside [%d, socket.request.max.bytes=%d]",
+            self.refuse("frame-size", "request size %d outside [%d, socket.request.max.bytes=%d]",
                          exc.size, self.frames.min_frame, self.frames.max_frame)
 
     async def dispatch(self, frame: bytes | memoryview, api_key: int, version: int,
@@ -193,14 +203,15 @@ class Connection:
             # One log kind per served API (plus one for all unknown keys), so that
             # random keys and versions cannot mint unbounded rate-limiter entries.
             known = api_key in router.routes
-            self._refuse(f"unsupported-version-{api_key}" if known else "unknown-api-key",
+            self.refuse(f"unsupported-version-{api_key}" if known else "unknown-api-key",
                          "unsupported api key %d version %d", api_key, version)
         try:
             header, body = decode_request(frame)
         except MalformedRequest as exc:
             log.debug("malformed frame starts %s", frame[:512].hex())
-            self._refuse(f"malformed-{api_key}", "%s", exc)
-        request = self.request = Request(header, body, self.client_host, self.client_port)
+            self.refuse(f"malformed-{api_key}", "%s", exc)
+        request = self.request = Request(header, body, self.client_host, self.client_port,
+                                         self.session)
         return await self._encoded(api_key, version, correlation_id,
                                    route.handler(self.broker, request))
 
@@ -242,7 +253,8 @@ class Connection:
             for chunk in response.chunks:
                 if isinstance(chunk, bytes):
                     transport.write(chunk)
-                elif isinstance(chunk, FileRegion) and chunk.length >= SENDFILE_THRESHOLD:
+                elif (isinstance(chunk, FileRegion) and chunk.length >= SENDFILE_THRESHOLD
+                      and self._zero_copy):
                     await self._send_region(loop, chunk)
                 else:
                     transport.write(chunk.read())
@@ -275,7 +287,8 @@ class Connection:
         if remaining:
             await loop.sendfile(transport, region.file, position, remaining)
 
-    def _refuse(self, kind: str, message: str, *args: object) -> NoReturn:
+    def refuse(self, kind: str, message: str, *args: object) -> NoReturn:
+        """Log (rate-limited, by ``kind``) and close the connection."""
         self.broker.warn_once(kind, "closing %s:%s: " + message, self.client_host,
                               self.client_port, *args)
         raise ConnectionClosed

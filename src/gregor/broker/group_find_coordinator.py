@@ -11,6 +11,7 @@ import datetime
 from typing import TYPE_CHECKING
 
 from gregor.broker.request import Request
+from gregor.cluster.znodes import BrokerRegistration
 from gregor.groups.offsets_store import StoreError
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
@@ -25,11 +26,11 @@ _GROUP_KEY_TYPE = 0
 _TRANSACTION_KEY_TYPE = 1
 
 
-async def _lookup(broker: Broker, key_type: int, key: str) -> dict:
+async def _lookup(broker: Broker, key_type: int, key: str, listener: str) -> dict:
     """Fields of one answer: the coordinator's address, or an error with no node."""
     error, message = ErrorCode.none, None
     if key_type == _TRANSACTION_KEY_TYPE:
-        return await _transaction_coordinator(broker, key)
+        return await _transaction_coordinator(broker, key, listener)
     if key_type != _GROUP_KEY_TYPE:
         error, message = ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
     else:
@@ -46,11 +47,11 @@ async def _lookup(broker: Broker, key_type: int, key: str) -> dict:
     if coordinator is None:
         return {"error_code": error, "error_message": message, "node_id": -1, "host": "",
                 "port": -1}
-    return {"error_code": error, "error_message": None, "node_id": coordinator.broker_id,
-            "host": coordinator.host, "port": coordinator.port}
+    return _answer(coordinator, listener)
 
 
-async def _transaction_coordinator(broker: Broker, transactional_id: str) -> dict:
+async def _transaction_coordinator(broker: Broker, transactional_id: str, listener: str
+                                   ) -> dict:
     coordinator = broker.transaction_coordinator
     error, message, node = ErrorCode.none, None, None
     try:
@@ -65,20 +66,33 @@ async def _transaction_coordinator(broker: Broker, transactional_id: str) -> dic
     if node is None:
         return {"error_code": error, "error_message": message, "node_id": -1, "host": "",
                 "port": -1}
-    return {"error_code": error, "error_message": None, "node_id": node.broker_id,
-            "host": node.host, "port": node.port}
+    return _answer(node, listener)
+
+
+def _answer(node: BrokerRegistration, listener: str) -> dict:
+    """The coordinator as clients of ``listener`` reach it (as Kafka, not available when
+    it has no such listener)."""
+    endpoint = node.endpoint(listener)
+    if endpoint is None:
+        return {"error_code": ErrorCode.coordinator_not_available,
+                "error_message": f"the coordinator has no listener {listener}", "node_id": -1,
+                "host": "", "port": -1}
+    return {"error_code": ErrorCode.none, "error_message": None, "node_id": node.broker_id,
+            "host": endpoint[0], "port": endpoint[1]}
 
 
 async def handle(broker: Broker, request: Request):
     body = request.body
     version = request.version
     key_type = getattr(body, "key_type", _GROUP_KEY_TYPE)
+    listener = request.session.listener
     schema = response_schema(_KEY, version)
     if version >= 4:
         coordinator_cls = nested(_KEY, version, "Coordinator")
-        coordinators = [build(coordinator_cls, key=key, **await _lookup(broker, key_type, key))
+        coordinators = [build(coordinator_cls, key=key,
+                              **await _lookup(broker, key_type, key, listener))
                         for key in body.coordinator_keys]
         return build(schema, throttle_time=datetime.timedelta(0),
                      coordinators=tuple(coordinators))
     return build(schema, throttle_time=datetime.timedelta(0),
-                 **await _lookup(broker, key_type, body.key))
+                 **await _lookup(broker, key_type, body.key, listener))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import logging
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gregor.broker.request import Request
 from gregor.cluster.controller import ControllerError
@@ -36,11 +36,18 @@ def authorized_operations(requested: bool, operations: int) -> int:
     return operations if requested else _UNKNOWN_OPERATIONS
 
 
-def broker_entries(broker: Broker, cls: type) -> tuple:
-    """Every live broker, as registered (in a cluster: in ZooKeeper)."""
-    return tuple(build(cls, node_id=b.broker_id, broker_id=b.broker_id, host=b.host,
-                       port=b.port, rack=b.rack)
-                 for _, b in sorted(broker.image.brokers.items()))
+def broker_entries(broker: Broker, cls: type, listener: str) -> tuple:
+    """Every live broker, as registered (in a cluster: in ZooKeeper), at its address on
+    the listener the client came in on; as in Kafka, a broker without that listener is
+    left out."""
+    entries: list[Any] = []
+    for _, registration in sorted(broker.image.brokers.items()):
+        endpoint = registration.endpoint(listener)
+        if endpoint is not None:
+            entries.append(build(cls, node_id=registration.broker_id,
+                                 broker_id=registration.broker_id, host=endpoint[0],
+                                 port=endpoint[1], rack=registration.rack))
+    return tuple(entries)
 
 
 def _topic_entry(broker: Broker, version: int, topic: TopicMetadata, operations: int):
@@ -122,7 +129,8 @@ async def handle(broker: Broker, request: Request):
     return build(
         response_schema(_KEY, version),
         throttle_time=datetime.timedelta(0),
-        brokers=broker_entries(broker, nested(_KEY, version, "MetadataResponseBroker")),
+        brokers=broker_entries(broker, nested(_KEY, version, "MetadataResponseBroker"),
+                               request.session.listener),
         cluster_id=broker.image.cluster_id,
         controller_id=broker.image.controller_id,
         topics=tuple(entries),
