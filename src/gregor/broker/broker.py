@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gregor.broker import group_routes, transactions
 from gregor.broker.allocator import keep_large_buffers_in_heap
+from gregor.broker.authentication import scram_credential
 from gregor.broker.connection import MIN_REQUEST_SIZE, Connection
 from gregor.broker.frame_protocol import FrameProtocol
 from gregor.broker.log_flusher import LogFlusher
@@ -24,9 +25,10 @@ from gregor.cluster.controller import ClusterAdmin, SingleNodeController
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
 from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.replica_manager import ReplicaManager
+from gregor.cluster.user_configs import ImageUserConfigs, UserConfigs
 from gregor.cluster.zk_cluster import ZkClusterMember
 from gregor.cluster.znodes import BrokerRegistration, Endpoint
-from gregor.config import BrokerConfig, ConfigError, TopicConfig
+from gregor.config import BrokerConfig, TopicConfig
 from gregor.groups.coordinator import GroupCoordinator
 from gregor.groups.offsets_store import OFFSETS_TOPIC
 from gregor.metrics.broker_metrics import BrokerMetrics
@@ -34,6 +36,7 @@ from gregor.metrics.endpoint import MetricsServer
 from gregor.security import listeners as security_listeners
 from gregor.security import tls
 from gregor.security.listeners import Listener
+from gregor.security.sasl_mechanisms import listener_sasl
 from gregor.storage.checkpoint_file import write_atomically
 from gregor.storage.cleaner import LogCleaner
 from gregor.storage.log_manager import LogManager
@@ -89,6 +92,14 @@ class Broker:
         self.inter_broker_listener = security_listeners.inter_broker_listener(config)
         # Each listener's advertised address, with the ports bound once bound (port 0).
         self.advertised = security_listeners.advertised(config, {})
+        # Users' entity configs (SCRAM credentials): in ZooKeeper or the metadata file.
+        self.user_configs: UserConfigs = (
+            self.cluster.user_configs if self.cluster is not None
+            else ImageUserConfigs(self.image))
+        # The mechanisms of each SASL listener, checked now so a bad setting stops the start.
+        self.sasl = {listener.name: listener_sasl(config, listener.name, functools.partial(
+                         scram_credential, self))
+                     for listener in self.listeners if listener.protocol.sasl}
         self.advertised_address = self.advertised[self.listeners[0].name]
         self.bound_address = self.advertised_address  # the first listener, once bound
         self.bound_ports: dict[str, int] = {}  # every listener's, by name, once bound
@@ -197,8 +208,6 @@ class Broker:
         max_request = self.config["socket.request.max.bytes"]
         bound_ports: dict[str, int] = {}
         for listener in self.listeners:
-            if listener.protocol.sasl:
-                raise ConfigError(f"listener {listener.name}: SASL is not served yet")
             context = (tls.server_context(self.config, listener.name)
                        if listener.protocol.tls else None)
             server = await loop.create_server(

@@ -30,6 +30,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from gregor.broker import api_versions
+from gregor.broker.authentication import authenticate
 from gregor.broker.frame_protocol import ClientGone, FrameProtocol, FrameSizeError
 from gregor.broker.request import DelayedResponse, RawResponse, Request
 from gregor.metrics.broker_metrics import FETCH, BrokerMetrics
@@ -73,6 +74,11 @@ class Connection:
         # sendfile writes into the socket itself, below TLS: encrypted connections copy
         # file regions through the TLS transport instead.
         self._zero_copy = not listener.protocol.tls
+        if listener.protocol.sasl:
+            # Until authenticated, frames are held to SASL's size, as Kafka does; set
+            # here, before the first bytes are split into frames.
+            frames.max_frame = min(frames.max_frame,
+                                   broker.config["sasl.server.max.receive.size"])
         if listener.protocol.tls and not listener.protocol.sasl:
             certificate = self.transport.get_extra_info("peercert")
             if certificate:
@@ -91,8 +97,10 @@ class Connection:
         """
         metrics = self.broker.metrics
         try:
+            if self.session.protocol.sasl:
+                await authenticate(self)
             while True:
-                frame = await self._read_frame()
+                frame = await self.read_frame()
                 api_key, version, correlation_id = peek_api(frame)
                 if self._answers:
                     produce = api_key == ApiKey.PRODUCE
@@ -182,7 +190,7 @@ class Connection:
         if self.transport.is_closing():
             raise ConnectionClosed
 
-    async def _read_frame(self) -> bytes | memoryview:
+    async def read_frame(self) -> bytes | memoryview:
         try:
             return await self.frames.read_frame()
         except FrameSizeError as exc:

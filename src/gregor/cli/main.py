@@ -31,6 +31,7 @@ from gregor.cli import (
     produce_cmd,
     topics_cmd,
     transactions_cmd,
+    users_cmd,
     zookeeper_cmd,
 )
 from gregor.cli.errors import CliError, kafka_error_text
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     perf_cmd.add_parser(subparsers)
     groups_cmd.add_parser(subparsers)
     transactions_cmd.add_parser(subparsers)
+    users_cmd.add_parser(subparsers)
     pipeline_cmd.add_parser(subparsers)
     zookeeper_cmd.add_parser(subparsers)
     console_cmd.add_parser(subparsers)

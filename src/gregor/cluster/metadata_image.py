@@ -46,6 +46,8 @@ class MetadataImage:
     controller_id: int = -1
     # Dynamic broker configs: the cluster's default, and each broker's by its id.
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Users' entity configs by user name (Kafka's /config/users): SCRAM credentials.
+    user_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, log_dir: Path) -> MetadataImage:
@@ -63,7 +65,8 @@ class MetadataImage:
             for name, t in raw["topics"].items()
         }
         return cls(path, raw["cluster_id"], topics, raw.get("next_producer_id", 1000),
-                   broker_configs=raw.get("broker_configs", {}))
+                   broker_configs=raw.get("broker_configs", {}),
+                   user_configs=raw.get("user_configs", {}))
 
     def save(self) -> None:
         if self.path is None:
@@ -74,6 +77,7 @@ class MetadataImage:
             "topics": {name: {k: v for k, v in asdict(t).items() if k != "name"}
                        for name, t in self.topics.items()},
             "broker_configs": self.broker_configs,
+            "user_configs": self.user_configs,
         }
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as handle:

@@ -27,6 +27,7 @@ from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.zk_admin import ZkClusterAdmin
 from gregor.cluster.zk_controller import CONTROLLED_SHUTDOWN, ZkController, leaderships_to_move
 from gregor.cluster.zk_metadata import MetadataListeners, ZkMetadataCache
+from gregor.cluster.zk_user_configs import ZkUserConfigs
 from gregor.cluster.zookeeper import ZooKeeperSession
 from gregor.config import BrokerConfig
 
@@ -49,6 +50,7 @@ class ZkClusterMember:
         self.cache = ZkMetadataCache(self.zk, self.image)
         self.admin = ZkClusterAdmin(config, self.zk, self.image, self.cache)
         self.controller = ZkController(config, self.zk, self.image, self.cache)
+        self.user_configs = ZkUserConfigs(self.zk, self.image)
         self._endpoints: tuple[znodes.Endpoint, ...] = ()
         self._session_lost = False
         self._closing = False
@@ -70,6 +72,7 @@ class ZkClusterMember:
         assert found is not None
         self.image.cluster_id = znodes.decode_cluster_id(found[0])
         await self.cache.start()
+        await self.user_configs.start()
 
     def follow(self, partition_changed: Callable[[TopicMetadata, int, PartitionState], None],
                topic_deleted: Callable[[TopicMetadata], None],
@@ -153,6 +156,7 @@ class ZkClusterMember:
         """A new session: watches of the old one are gone; read everything again."""
         log.info("ZooKeeper session re-established; re-registering broker %d", self.broker_id)
         await self.cache.start()
+        await self.user_configs.start()
         if self._endpoints:
             await self._register()
             await self.controller.try_to_become_controller()
