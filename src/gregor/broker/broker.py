@@ -35,6 +35,7 @@ from gregor.metrics.broker_metrics import BrokerMetrics
 from gregor.metrics.endpoint import MetricsServer
 from gregor.security import listeners as security_listeners
 from gregor.security import tls
+from gregor.security.inter_broker import inter_broker_security
 from gregor.security.listeners import Listener
 from gregor.security.sasl_mechanisms import listener_sasl
 from gregor.storage.checkpoint_file import write_atomically
@@ -64,11 +65,13 @@ class Broker:
         # In a cluster, metadata lives in ZooKeeper; alone, in a file beside the logs.
         self.cluster = ZkClusterMember(config) if config.zookeeper_mode else None
         self.controller: ClusterAdmin
+        # How to reach the other brokers' inter-broker listener (TLS, SASL); alone, none.
+        channel_security = inter_broker_security(config) if config.zookeeper_mode else None
         if self.cluster is not None:
             self.image = self.cluster.image
             self.replica_manager = ReplicaManager(
                 config, self.log_manager, broker_address=self.cluster.broker_address,
-                alter_isr=self.cluster.admin.alter_isr)
+                alter_isr=self.cluster.admin.alter_isr, channel_security=channel_security)
             self.controller = self.cluster.admin
         else:
             self.image = MetadataImage.load(config.log_dir)
@@ -86,7 +89,8 @@ class Broker:
         group_routes.register(self.router)
         self.transaction_coordinator = TransactionCoordinator(
             config, self.controller, self.replica_manager, self.group_coordinator,
-            self.cluster.broker_address if self.cluster is not None else _no_address)
+            self.cluster.broker_address if self.cluster is not None else _no_address,
+            channel_security)
         transactions.register(self.router)
         self.listeners = security_listeners.listeners(config)
         self.inter_broker_listener = security_listeners.inter_broker_listener(config)

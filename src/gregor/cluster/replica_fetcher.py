@@ -42,6 +42,7 @@ from gregor.cluster.partition import Partition
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build
 from gregor.protocol.errors import ErrorCode
+from gregor.security.inter_broker import ChannelSecurity
 from gregor.storage.log import LogAppendError
 from gregor.storage.log_manager import TopicPartition
 
@@ -72,6 +73,7 @@ class FetcherSettings:
     backoff_s: float
     timeout_s: float
     source_address: str | None = None
+    security: ChannelSecurity | None = None  # the inter-broker listener's TLS/SASL
 
 
 @dataclass(slots=True)
@@ -120,7 +122,7 @@ class ReplicaFetcher:
         self.leader_id = leader_id
         self.settings = settings
         self.channel = BrokerChannel(leader_id, address, settings.timeout_s,
-                                     settings.source_address)
+                                     settings.source_address, settings.security)
         self._appended = appended
         self.targets: dict[TopicPartition, _Target] = {}
         self._wakeup = asyncio.Event()

@@ -194,3 +194,50 @@ class ScramServer:
 
     def _done(self, message: str) -> bytes:
         raise AuthenticationFailed("Invalid SCRAM message: the exchange is complete")
+
+
+class ScramClient:
+    """The client's side, for this broker's own connections to the others (the
+    inter-broker listener): client-first, then client-final from the server-first, then
+    the server's signature checked, so a broker never talks to an impostor."""
+
+    def __init__(self, mechanism: str, username: str, password: str) -> None:
+        self._algorithm = MECHANISMS[mechanism][0]
+        self.mechanism = mechanism
+        self._password = password
+        name = username.replace("=", "=3D").replace(",", "=2C")
+        self._nonce = secrets.token_hex(_NONCE_BYTES)
+        self._first_bare = f"n={name},r={self._nonce}"
+        self._server_signature = b""
+
+    def first_message(self) -> bytes:
+        return f"n,,{self._first_bare}".encode()
+
+    def final_message(self, server_first: bytes) -> bytes:
+        """The proof for the server's challenge; AuthenticationFailed if it is not one."""
+        try:
+            text = server_first.decode()
+            attributes = dict(_attributes(text))
+            nonce, salt = attributes["r"], base64.b64decode(attributes["s"])
+            iterations = int(attributes["i"])
+        except (ValueError, KeyError):
+            raise AuthenticationFailed("Invalid SCRAM server first message") from None
+        if not nonce.startswith(self._nonce) or iterations < MIN_ITERATIONS:
+            raise AuthenticationFailed("Invalid SCRAM server first message: bad nonce or "
+                                       "too few iterations")
+        salted = hashlib.pbkdf2_hmac(self._algorithm, self._password.encode(), salt, iterations)
+        client_key = _hmac(self._algorithm, salted, b"Client Key")
+        stored_key = hashlib.new(self._algorithm, client_key).digest()
+        without_proof = f"c=biws,r={nonce}"
+        auth_message = f"{self._first_bare},{text},{without_proof}".encode()
+        signature = _hmac(self._algorithm, stored_key, auth_message)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        self._server_signature = _hmac(
+            self._algorithm, _hmac(self._algorithm, salted, b"Server Key"), auth_message)
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    def check_server_final(self, server_final: bytes) -> None:
+        expected = b"v=" + base64.b64encode(self._server_signature)
+        if not hmac.compare_digest(server_final, expected):
+            raise AuthenticationFailed("Invalid SCRAM server final message: the server does "
+                                       "not know the credential")
