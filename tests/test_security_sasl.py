@@ -402,3 +402,100 @@ def test_sasl_listener_needs_usable_mechanisms(tmp_path: Path) -> None:
                                 overrides=overrides)
         with pytest.raises(RuntimeError, match=reason):
             process.start()
+
+
+# --------------------------------------------------------- re-authentication (KIP-368)
+REAUTH_MS = 1500
+
+
+@pytest.fixture(scope="module")
+def expiring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """Sessions of 1.5 s (connections.max.reauth.ms)."""
+    process = BrokerProcess(
+        tmp_path_factory.mktemp("reauth") / "data",
+        listeners="SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+        overrides=_sasl_overrides(**{"connections.max.reauth.ms": str(REAUTH_MS)}))
+    process.start()
+    _gregor("users", "create", "alice", "-b", process.bootstrap_for("PLAINTEXT"),
+            stdin="alice-secret\n")
+    yield process
+    process.stop()
+
+
+def _plain(connection: RawConnection, username: str, password: str) -> object:
+    return connection.request(ApiKey.SASL_AUTHENTICATE, 2, SaslAuthenticateRequest(
+        auth_bytes=f"\0{username}\0{password}".encode()))
+
+
+def _metadata(connection: RawConnection) -> object:
+    return connection.request(ApiKey.METADATA, 12, MetadataRequest(
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+
+
+def test_session_expires_unless_renewed(expiring: BrokerProcess) -> None:
+    """The client is told the session's lifetime; re-authenticating on the connection
+    renews it; a session left to expire ends the connection."""
+    bootstrap = expiring.bootstrap_for("SASL_PLAINTEXT")
+    with RawConnection(bootstrap) as connection:
+        _handshake(connection, "PLAIN")
+        answer = _plain(connection, "carol", "carol-secret")
+        assert answer.session_lifetime.total_seconds() * 1000 == REAUTH_MS
+        started = time.monotonic()
+        time.sleep(1.0)
+        assert _handshake(connection, "PLAIN").error_code == ErrorCode.none
+        renewed = _plain(connection, "carol", "carol-secret")
+        assert renewed.error_code == ErrorCode.none and renewed.session_lifetime
+        time.sleep(started + REAUTH_MS / 1000 + 0.5 - time.monotonic())
+        assert _metadata(connection).brokers  # past the first session's end
+        connection.sock.settimeout(5)
+        assert connection.closed_by_broker()  # the renewed one ends too
+        assert time.monotonic() - started >= 2 * REAUTH_MS / 1000 - 0.6
+
+
+@pytest.mark.parametrize(("mechanism", "username", "password", "reason"), [
+    ("PLAIN", "carol", "wrong", "Invalid username or password"),
+    ("PLAIN", "admin", "admin-secret", "Cannot change principals"),
+    ("SCRAM-SHA-256", "carol", "carol-secret", None)])
+def test_failed_reauthentication_ends_the_connection(
+        expiring: BrokerProcess, mechanism: str, username: str, password: str,
+        reason: str | None) -> None:
+    with RawConnection(expiring.bootstrap_for("SASL_PLAINTEXT")) as connection:
+        _handshake(connection, "PLAIN")
+        _plain(connection, "carol", "carol-secret")
+        handshake = _handshake(connection, mechanism)
+        if reason is None:  # another mechanism than the session's
+            assert handshake.error_code == ErrorCode.unsupported_sasl_mechanism
+        else:
+            answer = _plain(connection, username, password)
+            assert answer.error_code == ErrorCode.sasl_authentication_failed
+            assert reason in answer.error_message
+        assert connection.closed_by_broker()
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_clients_reauthenticate_and_keep_their_connections(
+        expiring: BrokerProcess, topic_name: str, mechanism: str) -> None:
+    """librdkafka and kafka-python re-authenticate before their sessions end: a producer
+    sending for several lifetimes never loses its connection."""
+    username, password = ("carol", "carol-secret") if mechanism == "PLAIN" else (
+        "alice", "alice-secret")
+    errors: list[KafkaError] = []
+    producer = Producer({"bootstrap.servers": expiring.bootstrap_for("SASL_PLAINTEXT"),
+                         "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+                         "sasl.username": username, "sasl.password": password,
+                         "error_cb": errors.append})
+    python_producer = KafkaProducer(
+        bootstrap_servers=expiring.bootstrap_for("SASL_PLAINTEXT"),
+        security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
+        sasl_plain_username=username, sasl_plain_password=password)
+    try:
+        deadline = time.monotonic() + 3 * REAUTH_MS / 1000
+        while time.monotonic() < deadline:
+            producer.produce(topic_name, value=b"x")
+            python_producer.send(topic_name, b"y").get(TIMEOUT)
+            assert producer.flush(TIMEOUT) == 0
+            time.sleep(0.1)
+    finally:
+        python_producer.close()
+    assert errors == []  # a connection closed at a session's end would be reported here
+

@@ -366,6 +366,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("connection.failed.authentication.delay.ms", ConfigType.INT, 100,
                   "how long a failed authentication is held before its answer and the "
                   "close, to slow down password guessing", minimum=0),
+        ConfigDef("connections.max.reauth.ms", ConfigType.LONG, 0,
+                  "SASL sessions last this long: a client re-authenticates on its connection "
+                  "before (KIP-368) or the connection is closed; 0: forever", minimum=0),
         ConfigDef("sasl.server.max.receive.size", ConfigType.INT, 524288,
                   "largest SASL token accepted before authentication", minimum=1),
         # ---- monitoring

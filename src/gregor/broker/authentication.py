@@ -9,7 +9,11 @@ answered by a size-prefixed frame. A failure is answered with SASL_AUTHENTICATIO
 and the connection is closed: guessing passwords costs a connection and that delay each.
 
 All of it runs once, when the connection starts: once authenticated, the connection's
-request loop is the same as on a plaintext listener.
+request loop is the same as on a plaintext listener. With ``connections.max.reauth.ms``
+the session expires (KIP-368): the client re-authenticates on the same connection with
+SaslHandshake and SaslAuthenticate among its other requests
+(:mod:`gregor.broker.sasl_requests`), and the connection is closed when the session ends
+unrenewed -- by a timer, so requests carry no check.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import asyncio
 import datetime
 import logging
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from gregor.broker.request import DelayedResponse, Request
 from gregor.protocol.api_keys import ApiKey
@@ -27,7 +31,7 @@ from gregor.protocol.codec import response_schema as schema_of
 from gregor.protocol.errors import ErrorCode
 from gregor.security.sasl import AuthenticationFailed, SaslServer
 from gregor.security.scram import ScramCredential
-from gregor.security.session import user
+from gregor.security.session import Session, user
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -108,7 +112,8 @@ async def authenticate(connection: Connection) -> None:
                 await _failed(connection, mechanism, exc, request)
             answer = build(schema_of(api_key, version), error_code=ErrorCode.none,
                            error_message=None, auth_bytes=challenge,
-                           session_lifetime=datetime.timedelta(0))
+                           session_lifetime=session_lifetime(connection.broker, connection.session)
+                           if server.complete else datetime.timedelta(0))
             await connection.send(encode_response(api_key, version, header.correlation_id,
                                                   answer))
         else:
@@ -118,16 +123,34 @@ async def authenticate(connection: Connection) -> None:
     frames.min_frame, frames.max_frame = limits
     connection.session.principal = user(server.authorization_id)
     connection.session.mechanism = mechanism
+    start_session(connection.broker, connection.session)
+
+
+def session_lifetime(broker: Broker, session: Session) -> datetime.timedelta:
+    """What SaslAuthenticate v1+ tells the client: connections.max.reauth.ms (KIP-368),
+    after which it must have re-authenticated; 0 when sessions do not expire."""
+    return datetime.timedelta(
+        milliseconds=broker.config.for_listener(session.listener, "connections.max.reauth.ms"))
+
+
+def start_session(broker: Broker, session: Session) -> None:
+    """A session begins: it expires after the listener's connections.max.reauth.ms."""
+    lifetime = session_lifetime(broker, session).total_seconds()
+    session.expires_at = (asyncio.get_running_loop().time() + lifetime) if lifetime else None
+
+
+async def failure_answer(broker: Broker, mechanism: str, exc: Exception) -> str:
+    """Hold a failure for connection.failed.authentication.delay.ms; the words the
+    client is told."""
+    await asyncio.sleep(broker.config["connection.failed.authentication.delay.ms"] / 1000)
+    return str(exc) if isinstance(exc, AuthenticationFailed) else f"Invalid {mechanism} message"
 
 
 async def _failed(connection: Connection, mechanism: str, exc: Exception,
-                  request: Request | None) -> None:
+                  request: Request | None) -> NoReturn:
     """Hold the failure for the configured delay, tell the client (SaslAuthenticate
     only) and close the connection."""
-    message = str(exc) if isinstance(exc, AuthenticationFailed) else (
-        f"Invalid {mechanism} message")
-    await asyncio.sleep(connection.broker.config["connection.failed.authentication.delay.ms"]
-                        / 1000)
+    message = await failure_answer(connection.broker, mechanism, exc)
     if request is not None:
         key, version = ApiKey.SASL_AUTHENTICATE, request.version
         answer = build(schema_of(key, version), error_code=ErrorCode.sasl_authentication_failed,

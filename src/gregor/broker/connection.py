@@ -85,6 +85,7 @@ class Connection:
                 self.session.principal = user(certificate_subject(certificate["subject"]))
         # The last request decoded: a Fetch's tells whether a follower sent it.
         self.request: Request | None = None
+        self._session_timer: asyncio.TimerHandle | None = None
         # Answers still to send, oldest first, while acks=all produces wait: each a
         # task that sends its answer once ready and once the one before it went out.
         self._answers: deque[asyncio.Task[None]] = deque()
@@ -99,6 +100,8 @@ class Connection:
         try:
             if self.session.protocol.sasl:
                 await authenticate(self)
+                self.session.end = self._end_session
+                self._watch_session()
             while True:
                 frame = await self.read_frame()
                 api_key, version, correlation_id = peek_api(frame)
@@ -144,7 +147,32 @@ class Connection:
         finally:
             for task in self._answers:
                 task.cancel()
+            if self._session_timer is not None:
+                self._session_timer.cancel()
             self.transport.close()
+
+    def _watch_session(self) -> None:
+        """Close the connection once its SASL session has ended unrenewed (KIP-368); a
+        re-authentication moves the end, and the timer follows it."""
+        expires_at = self.session.expires_at
+        if expires_at is None:
+            return
+        loop = asyncio.get_running_loop()
+        if self._session_timer is not None:
+            self._session_timer.cancel()
+        if expires_at > loop.time():
+            self._session_timer = loop.call_at(expires_at, self._watch_session)
+            return
+        self._session_timer = None
+        self.broker.warn_once("sasl-expired", "closing %s:%s: its SASL session ended",
+                              self.client_host, self.client_port)
+        self.transport.close()
+
+    def _end_session(self) -> None:
+        """End the session now (a failed re-authentication), once the answer saying so,
+        written in this task step, is on its way."""
+        self.session.expires_at = 0.0
+        asyncio.get_running_loop().call_soon(self._watch_session)
 
     @staticmethod
     def _counter(metrics: BrokerMetrics, api_key: int, version: int, received: float,

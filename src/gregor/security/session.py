@@ -9,10 +9,11 @@ most specific first), which is what ``super.users`` and ACLs name; a SASL client
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gregor.security.listeners import SecurityProtocol
+from gregor.security.sasl import SaslServer
 
 USER = "User"
 ANONYMOUS_NAME = "ANONYMOUS"
@@ -82,3 +83,9 @@ class Session:
     principal: KafkaPrincipal = ANONYMOUS
     # The SASL mechanism the client authenticated with; None before or without SASL.
     mechanism: str | None = None
+    # KIP-368: when the authenticated session ends (the event loop's clock), None when
+    # connections.max.reauth.ms is 0; the exchange of a re-authentication in progress;
+    # and how a failed one ends the connection at once (set by the connection).
+    expires_at: float | None = None
+    reauthentication: SaslServer | None = None
+    end: Callable[[], None] | None = None
