@@ -366,6 +366,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("connection.failed.authentication.delay.ms", ConfigType.INT, 100,
                   "how long a failed authentication is held before its answer and the "
                   "close, to slow down password guessing", minimum=0),
+        ConfigDef("authorizer.class.name", ConfigType.STRING, "",
+                  "switches ACL checks on (Kafka's AclAuthorizer or StandardAuthorizer class "
+                  "names); empty: every client may do everything"),
+        ConfigDef("super.users", ConfigType.STRING, "",
+                  "principals that pass every ACL check, separated by ';' (User:admin)"),
+        ConfigDef("allow.everyone.if.no.acl.found", ConfigType.BOOLEAN, False,
+                  "whether a resource no ACL names is open to everyone"),
         ConfigDef("connections.max.reauth.ms", ConfigType.LONG, 0,
                   "SASL sessions last this long: a client re-authenticates on its connection "
                   "before (KIP-368) or the connection is closed; 0: forever", minimum=0),

@@ -21,6 +21,7 @@ from gregor.broker.frame_protocol import FrameProtocol
 from gregor.broker.log_flusher import LogFlusher
 from gregor.broker.request import Request
 from gregor.broker.router import Router
+from gregor.cluster.acl_store import AclStore, ImageAcls
 from gregor.cluster.controller import ClusterAdmin, SingleNodeController
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
 from gregor.cluster.partition_state import PartitionState
@@ -35,6 +36,7 @@ from gregor.metrics.broker_metrics import BrokerMetrics
 from gregor.metrics.endpoint import MetricsServer
 from gregor.security import listeners as security_listeners
 from gregor.security import tls
+from gregor.security.acls import Authorizer, authorizer_enabled, super_users
 from gregor.security.inter_broker import inter_broker_security
 from gregor.security.listeners import Listener
 from gregor.security.sasl_mechanisms import listener_sasl
@@ -100,6 +102,12 @@ class Broker:
         self.user_configs: UserConfigs = (
             self.cluster.user_configs if self.cluster is not None
             else ImageUserConfigs(self.image))
+        self.acl_store: AclStore = (self.cluster.acls if self.cluster is not None
+                                    else ImageAcls(self.image))
+        # None unless authorizer.class.name is set: then every API checks its ACLs.
+        self.authorizer = Authorizer(lambda: self.image.acls, super_users(config),
+                                     config["allow.everyone.if.no.acl.found"]
+                                     ) if authorizer_enabled(config) else None
         # The mechanisms of each SASL listener, checked now so a bad setting stops the start.
         self.sasl = {listener.name: listener_sasl(config, listener.name, functools.partial(
                          scram_credential, self))

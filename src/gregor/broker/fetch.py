@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from gregor.broker.authorization import may_fetch
 from gregor.broker.request import RawResponse, Request
 from gregor.metrics.broker_metrics import NONE
 from gregor.protocol.errors import ErrorCode
@@ -51,6 +52,13 @@ def _read_partitions(broker: Broker, request: Request, replica_id: int,
     urgent = False
     topics = []
     for topic in body.topics:
+        if broker.authorizer is not None and not may_fetch(broker, request, replica_id,
+                                                           topic.topic):
+            urgent = True
+            topics.append((topic.topic, [FetchedPartition(
+                wanted.partition, ErrorCode.topic_authorization_failed, -1, -1, -1, None)
+                for wanted in topic.partitions]))
+            continue
         partitions = []
         for wanted in topic.partitions:
             answer, size = _read_partition(broker, topic.topic, wanted, budget, replica_id,

@@ -10,12 +10,14 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING
 
+from gregor.broker.authorization import allowed
 from gregor.broker.request import Request
 from gregor.cluster.znodes import BrokerRegistration
 from gregor.groups.offsets_store import StoreError
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
+from gregor.security.acls import Operation, ResourceType
 from gregor.transactions.state_log import StateLogError
 
 if TYPE_CHECKING:
@@ -26,9 +28,18 @@ _GROUP_KEY_TYPE = 0
 _TRANSACTION_KEY_TYPE = 1
 
 
-async def _lookup(broker: Broker, key_type: int, key: str, listener: str) -> dict:
+async def _lookup(broker: Broker, request: Request, key_type: int, key: str) -> dict:
     """Fields of one answer: the coordinator's address, or an error with no node."""
+    listener = request.session.listener
     error, message = ErrorCode.none, None
+    resource = (ResourceType.TRANSACTIONAL_ID if key_type == _TRANSACTION_KEY_TYPE
+                else ResourceType.GROUP)
+    if not allowed(broker, request, Operation.DESCRIBE, resource, key):
+        error = (ErrorCode.transactional_id_authorization_failed
+                 if resource == ResourceType.TRANSACTIONAL_ID
+                 else ErrorCode.group_authorization_failed)
+        return {"error_code": error, "error_message": None, "node_id": -1, "host": "",
+                "port": -1}
     if key_type == _TRANSACTION_KEY_TYPE:
         return await _transaction_coordinator(broker, key, listener)
     if key_type != _GROUP_KEY_TYPE:
@@ -85,14 +96,13 @@ async def handle(broker: Broker, request: Request):
     body = request.body
     version = request.version
     key_type = getattr(body, "key_type", _GROUP_KEY_TYPE)
-    listener = request.session.listener
     schema = response_schema(_KEY, version)
     if version >= 4:
         coordinator_cls = nested(_KEY, version, "Coordinator")
         coordinators = [build(coordinator_cls, key=key,
-                              **await _lookup(broker, key_type, key, listener))
+                              **await _lookup(broker, request, key_type, key))
                         for key in body.coordinator_keys]
         return build(schema, throttle_time=datetime.timedelta(0),
                      coordinators=tuple(coordinators))
     return build(schema, throttle_time=datetime.timedelta(0),
-                 **await _lookup(broker, key_type, body.key, listener))
+                 **await _lookup(broker, request, key_type, body.key))

@@ -14,11 +14,13 @@ import datetime
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from gregor.broker.authorization import allowed
 from gregor.broker.request import Request
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
 from gregor.security import scram
+from gregor.security.acls import Operation, ResourceType
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -30,6 +32,10 @@ async def handle_describe(broker: Broker, request: Request):
     key, version = ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, request.version
     result_cls = nested(key, version, "DescribeUserScramCredentialsResult")
     info_cls = nested(key, version, "CredentialInfo")
+    if not allowed(broker, request, Operation.DESCRIBE, ResourceType.CLUSTER):
+        return build(response_schema(key, version), throttle_time=_NO_THROTTLE,
+                     error_code=ErrorCode.cluster_authorization_failed,
+                     error_message=None, results=())
     configs = broker.image.user_configs
     asked = [u.name for u in request.body.users or ()]
     counts = Counter(asked)
@@ -66,11 +72,13 @@ async def handle_alter(broker: Broker, request: Request):
     body = request.body
     users = list(dict.fromkeys([d.name for d in body.deletions]
                                + [u.name for u in body.upsertions]))
-    errors: dict[str, tuple[ErrorCode, str]] = {}
+    errors: dict[str, tuple[ErrorCode, str | None]] = {}
     changes: dict[str, dict[str, str | None]] = {name: {} for name in users}
     seen: set[tuple[str, int]] = set()
+    may_alter = allowed(broker, request, Operation.ALTER, ResourceType.CLUSTER)
     for item in (*body.deletions, *body.upsertions):
-        failure = _check(item, seen, broker.image.user_configs)
+        failure = (_check(item, seen, broker.image.user_configs) if may_alter
+                   else (ErrorCode.cluster_authorization_failed, None))
         if failure is not None:
             errors.setdefault(item.name, failure)
             continue
@@ -92,7 +100,7 @@ async def handle_alter(broker: Broker, request: Request):
 
 
 def _check(item: Any, seen: set[tuple[str, int]], configs: dict[str, dict[str, str]]
-           ) -> tuple[ErrorCode, str] | None:
+           ) -> tuple[ErrorCode, str | None] | None:
     """Kafka's reasons to refuse one deletion or upsertion, or None."""
     if not item.name:
         return ErrorCode.unacceptable_credential, "Username must not be empty"

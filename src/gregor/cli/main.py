@@ -21,6 +21,7 @@ import os
 from confluent_kafka import KafkaException
 
 from gregor.cli import (
+    acls_cmd,
     broker_cmd,
     cluster_cmd,
     console_cmd,
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups_cmd.add_parser(subparsers)
     transactions_cmd.add_parser(subparsers)
     users_cmd.add_parser(subparsers)
+    acls_cmd.add_parser(subparsers)
     pipeline_cmd.add_parser(subparsers)
     zookeeper_cmd.add_parser(subparsers)
     console_cmd.add_parser(subparsers)

@@ -24,6 +24,7 @@ from kazoo.exceptions import NodeExistsError
 from gregor.cluster import znodes
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata, new_cluster_id
 from gregor.cluster.partition_state import PartitionState
+from gregor.cluster.zk_acls import ZkAcls
 from gregor.cluster.zk_admin import ZkClusterAdmin
 from gregor.cluster.zk_controller import CONTROLLED_SHUTDOWN, ZkController, leaderships_to_move
 from gregor.cluster.zk_metadata import MetadataListeners, ZkMetadataCache
@@ -51,6 +52,7 @@ class ZkClusterMember:
         self.admin = ZkClusterAdmin(config, self.zk, self.image, self.cache)
         self.controller = ZkController(config, self.zk, self.image, self.cache)
         self.user_configs = ZkUserConfigs(self.zk, self.image)
+        self.acls = ZkAcls(self.zk, self.image)
         self._endpoints: tuple[znodes.Endpoint, ...] = ()
         self._session_lost = False
         self._closing = False
@@ -73,6 +75,7 @@ class ZkClusterMember:
         self.image.cluster_id = znodes.decode_cluster_id(found[0])
         await self.cache.start()
         await self.user_configs.start()
+        await self.acls.start()
 
     def follow(self, partition_changed: Callable[[TopicMetadata, int, PartitionState], None],
                topic_deleted: Callable[[TopicMetadata], None],
@@ -157,6 +160,7 @@ class ZkClusterMember:
         log.info("ZooKeeper session re-established; re-registering broker %d", self.broker_id)
         await self.cache.start()
         await self.user_configs.start()
+        await self.acls.start()
         if self._endpoints:
             await self._register()
             await self.controller.try_to_become_controller()
