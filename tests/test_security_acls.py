@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 
 import pytest
 from clients import TIMEOUT
@@ -17,11 +18,20 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    ConfigResource,
+    NewTopic,
     ResourcePatternType,
     ResourceType,
 )
+from confluent_kafka.admin import ResourceType as ConfigType
+from kio.schema.describe_user_scram_credentials.v0 import request as describe_request
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from raw_frames import RawConnection
 
 from gregor.broker.process import BrokerProcess
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
 from gregor.security.acls import (
     AclBinding as Acl,
 )
@@ -206,6 +216,45 @@ def test_fetch_needs_read(guarded: BrokerProcess, topic_name: str) -> None:
     finally:
         consumer.close()
     assert errors == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+
+def test_admin_apis_without_acls(guarded: BrokerProcess, topic_name: str) -> None:
+    """bob has no ACL: the admin APIs answer Kafka's authorization errors; alice's group
+    is left out of bob's listing."""
+    _produce(guarded, "admin", topic_name)
+    bob = AdminClient(_config(guarded, "bob"))
+
+    def error_of(future: Future[object]) -> int:
+        with pytest.raises(KafkaException) as refused:
+            future.result(TIMEOUT)
+        return refused.value.args[0].code()
+
+    assert error_of(bob.create_topics([NewTopic(f"{topic_name}-new", 1, 1)])[
+        f"{topic_name}-new"]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert error_of(bob.delete_topics([topic_name])[topic_name]) == (
+        KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    (config_future,) = bob.describe_configs([ConfigResource(ConfigType.BROKER, "1")]).values()
+    assert error_of(config_future) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    (topic_config,) = bob.describe_configs([ConfigResource(ConfigType.TOPIC,
+                                                           topic_name)]).values()
+    assert error_of(topic_config) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # Kafka's answer (the error at the top and per user) aborts librdkafka 2.16's
+    # describe_user_scram_credentials: asked on the wire.
+    with RawConnection(guarded.bootstrap) as connection:
+        connection.request(ApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN"))
+        connection.request(ApiKey.SASL_AUTHENTICATE, 2, SaslAuthenticateRequest(
+            auth_bytes=b"\0bob\0bob-secret"))
+        described = connection.request(
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0,
+            describe_request.DescribeUserScramCredentialsRequest(
+                users=(describe_request.UserName(name="alice"),)))
+    assert described.error_code == ErrorCode.cluster_authorization_failed
+    assert [r.error_code for r in described.results] == [ErrorCode.cluster_authorization_failed]
+    admin = AdminClient(_config(guarded, "admin"))
+    assert _consume(guarded, "admin", topic_name, f"g-{topic_name}")[0] == [b"v"]
+    listed = admin.list_consumer_groups().result(TIMEOUT).valid
+    assert f"g-{topic_name}" in {g.group_id for g in listed}
+    assert bob.list_consumer_groups().result(TIMEOUT).valid == []
 
 
 # ----------------------------------------------------------- the rules, on their own

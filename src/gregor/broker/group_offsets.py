@@ -177,11 +177,16 @@ async def handle_delete(broker: Broker, request: Request):
     body = request.body
     version = request.version
     asked = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
-    known = [tp for tp in asked if broker.image.partition(*tp) is not None]
-    error, results = broker.group_coordinator.delete_offsets(body.group_id, known)
+    # Kafka: DELETE on the group, READ on each topic.
+    denied = {tp for tp in asked if not topic_allowed(broker, request, Operation.READ, tp[0])}
+    known = [tp for tp in asked if broker.image.partition(*tp) is not None and tp not in denied]
+    error, results = ErrorCode.group_authorization_failed, dict[TopicPartition, ErrorCode]()
+    if group_allowed(broker, request, Operation.DELETE, body.group_id):
+        error, results = broker.group_coordinator.delete_offsets(body.group_id, known)
     entries: list[tuple[TopicPartition, ErrorCode]] = []
     if error == ErrorCode.none:
-        entries = [(tp, results.get(tp, ErrorCode.unknown_topic_or_partition)) for tp in asked]
+        entries = [(tp, ErrorCode.topic_authorization_failed if tp in denied
+                    else results.get(tp, ErrorCode.unknown_topic_or_partition)) for tp in asked]
     partition_cls = nested(ApiKey.OFFSET_DELETE, version, "OffsetDeleteResponsePartition")
     topic_cls = nested(ApiKey.OFFSET_DELETE, version, "OffsetDeleteResponseTopic")
     return build(response_schema(ApiKey.OFFSET_DELETE, version), throttle_time=_NO_THROTTLE,

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from gregor.broker.broker import Broker
 
 _NO_THROTTLE = datetime.timedelta(0)
+_CLUSTER_DENIED = "Cluster authorization failed."
 
 
 async def handle_describe(broker: Broker, request: Request):
@@ -33,9 +34,13 @@ async def handle_describe(broker: Broker, request: Request):
     result_cls = nested(key, version, "DescribeUserScramCredentialsResult")
     info_cls = nested(key, version, "CredentialInfo")
     if not allowed(broker, request, Operation.DESCRIBE, ResourceType.CLUSTER):
+        # Kafka's error response: the error at the top and on each user asked for.
+        denied = ErrorCode.cluster_authorization_failed
         return build(response_schema(key, version), throttle_time=_NO_THROTTLE,
-                     error_code=ErrorCode.cluster_authorization_failed,
-                     error_message=None, results=())
+                     error_code=denied, error_message=_CLUSTER_DENIED, results=tuple(
+                         build(result_cls, user=u.name, error_code=denied,
+                               error_message=_CLUSTER_DENIED, credential_infos=())
+                         for u in request.body.users or ()))
     configs = broker.image.user_configs
     asked = [u.name for u in request.body.users or ()]
     counts = Counter(asked)
@@ -78,7 +83,7 @@ async def handle_alter(broker: Broker, request: Request):
     may_alter = allowed(broker, request, Operation.ALTER, ResourceType.CLUSTER)
     for item in (*body.deletions, *body.upsertions):
         failure = (_check(item, seen, broker.image.user_configs) if may_alter
-                   else (ErrorCode.cluster_authorization_failed, None))
+                   else (ErrorCode.cluster_authorization_failed, _CLUSTER_DENIED))
         if failure is not None:
             errors.setdefault(item.name, failure)
             continue

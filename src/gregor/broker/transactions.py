@@ -213,6 +213,10 @@ async def handle_describe(broker: Broker, request: Request):
     answers = []
     for transactional_id in request.body.transactional_ids:
         try:
+            if not allowed(broker, request, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                           transactional_id):
+                raise TransactionError(ErrorCode.transactional_id_authorization_failed,
+                                       "Transactional Id authorization failed.")
             meta = broker.transaction_coordinator.describe(transactional_id)
         except TransactionError as exc:
             answers.append(build(state_cls, error_code=exc.error,
@@ -263,7 +267,10 @@ async def handle_list(broker: Broker, request: Request):
                      build(state_cls, transactional_id=meta.transactional_id,
                            producer_id=meta.producer_id,
                            transaction_state=meta.state.display_name)
-                     for meta in sorted(listed, key=lambda m: m.transactional_id)))
+                     for meta in sorted(listed, key=lambda m: m.transactional_id)
+                     # As Kafka: only the transactional ids the client may describe.
+                     if allowed(broker, request, Operation.DESCRIBE,
+                                ResourceType.TRANSACTIONAL_ID, meta.transactional_id)))
 
 
 ROUTES: dict[int, Route] = {
