@@ -227,6 +227,19 @@ def test_principal_is_the_certificate_subject_as_java_prints_it(certs: Path) -> 
     assert _handshake(context, _client(certs, cert=None))[0] == {}
 
 
+def test_client_auth_on_sasl_ssl_listeners_only_per_listener(certs: Path) -> None:
+    """As in Kafka, a SASL_SSL listener ignores the broker-wide ssl.client.auth (its
+    clients authenticate with SASL) but not its own listener.name.<l>.ssl.client.auth."""
+    settings = {"ssl.client.auth": "required", "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": str(certs / "ca.pem")}
+    assert server_context(_config(certs, **settings), "SSL").verify_mode == ssl.CERT_REQUIRED
+    assert server_context(_config(certs, **settings), "SASL_SSL",
+                          sasl=True).verify_mode == ssl.CERT_NONE
+    own = {**settings, "listener.name.sasl_ssl.ssl.client.auth": "requested"}
+    assert server_context(_config(certs, **own), "SASL_SSL",
+                          sasl=True).verify_mode == ssl.CERT_OPTIONAL
+
+
 def test_encrypted_pem_key_needs_its_password(certs: Path) -> None:
     settings = {"ssl.keystore.location": str(certs / "broker-encrypted.pem")}
     context = server_context(_config(certs, **settings, **{"ssl.key.password": PASSWORD}),

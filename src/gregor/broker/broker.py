@@ -220,7 +220,7 @@ class Broker:
         max_request = self.config["socket.request.max.bytes"]
         bound_ports: dict[str, int] = {}
         for listener in self.listeners:
-            context = (tls.server_context(self.config, listener.name)
+            context = (tls.server_context(self.config, listener.name, listener.protocol.sasl)
                        if listener.protocol.tls else None)
             server = await loop.create_server(
                 functools.partial(FrameProtocol, MIN_REQUEST_SIZE, max_request,

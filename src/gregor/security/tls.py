@@ -31,15 +31,21 @@ _KEY_EXCHANGE = {"ECDHE_RSA": "ECDHE-RSA-", "ECDHE_ECDSA": "ECDHE-ECDSA-",
                  "DHE_RSA": "DHE-RSA-", "RSA": ""}
 
 
-def server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
+def server_context(config: BrokerConfig, listener: str, sasl: bool = False) -> ssl.SSLContext:
     """The TLS context of one listener: its key store, trust store, client
-    authentication (``ssl.client.auth``), versions and cipher suites."""
+    authentication (``ssl.client.auth``), versions and cipher suites.
+
+    On a SASL_SSL listener (``sasl``) clients authenticate with SASL: as in Kafka, the
+    broker-wide ``ssl.client.auth`` does not apply there, only the listener's own."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _configure(context, config, listener)
     if not _load_key_store(context, config, listener):
         raise ConfigError(f"listener {listener} uses TLS but has no ssl.keystore.location "
                           "(or ssl.keystore.key)")
-    context.verify_mode = _CLIENT_AUTH[config.for_listener(listener, "ssl.client.auth")]
+    client_auth = config.for_listener(listener, "ssl.client.auth")
+    if sasl and f"listener.name.{listener.lower()}.ssl.client.auth" not in config.per_listener:
+        client_auth = "none"
+    context.verify_mode = _CLIENT_AUTH[client_auth]
     if context.verify_mode != ssl.CERT_NONE and not _load_trust_store(context, config,
                                                                       listener):
         context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
