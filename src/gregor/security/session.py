@@ -36,14 +36,6 @@ class KafkaPrincipal:
     def __str__(self) -> str:
         return f"{self.type}:{self.name}"
 
-    @classmethod
-    def parse(cls, text: str) -> KafkaPrincipal:
-        """``User:alice`` (the form ``super.users`` and ACLs use)."""
-        kind, sep, name = text.partition(":")
-        if not sep or not kind or not name:
-            raise ValueError(f"principal {text!r} is not <type>:<name>")
-        return cls(kind, name)
-
 
 ANONYMOUS = KafkaPrincipal(USER, ANONYMOUS_NAME)
 
