@@ -9,6 +9,7 @@ scripts/setup.sh test,spark,bench,console,schemas
 scripts/install-zookeeper.sh tests
 scripts/install-chromium.sh
 scripts/install-kafkajs.sh
+scripts/apt-install.sh openssl  # scripts/make-certs.sh makes the TLS tests' certificates
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy
 exec .venv/bin/python -m pytest -q -n 2 "$@"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,6 +52,15 @@ def fresh_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     process = BrokerProcess(tmp_path / "data")
     yield process
     process.kill()
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A test CA and certificates (scripts/make-certs.sh, as users make theirs)."""
+    directory = tmp_path_factory.mktemp("certs")
+    script = Path(__file__).resolve().parent.parent / "scripts" / "make-certs.sh"
+    subprocess.run([str(script), str(directory)], check=True, capture_output=True)
+    return directory
 
 
 @pytest.fixture

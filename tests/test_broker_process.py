@@ -32,7 +32,8 @@ def test_reports_the_port_it_bound_and_serves_at_once(tmp_path: Path) -> None:
     with broker:
         assert broker.port not in (0, 1) and broker.broker_id == 7
         assert json.loads(broker.ready_file.read_text()) == {
-            "broker_id": 7, "host": "127.0.0.1", "port": broker.port, "pid": broker.pid}
+            "broker_id": 7, "host": "127.0.0.1", "port": broker.port, "pid": broker.pid,
+            "listeners": {"PLAINTEXT": broker.port}}
         # Ready means serving: the first request is answered, with that address.
         with WireConnection(broker.bootstrap) as connection:
             answer = connection.request(ApiKey.METADATA, 12, metadata_request([], False))

@@ -318,6 +318,70 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("leader.imbalance.per.broker.percentage", ConfigType.INT, 10,
                   "share of a broker's partitions led elsewhere that triggers a rebalance",
                   minimum=0),
+        # ---- security: listeners, TLS, SASL (gregor.security)
+        ConfigDef("listener.security.protocol.map", ConfigType.LIST,
+                  ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT",
+                   "SASL_SSL:SASL_SSL"],
+                  "listener name to security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, "
+                  "SASL_SSL)"),
+        ConfigDef("inter.broker.listener.name", ConfigType.STRING, "",
+                  "the listener other brokers reach this one on (default: the one of "
+                  "security.inter.broker.protocol)"),
+        ConfigDef("security.inter.broker.protocol", ConfigType.STRING, "PLAINTEXT",
+                  "the security protocol between brokers, when inter.broker.listener.name "
+                  "is unset", choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+        ConfigDef("ssl.keystore.type", ConfigType.STRING, "JKS",
+                  "format of the key store: PEM or PKCS12 (JKS is Java's own)"),
+        ConfigDef("ssl.keystore.location", ConfigType.STRING, "",
+                  "file with this broker's private key and certificate chain"),
+        ConfigDef("ssl.keystore.password", ConfigType.PASSWORD, "",
+                  "password of a PKCS12 key store"),
+        ConfigDef("ssl.key.password", ConfigType.PASSWORD, "",
+                  "password of the private key (an encrypted PEM key)"),
+        ConfigDef("ssl.keystore.key", ConfigType.PASSWORD, "",
+                  "the private key itself, PEM (instead of ssl.keystore.location)"),
+        ConfigDef("ssl.keystore.certificate.chain", ConfigType.PASSWORD, "",
+                  "the certificate chain itself, PEM (with ssl.keystore.key)"),
+        ConfigDef("ssl.truststore.type", ConfigType.STRING, "JKS",
+                  "format of the trust store: PEM or PKCS12"),
+        ConfigDef("ssl.truststore.location", ConfigType.STRING, "",
+                  "file with the certificate authorities trusted for client certificates "
+                  "(and for other brokers' certificates)"),
+        ConfigDef("ssl.truststore.password", ConfigType.PASSWORD, "",
+                  "password of a PKCS12 trust store"),
+        ConfigDef("ssl.truststore.certificates", ConfigType.PASSWORD, "",
+                  "the trusted certificates themselves, PEM (instead of a location)"),
+        ConfigDef("ssl.client.auth", ConfigType.STRING, "none",
+                  "whether clients must present a certificate (mutual TLS)",
+                  choices=("required", "requested", "none")),
+        ConfigDef("ssl.enabled.protocols", ConfigType.LIST, ["TLSv1.2", "TLSv1.3"],
+                  "TLS versions accepted", choices=("TLSv1.2", "TLSv1.3")),
+        ConfigDef("ssl.cipher.suites", ConfigType.LIST, [],
+                  "cipher suites allowed, by their IANA (Java) names; empty: OpenSSL's "
+                  "defaults"),
+        ConfigDef("ssl.endpoint.identification.algorithm", ConfigType.STRING, "https",
+                  "https: check the other broker's host name against its certificate "
+                  "(inter-broker connections); empty: do not"),
+        ConfigDef("sasl.enabled.mechanisms", ConfigType.LIST, ["GSSAPI"],
+                  "SASL mechanisms served on SASL listeners (PLAIN, SCRAM-SHA-256, "
+                  "SCRAM-SHA-512)"),
+        ConfigDef("sasl.mechanism.inter.broker.protocol", ConfigType.STRING, "GSSAPI",
+                  "the SASL mechanism a broker authenticates with to the others"),
+        ConfigDef("connection.failed.authentication.delay.ms", ConfigType.INT, 100,
+                  "how long a failed authentication is held before its answer and the "
+                  "close, to slow down password guessing", minimum=0),
+        ConfigDef("authorizer.class.name", ConfigType.STRING, "",
+                  "switches ACL checks on (Kafka's AclAuthorizer or StandardAuthorizer class "
+                  "names); empty: every client may do everything"),
+        ConfigDef("super.users", ConfigType.STRING, "",
+                  "principals that pass every ACL check, separated by ';' (User:admin)"),
+        ConfigDef("allow.everyone.if.no.acl.found", ConfigType.BOOLEAN, False,
+                  "whether a resource no ACL names is open to everyone"),
+        ConfigDef("connections.max.reauth.ms", ConfigType.LONG, 0,
+                  "SASL sessions last this long: a client re-authenticates on its connection "
+                  "before (KIP-368) or the connection is closed; 0: forever", minimum=0),
+        ConfigDef("sasl.server.max.receive.size", ConfigType.INT, 524288,
+                  "largest SASL token accepted before authentication", minimum=1),
         # ---- monitoring
         ConfigDef("metrics.listener", ConfigType.STRING, "",
                   "where Prometheus scrapes this broker's metrics "
@@ -348,6 +412,9 @@ _BROKER_ALIASES = {
     # ZooKeeper-mode Kafka names the broker's id broker.id; KRaft calls it node.id.
     "broker.id": ("node.id", None),
 }
+
+
+_PER_LISTENER = "listener.name."
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -381,6 +448,9 @@ class BrokerConfig:
     explicit: set[str] = field(default_factory=set)
     dynamic: dict[str, Any] = field(default_factory=dict)  # this broker's
     dynamic_default: dict[str, Any] = field(default_factory=dict)  # the cluster's
+    # ``listener.name.<listener>.<config>`` as given (Kafka's per-listener settings, e.g.
+    # ``listener.name.sasl_ssl.plain.sasl.jaas.config``): read with :meth:`for_listener`.
+    per_listener: dict[str, str] = field(default_factory=dict)
     # What topics get for the configs they do not set, resolved once per change: the
     # appends read them, so each lookup is one dict access.
     _topic_defaults: dict[str, tuple[Any, ConfigSource]] = field(
@@ -394,7 +464,11 @@ class BrokerConfig:
         values = {name: d.default for name, d in BROKER_CONFIGS.items()}
         explicit: set[str] = set()
         aliased: dict[str, Any] = {}
+        per_listener: dict[str, str] = {}
         for name, value in raw.items():
+            if name.startswith(_PER_LISTENER):
+                per_listener[name] = str(value)
+                continue
             if name in _BROKER_ALIASES:
                 target, scale = _BROKER_ALIASES[name]
                 parsed = BROKER_CONFIGS[target].parse(value) if scale is None else (
@@ -415,7 +489,7 @@ class BrokerConfig:
             if name not in explicit:
                 values[name] = value
                 explicit.add(name)
-        return cls(values, explicit)
+        return cls(values, explicit, per_listener=per_listener)
 
     @classmethod
     def load(cls, path: str | Path | None = None,
@@ -432,6 +506,21 @@ class BrokerConfig:
     def get(self, name: str, default: Any = None) -> Any:
         return self.values.get(name, default)
 
+    def for_listener(self, listener: str, name: str, mechanism: str | None = None) -> Any:
+        """A setting as one listener sees it: ``listener.name.<listener>.<name>`` (with the
+        SASL mechanism between them for ``sasl.jaas.config``, as Kafka names it) when
+        set, else the broker-wide value. Kafka lowercases both names in these keys."""
+        infix = f"{mechanism.lower()}." if mechanism else ""
+        key = f"{_PER_LISTENER}{listener.lower()}.{infix}{name}"
+        if key not in self.per_listener:
+            return self.values.get(name, "")
+        definition = BROKER_CONFIGS.get(name)
+        try:
+            return self.per_listener[key] if definition is None else definition.parse(
+                self.per_listener[key])
+        except ConfigError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
+
     @property
     def node_id(self) -> int:
         return int(self.values["node.id"])
@@ -447,9 +536,6 @@ class BrokerConfig:
     @property
     def log_dir(self) -> Path:
         return Path(self.values["log.dirs"][0])
-
-    def listener_addresses(self) -> list[tuple[str, int]]:
-        return [parse_listener(item) for item in self.values["listeners"]]
 
     @property
     def source_address(self) -> str | None:
@@ -468,13 +554,6 @@ class BrokerConfig:
     def metrics_listener(self) -> tuple[str, int, str] | None:
         """``(host, port, path)`` of the metrics endpoint, or None when metrics are off."""
         return parse_metrics_listener(self.values["metrics.listener"])
-
-    def advertised_address(self) -> tuple[str, int]:
-        listeners = self.values["advertised.listeners"] or self.values["listeners"]
-        host, port = parse_listener(listeners[0])
-        if host in ("", "0.0.0.0", "::"):
-            host = "127.0.0.1"
-        return host, port
 
     def topic_default(self, name: str) -> tuple[Any, ConfigSource]:
         """Value a topic gets for ``name`` when it does not override it, and its source."""

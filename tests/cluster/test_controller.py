@@ -39,7 +39,8 @@ class Members:
         await member.connect()
         member.follow(lambda topic, index, state: None, lambda topic: None, lambda topic: None,
                       lambda image: None, lambda: None)
-        await member.register("127.0.0.1", 9000 + broker_id)
+        await member.register(
+            (znodes.Endpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9000 + broker_id),))
         self.members[broker_id] = member
         return member
 

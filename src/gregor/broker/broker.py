@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -13,23 +14,32 @@ from pathlib import Path
 
 from gregor.broker import group_routes, transactions
 from gregor.broker.allocator import keep_large_buffers_in_heap
+from gregor.broker.authentication import scram_credential
 from gregor.broker.connection import MIN_REQUEST_SIZE, Connection
 from gregor.broker.frame_protocol import FrameProtocol
 from gregor.broker.log_flusher import LogFlusher
 from gregor.broker.request import Request
 from gregor.broker.router import Router
 from gregor.broker.shutdown import CLOSE_BOUND_S, StopSignals, shutdown_bound_s
+from gregor.cluster.acl_store import AclStore, ImageAcls
 from gregor.cluster.controller import ClusterAdmin, SingleNodeController
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
 from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.replica_manager import ReplicaManager
+from gregor.cluster.user_configs import ImageUserConfigs, UserConfigs
 from gregor.cluster.zk_cluster import ZkClusterMember
-from gregor.cluster.znodes import BrokerRegistration
+from gregor.cluster.znodes import BrokerRegistration, Endpoint
 from gregor.config import BrokerConfig, TopicConfig
 from gregor.groups.coordinator import GroupCoordinator
 from gregor.groups.offsets_store import OFFSETS_TOPIC
 from gregor.metrics.broker_metrics import BrokerMetrics
 from gregor.metrics.endpoint import MetricsServer
+from gregor.security import listeners as security_listeners
+from gregor.security import tls
+from gregor.security.acls import Authorizer, authorizer_enabled, super_users
+from gregor.security.inter_broker import inter_broker_security
+from gregor.security.listeners import Listener
+from gregor.security.sasl_mechanisms import listener_sasl
 from gregor.storage.checkpoint_file import write_atomically
 from gregor.storage.cleaner import LogCleaner
 from gregor.storage.log_manager import LogManager
@@ -58,11 +68,14 @@ class Broker:
         # In a cluster, metadata lives in ZooKeeper; alone, in a file beside the logs.
         self.cluster = ZkClusterMember(config) if config.zookeeper_mode else None
         self.controller: ClusterAdmin
+        # How to reach the other brokers' inter-broker listener (TLS, SASL); alone, none.
+        channel_security = inter_broker_security(config) if config.zookeeper_mode else None
         if self.cluster is not None:
             self.image = self.cluster.image
             self.replica_manager = ReplicaManager(
                 config, self.log_manager, broker_address=self.cluster.broker_address,
-                alter_isr=self.cluster.admin.alter_isr, isr_eligible=self.cluster.isr_eligible)
+                alter_isr=self.cluster.admin.alter_isr, isr_eligible=self.cluster.isr_eligible,
+                channel_security=channel_security)
             self.controller = self.cluster.admin
         else:
             self.image = MetadataImage.load(config.log_dir)
@@ -80,10 +93,30 @@ class Broker:
         group_routes.register(self.router)
         self.transaction_coordinator = TransactionCoordinator(
             config, self.controller, self.replica_manager, self.group_coordinator,
-            self.cluster.broker_address if self.cluster is not None else _no_address)
+            self.cluster.broker_address if self.cluster is not None else _no_address,
+            channel_security)
         transactions.register(self.router)
-        self.advertised_address = config.advertised_address()
+        self.listeners = security_listeners.listeners(config)
+        self.inter_broker_listener = security_listeners.inter_broker_listener(config)
+        # Each listener's advertised address, with the ports bound once bound (port 0).
+        self.advertised = security_listeners.advertised(config, {})
+        # Users' entity configs (SCRAM credentials): in ZooKeeper or the metadata file.
+        self.user_configs: UserConfigs = (
+            self.cluster.user_configs if self.cluster is not None
+            else ImageUserConfigs(self.image))
+        self.acl_store: AclStore = (self.cluster.acls if self.cluster is not None
+                                    else ImageAcls(self.image))
+        # None unless authorizer.class.name is set: then every API checks its ACLs.
+        self.authorizer = Authorizer(lambda: self.image.acls, super_users(config),
+                                     config["allow.everyone.if.no.acl.found"]
+                                     ) if authorizer_enabled(config) else None
+        # The mechanisms of each SASL listener, checked now so a bad setting stops the start.
+        self.sasl = {listener.name: listener_sasl(config, listener.name, functools.partial(
+                         scram_credential, self))
+                     for listener in self.listeners if listener.protocol.sasl}
+        self.advertised_address = self.advertised[self.listeners[0].name]
         self.bound_address = self.advertised_address  # the first listener, once bound
+        self.bound_ports: dict[str, int] = {}  # every listener's, by name, once bound
         self._servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task] = []
         self._connections: set[asyncio.Task] = set()
@@ -146,12 +179,14 @@ class Broker:
         if self.metrics_server is not None:
             await self.metrics_server.start()
         host, port = self.advertised_address
+        endpoints = self._endpoints()
         if self.cluster is not None:
-            await self.cluster.register(host, port)
+            await self.cluster.register(endpoints)
         else:
             # Alone, the broker is the cluster's only live broker and its controller.
             self.image.brokers = {self.broker_id: BrokerRegistration(
-                self.broker_id, host, port, self.config.rack)}
+                self.broker_id, endpoints[0].host, endpoints[0].port, self.config.rack,
+                endpoints=endpoints)}
             self.image.controller_id = self.broker_id
         self._tasks = [
             self._every(self.config["log.retention.check.interval.ms"] / 1000,
@@ -181,22 +216,36 @@ class Broker:
 
     async def _bind(self) -> None:
         """Bind every listener without accepting yet (connections are refused until
-        ``start_serving``). The first listener is the broker's address: with port 0 and
-        no ``advertised.listeners`` (tests), it advertises the port the kernel chose."""
+        ``start_serving``), each with its TLS context if it has one. The first listener
+        is the broker's address; a listener on port 0 (tests) advertises the port the
+        kernel chose unless ``advertised.listeners`` names another."""
         loop = asyncio.get_running_loop()
         max_request = self.config["socket.request.max.bytes"]
-        listeners = self.config.listener_addresses()
-        for host, port in listeners:
+        bound_ports: dict[str, int] = {}
+        for listener in self.listeners:
+            context = (tls.server_context(self.config, listener.name, listener.protocol.sasl)
+                       if listener.protocol.tls else None)
             server = await loop.create_server(
-                lambda: FrameProtocol(MIN_REQUEST_SIZE, max_request, self._on_connect),
-                host or None, port, reuse_address=True, backlog=1024, start_serving=False)
+                functools.partial(FrameProtocol, MIN_REQUEST_SIZE, max_request,
+                                  functools.partial(self._on_connect, listener)),
+                listener.host or None, listener.port, reuse_address=True, backlog=1024,
+                start_serving=False, ssl=context)
             self._servers.append(server)
+            bound_ports[listener.name] = server.sockets[0].getsockname()[1]
         if self.metrics_server is not None:
             await self.metrics_server.bind()
         bound = self._servers[0].sockets[0].getsockname()
         self.bound_address = (bound[0], bound[1])
-        if listeners[0][1] == 0 and not self.config["advertised.listeners"]:
-            self.advertised_address = (self.advertised_address[0], bound[1])
+        self.bound_ports = bound_ports
+        self.advertised = security_listeners.advertised(self.config, bound_ports)
+        self.advertised_address = self.advertised[self.listeners[0].name]
+
+    def _endpoints(self) -> tuple[Endpoint, ...]:
+        """Every listener as advertised, the inter-broker one first (replicas use it)."""
+        ordered = sorted(self.listeners,
+                         key=lambda item: item.name != self.inter_broker_listener.name)
+        return tuple(Endpoint(item.name, item.protocol.value, *self.advertised[item.name])
+                     for item in ordered)
 
     async def stop(self) -> None:
         """Stop cleanly, within ``shutdown.shutdown_bound_s`` whatever ZooKeeper, the
@@ -245,7 +294,8 @@ class Broker:
         await self.start()
         if ready_file is not None:
             host, port = self.bound_address
-            ready = {"broker_id": self.broker_id, "host": host, "port": port, "pid": os.getpid()}
+            ready = {"broker_id": self.broker_id, "host": host, "port": port, "pid": os.getpid(),
+                     "listeners": self.bound_ports}
             if self.metrics_server is not None:
                 ready["metrics_url"] = self.metrics_server.url
             write_atomically(Path(ready_file), json.dumps(ready))
@@ -257,10 +307,10 @@ class Broker:
             await self.stop()
 
     # --------------------------------------------------------------- internals
-    def _on_connect(self, frames: FrameProtocol) -> None:
+    def _on_connect(self, listener: Listener, frames: FrameProtocol) -> None:
         assert frames.transport is not None
         self._size_socket_buffers(frames.transport.get_extra_info("socket"))
-        task = asyncio.create_task(Connection(self, frames).run())
+        task = asyncio.create_task(Connection(self, frames, listener).run())
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING
 
-from gregor.broker.metadata import CLUSTER_OPERATIONS, authorized_operations, broker_entries
+from gregor.broker.metadata import authorized_operations, broker_entries, cluster_operations
 from gregor.broker.request import Request
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
@@ -37,7 +37,8 @@ async def handle(broker: Broker, request: Request):
         endpoint_type=endpoint_type,
         cluster_id=broker.image.cluster_id,
         controller_id=broker.image.controller_id,
-        brokers=broker_entries(broker, nested(_KEY, version, "DescribeClusterBroker")),
-        cluster_authorized_operations=authorized_operations(
-            request.body.include_cluster_authorized_operations, CLUSTER_OPERATIONS),
+        brokers=broker_entries(broker, nested(_KEY, version, "DescribeClusterBroker"),
+                               request.session.listener),
+        cluster_authorized_operations=cluster_operations(
+            broker, request, request.body.include_cluster_authorized_operations),
     )

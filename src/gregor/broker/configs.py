@@ -8,8 +8,9 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from gregor.broker.authorization import allowed, topic_allowed
 from gregor.broker.request import Request
 from gregor.cluster.controller import ControllerError
 from gregor.cluster.metadata_image import DEFAULT_BROKER_CONFIGS
@@ -26,6 +27,7 @@ from gregor.config import (
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
+from gregor.security.acls import Operation, ResourceType
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -94,6 +96,18 @@ def _describe_cluster_default(broker: Broker, keys: tuple[str, ...] | None) -> l
             for name, value in sorted(stored.items()) if not keys or name in keys]
 
 
+def _denied(broker: Broker, request: Request, resource: Any, operation: Operation
+            ) -> tuple[ErrorCode, str] | None:
+    """Topic configs need the operation on the topic, broker configs on the cluster."""
+    if resource.resource_type == TOPIC_RESOURCE:
+        if not topic_allowed(broker, request, operation, resource.resource_name):
+            return ErrorCode.topic_authorization_failed, "Authorization failed."
+    elif resource.resource_type == BROKER_RESOURCE and not allowed(
+            broker, request, operation, ResourceType.CLUSTER):
+        return ErrorCode.cluster_authorization_failed, "Authorization failed."
+    return None
+
+
 async def handle_describe(broker: Broker, request: Request):
     version = request.version
     key = ApiKey.DESCRIBE_CONFIGS
@@ -106,7 +120,10 @@ async def handle_describe(broker: Broker, request: Request):
     for resource in request.body.resources:
         keys = tuple(resource.configuration_keys) if resource.configuration_keys else None
         error, message, entries = ErrorCode.none, None, []
-        if resource.resource_type == TOPIC_RESOURCE:
+        denied = _denied(broker, request, resource, Operation.DESCRIBE_CONFIGS)
+        if denied is not None:
+            error, message = denied
+        elif resource.resource_type == TOPIC_RESOURCE:
             topic = broker.image.topics.get(resource.resource_name)
             if topic is None:
                 error, message = ErrorCode.unknown_topic_or_partition, "unknown topic"
@@ -171,6 +188,9 @@ async def _alter(broker: Broker, request: Request, key: ApiKey, incremental: boo
     for resource in request.body.resources:
         error, message = ErrorCode.none, None
         try:
+            denied = _denied(broker, request, resource, Operation.ALTER_CONFIGS)
+            if denied is not None:
+                raise ControllerError(*denied)
             if resource.resource_type == TOPIC_RESOURCE:
                 await _alter_topic(broker, resource, incremental, request.body.validate_only)
             elif resource.resource_type == BROKER_RESOURCE:

@@ -30,11 +30,14 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from gregor.broker import api_versions
+from gregor.broker.authentication import authenticate
 from gregor.broker.frame_protocol import ClientGone, FrameProtocol, FrameSizeError
 from gregor.broker.request import DelayedResponse, RawResponse, Request
 from gregor.metrics.broker_metrics import FETCH, BrokerMetrics
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import MalformedRequest, decode_request, encode_response, peek_api
+from gregor.security.listeners import Listener
+from gregor.security.session import Session, certificate_subject, user
 from gregor.storage.segment import FileRegion
 
 if TYPE_CHECKING:
@@ -60,15 +63,29 @@ class ConnectionClosed(Exception):
 
 
 class Connection:
-    def __init__(self, broker: Broker, frames: FrameProtocol) -> None:
+    def __init__(self, broker: Broker, frames: FrameProtocol, listener: Listener) -> None:
         self.broker = broker
         self.frames = frames
         assert frames.transport is not None
         self.transport = frames.transport
         peer = self.transport.get_extra_info("peername") or ("?", 0)
         self.client_host, self.client_port = peer[0], peer[1]
+        self.session = Session(listener.name, listener.protocol)
+        # sendfile writes into the socket itself, below TLS: encrypted connections copy
+        # file regions through the TLS transport instead.
+        self._zero_copy = not listener.protocol.tls
+        if listener.protocol.sasl:
+            # Until authenticated, frames are held to SASL's size, as Kafka does; set
+            # here, before the first bytes are split into frames.
+            frames.max_frame = min(frames.max_frame,
+                                   broker.config["sasl.server.max.receive.size"])
+        if listener.protocol.tls and not listener.protocol.sasl:
+            certificate = self.transport.get_extra_info("peercert")
+            if certificate:
+                self.session.principal = user(certificate_subject(certificate["subject"]))
         # The last request decoded: a Fetch's tells whether a follower sent it.
         self.request: Request | None = None
+        self._session_timer: asyncio.TimerHandle | None = None
         # Answers still to send, oldest first, while acks=all produces wait: each a
         # task that sends its answer once ready and once the one before it went out.
         self._answers: deque[asyncio.Task[None]] = deque()
@@ -81,8 +98,12 @@ class Connection:
         """
         metrics = self.broker.metrics
         try:
+            if self.session.protocol.sasl:
+                await authenticate(self)
+                self.session.end = self._end_session
+                self._watch_session()
             while True:
-                frame = await self._read_frame()
+                frame = await self.read_frame()
                 api_key, version, correlation_id = peek_api(frame)
                 if self._answers:
                     produce = api_key == ApiKey.PRODUCE
@@ -126,7 +147,32 @@ class Connection:
         finally:
             for task in self._answers:
                 task.cancel()
+            if self._session_timer is not None:
+                self._session_timer.cancel()
             self.transport.close()
+
+    def _watch_session(self) -> None:
+        """Close the connection once its SASL session has ended unrenewed (KIP-368); a
+        re-authentication moves the end, and the timer follows it."""
+        expires_at = self.session.expires_at
+        if expires_at is None:
+            return
+        loop = asyncio.get_running_loop()
+        if self._session_timer is not None:
+            self._session_timer.cancel()
+        if expires_at > loop.time():
+            self._session_timer = loop.call_at(expires_at, self._watch_session)
+            return
+        self._session_timer = None
+        self.broker.warn_once("sasl-expired", "closing %s:%s: its SASL session ended",
+                              self.client_host, self.client_port)
+        self.transport.close()
+
+    def _end_session(self) -> None:
+        """End the session now (a failed re-authentication), once the answer saying so,
+        written in this task step, is on its way."""
+        self.session.expires_at = 0.0
+        asyncio.get_running_loop().call_soon(self._watch_session)
 
     @staticmethod
     def _counter(metrics: BrokerMetrics, api_key: int, version: int, received: float,
@@ -172,12 +218,12 @@ class Connection:
         if self.transport.is_closing():
             raise ConnectionClosed
 
-    async def _read_frame(self) -> bytes | memoryview:
+    async def read_frame(self) -> bytes | memoryview:
         try:
             return await self.frames.read_frame()
         except FrameSizeError as exc:
             # Checked before reading (or allocating) anything of the body, as Kafka does.
-            self._refuse("frame-size", "request size %d outside [%d, socket.request.max.bytes=%d]",
+            self.refuse("frame-size", "request size %d outside [%d, socket.request.max.bytes=%d]",
                          exc.size, self.frames.min_frame, self.frames.max_frame)
 
     async def dispatch(self, frame: bytes | memoryview, api_key: int, version: int,
@@ -193,14 +239,15 @@ class Connection:
             # One log kind per served API (plus one for all unknown keys), so that
             # random keys and versions cannot mint unbounded rate-limiter entries.
             known = api_key in router.routes
-            self._refuse(f"unsupported-version-{api_key}" if known else "unknown-api-key",
+            self.refuse(f"unsupported-version-{api_key}" if known else "unknown-api-key",
                          "unsupported api key %d version %d", api_key, version)
         try:
             header, body = decode_request(frame)
         except MalformedRequest as exc:
             log.debug("malformed frame starts %s", frame[:512].hex())
-            self._refuse(f"malformed-{api_key}", "%s", exc)
-        request = self.request = Request(header, body, self.client_host, self.client_port)
+            self.refuse(f"malformed-{api_key}", "%s", exc)
+        request = self.request = Request(header, body, self.client_host, self.client_port,
+                                         self.session)
         return await self._encoded(api_key, version, correlation_id,
                                    route.handler(self.broker, request))
 
@@ -242,7 +289,8 @@ class Connection:
             for chunk in response.chunks:
                 if isinstance(chunk, bytes):
                     transport.write(chunk)
-                elif isinstance(chunk, FileRegion) and chunk.length >= SENDFILE_THRESHOLD:
+                elif (isinstance(chunk, FileRegion) and chunk.length >= SENDFILE_THRESHOLD
+                      and self._zero_copy):
                     await self._send_region(loop, chunk)
                 else:
                     transport.write(chunk.read())
@@ -275,7 +323,8 @@ class Connection:
         if remaining:
             await loop.sendfile(transport, region.file, position, remaining)
 
-    def _refuse(self, kind: str, message: str, *args: object) -> NoReturn:
+    def refuse(self, kind: str, message: str, *args: object) -> NoReturn:
+        """Log (rate-limited, by ``kind``) and close the connection."""
         self.broker.warn_once(kind, "closing %s:%s: " + message, self.client_host,
                               self.client_port, *args)
         raise ConnectionClosed

@@ -13,10 +13,12 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING
 
+from gregor.broker.authorization import topic_allowed
 from gregor.broker.request import Request
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
+from gregor.security.acls import Operation
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -57,5 +59,10 @@ async def handle(broker: Broker, request: Request):
                  topics=tuple(
                      build(topic_cls, name=topic.name, partitions=tuple(
                          _partition(broker, topic.name, index, version)
+                         if topic_allowed(broker, request, Operation.READ, topic.name) else
+                         build(nested(_KEY, version, "PartitionResponse"),
+                               partition_index=index,
+                               error_code=ErrorCode.topic_authorization_failed,
+                               active_producers=())
                          for index in topic.partition_indexes))
                      for topic in request.body.topics))

@@ -14,12 +14,14 @@ import datetime
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from gregor.broker.authorization import allowed
 from gregor.broker.request import Request
 from gregor.cluster.election import PREFERRED
 from gregor.cluster.zk_controller import UNKNOWN_PARTITION, ElectionResult, NotController
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
+from gregor.security.acls import Operation, ResourceType
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -32,6 +34,10 @@ async def handle(broker: Broker, request: Request):
     election_type = getattr(body, "election_type", PREFERRED)  # v0: preferred only
     asked = None if body.topic_partitions is None else [
         (t.topic, index) for t in body.topic_partitions for index in t.partitions]
+    if not allowed(broker, request, Operation.ALTER, ResourceType.CLUSTER):
+        return build(response_schema(_KEY, version), throttle_time=datetime.timedelta(0),
+                     error_code=ErrorCode.cluster_authorization_failed,
+                     replica_election_results=())
     if broker.cluster is not None:
         controller = broker.cluster.controller
         try:

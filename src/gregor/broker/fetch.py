@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from gregor.broker.authorization import may_fetch
 from gregor.broker.request import RawResponse, Request
 from gregor.cluster.fetch_sessions import (
     FINAL_EPOCH,
@@ -65,11 +66,25 @@ class _Read:
         self.urgent = False  # an error or a diverging epoch: answered at once
 
 
-def _read(broker: Broker, parts: Iterable[Wanted], max_bytes: int, replica_id: int,
-          read_committed: bool) -> _Read:
+def _read(broker: Broker, request: Request, parts: Iterable[Wanted], replica_id: int
+          ) -> _Read:
+    body = request.body
+    read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     result = _Read()
-    budget = max_bytes
+    budget = body.max_bytes
+    # With an authorizer, each topic read is checked once per pass (an incremental
+    # fetch's too: ACLs may have changed since the session took the partition).
+    refused: dict[str, bool] = {}
     for topic, wanted, record in parts:
+        if broker.authorizer is not None:
+            if topic not in refused:
+                refused[topic] = not may_fetch(broker, request, replica_id, topic)
+            if refused[topic]:
+                result.urgent = True
+                result.answers.append((topic, FetchedPartition(
+                    wanted.partition, ErrorCode.topic_authorization_failed, -1, -1, -1, None),
+                    0))
+                continue
         answer, size = _read_partition(broker, topic, wanted, budget, replica_id,
                                        first=result.total == 0, record_fetch=record,
                                        read_committed=read_committed)
@@ -187,14 +202,12 @@ async def _full_fetch(broker: Broker, request: Request, replica_id: int,
             broker.replica_manager.fetch_sessions.update(session, (topic, wanted.partition),
                                                          wanted)
     deadline = time.monotonic() + body.max_wait.total_seconds()
-    read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     watched = [(topic, wanted.partition) for topic, wanted in parts]
     record = True
     while True:
         if session is not None:
             session.wakeup.clear()
-        result = _read(broker, [(t, w, record) for t, w in parts], body.max_bytes, replica_id,
-                       read_committed)
+        result = _read(broker, request, [(t, w, record) for t, w in parts], replica_id)
         record = False
         remaining = deadline - time.monotonic()
         # As in Kafka, min_bytes <= 0 asks for an immediate answer, even an empty one.
@@ -227,14 +240,13 @@ async def _incremental_fetch(broker: Broker, request: Request, replica_id: int,
             cache.update(session, tp, wanted)
             named[tp] = None
     deadline = time.monotonic() + body.max_wait.total_seconds()
-    read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     first = True
     while True:
         session.wakeup.clear()
         candidates = [tp for tp in {**named, **session.marked} if tp in session.partitions]
-        result = _read(broker, [(tp[0], session.partitions[tp].wanted, first and tp in named)
-                                for tp in candidates], body.max_bytes, replica_id,
-                       read_committed)
+        result = _read(broker, request, [(tp[0], session.partitions[tp].wanted,
+                                          first and tp in named) for tp in candidates],
+                       replica_id)
         first = False
         remaining = deadline - time.monotonic()
         if result.total >= body.min_bytes or result.urgent or remaining <= 0:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING
 
+from gregor.broker.authorization import allowed, group_allowed
 from gregor.broker.request import Request
 from gregor.groups.group import Group, GroupState
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
+from gregor.security.acls import Operation, ResourceType
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -30,6 +32,10 @@ def _described(broker: Broker, request: Request, group_id: str):
                   else _UNKNOWN_OPERATIONS)
     group_cls = nested(ApiKey.DESCRIBE_GROUPS, version, "DescribedGroup")
     member_cls = nested(ApiKey.DESCRIBE_GROUPS, version, "DescribedGroupMember")
+    if not group_allowed(broker, request, Operation.DESCRIBE, group_id):
+        return build(group_cls, error_code=ErrorCode.group_authorization_failed,
+                     error_message=None, group_id=group_id, group_state="", protocol_type="",
+                     protocol_data="", members=(), authorized_operations=operations)
     error, group = broker.group_coordinator.describe_group(group_id)
     if error == ErrorCode.none and group is None:
         if version >= _FIRST_GROUP_NOT_FOUND_VERSION:
@@ -74,12 +80,17 @@ async def handle_list(broker: Broker, request: Request):
     states = {s.lower() for s in getattr(request.body, "states_filter", ())}
     types = {t.lower() for t in getattr(request.body, "types_filter", ())}
     error, groups = broker.group_coordinator.list_groups()
+    every = allowed(broker, request, Operation.DESCRIBE, ResourceType.CLUSTER)
     listed_cls = nested(ApiKey.LIST_GROUPS, version, "ListedGroup")
     return build(response_schema(ApiKey.LIST_GROUPS, version), throttle_time=_NO_THROTTLE,
                  error_code=error, groups=tuple(
                      build(listed_cls, group_id=g.group_id, protocol_type=g.protocol_type or "",
                            group_state=g.state.value, group_type=CLASSIC_GROUP_TYPE)
-                     for g in groups if _listed(g, states, types)))
+                     for g in groups if _listed(g, states, types) and (
+                         # As Kafka: all groups with DESCRIBE on the cluster, else those
+                         # the client may describe.
+                         every or group_allowed(broker, request, Operation.DESCRIBE,
+                                                g.group_id))))
 
 
 async def handle_delete(broker: Broker, request: Request):
@@ -87,5 +98,8 @@ async def handle_delete(broker: Broker, request: Request):
     result_cls = nested(ApiKey.DELETE_GROUPS, version, "DeletableGroupResult")
     coordinator = broker.group_coordinator
     return build(response_schema(ApiKey.DELETE_GROUPS, version), throttle_time=_NO_THROTTLE,
-                 results=tuple(build(result_cls, group_id=g, error_code=coordinator.delete_group(g))
-                               for g in request.body.groups_names))
+                 results=tuple(build(result_cls, group_id=g, error_code=(
+                     coordinator.delete_group(g)
+                     if group_allowed(broker, request, Operation.DELETE, g)
+                     else ErrorCode.group_authorization_failed))
+                     for g in request.body.groups_names))

@@ -10,11 +10,14 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING
 
+from gregor.broker.authorization import allowed
 from gregor.broker.request import Request
+from gregor.cluster.znodes import BrokerRegistration
 from gregor.groups.offsets_store import StoreError
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
+from gregor.security.acls import Operation, ResourceType
 from gregor.transactions.state_log import StateLogError
 
 if TYPE_CHECKING:
@@ -25,11 +28,20 @@ _GROUP_KEY_TYPE = 0
 _TRANSACTION_KEY_TYPE = 1
 
 
-async def _lookup(broker: Broker, key_type: int, key: str) -> dict:
+async def _lookup(broker: Broker, request: Request, key_type: int, key: str) -> dict:
     """Fields of one answer: the coordinator's address, or an error with no node."""
+    listener = request.session.listener
     error, message = ErrorCode.none, None
+    resource = (ResourceType.TRANSACTIONAL_ID if key_type == _TRANSACTION_KEY_TYPE
+                else ResourceType.GROUP)
+    if not allowed(broker, request, Operation.DESCRIBE, resource, key):
+        error = (ErrorCode.transactional_id_authorization_failed
+                 if resource == ResourceType.TRANSACTIONAL_ID
+                 else ErrorCode.group_authorization_failed)
+        return {"error_code": error, "error_message": None, "node_id": -1, "host": "",
+                "port": -1}
     if key_type == _TRANSACTION_KEY_TYPE:
-        return await _transaction_coordinator(broker, key)
+        return await _transaction_coordinator(broker, key, listener)
     if key_type != _GROUP_KEY_TYPE:
         error, message = ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
     else:
@@ -46,11 +58,11 @@ async def _lookup(broker: Broker, key_type: int, key: str) -> dict:
     if coordinator is None:
         return {"error_code": error, "error_message": message, "node_id": -1, "host": "",
                 "port": -1}
-    return {"error_code": error, "error_message": None, "node_id": coordinator.broker_id,
-            "host": coordinator.host, "port": coordinator.port}
+    return _answer(coordinator, listener)
 
 
-async def _transaction_coordinator(broker: Broker, transactional_id: str) -> dict:
+async def _transaction_coordinator(broker: Broker, transactional_id: str, listener: str
+                                   ) -> dict:
     coordinator = broker.transaction_coordinator
     error, message, node = ErrorCode.none, None, None
     try:
@@ -65,8 +77,19 @@ async def _transaction_coordinator(broker: Broker, transactional_id: str) -> dic
     if node is None:
         return {"error_code": error, "error_message": message, "node_id": -1, "host": "",
                 "port": -1}
-    return {"error_code": error, "error_message": None, "node_id": node.broker_id,
-            "host": node.host, "port": node.port}
+    return _answer(node, listener)
+
+
+def _answer(node: BrokerRegistration, listener: str) -> dict:
+    """The coordinator as clients of ``listener`` reach it (as Kafka, not available when
+    it has no such listener)."""
+    endpoint = node.endpoint(listener)
+    if endpoint is None:
+        return {"error_code": ErrorCode.coordinator_not_available,
+                "error_message": f"the coordinator has no listener {listener}", "node_id": -1,
+                "host": "", "port": -1}
+    return {"error_code": ErrorCode.none, "error_message": None, "node_id": node.broker_id,
+            "host": endpoint[0], "port": endpoint[1]}
 
 
 async def handle(broker: Broker, request: Request):
@@ -76,9 +99,10 @@ async def handle(broker: Broker, request: Request):
     schema = response_schema(_KEY, version)
     if version >= 4:
         coordinator_cls = nested(_KEY, version, "Coordinator")
-        coordinators = [build(coordinator_cls, key=key, **await _lookup(broker, key_type, key))
+        coordinators = [build(coordinator_cls, key=key,
+                              **await _lookup(broker, request, key_type, key))
                         for key in body.coordinator_keys]
         return build(schema, throttle_time=datetime.timedelta(0),
                      coordinators=tuple(coordinators))
     return build(schema, throttle_time=datetime.timedelta(0),
-                 **await _lookup(broker, key_type, body.key))
+                 **await _lookup(broker, request, key_type, body.key))

@@ -9,11 +9,13 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING
 
+from gregor.broker.authorization import group_allowed
 from gregor.broker.request import Request
 from gregor.groups.coordinator import JoinRequest
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
+from gregor.security.acls import Operation
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -38,6 +40,11 @@ def client_host(request: Request) -> str:
 async def handle_join(broker: Broker, request: Request):
     body = request.body
     version = request.version
+    if not group_allowed(broker, request, Operation.READ, body.group_id):
+        return build(response_schema(ApiKey.JOIN_GROUP, version), throttle_time=_NO_THROTTLE,
+                     error_code=ErrorCode.group_authorization_failed, generation_id=-1,
+                     protocol_type=None, protocol_name=None if version >= 7 else "",
+                     leader="", skip_assignment=False, member_id=body.member_id, members=())
     session_timeout = milliseconds(body.session_timeout)
     # v0 has no rebalance timeout: the session timeout bounds the join phase too.
     rebalance_timeout = getattr(body, "rebalance_timeout", None)
@@ -67,6 +74,10 @@ async def handle_join(broker: Broker, request: Request):
 
 async def handle_sync(broker: Broker, request: Request):
     body = request.body
+    if not group_allowed(broker, request, Operation.READ, body.group_id):
+        return build(response_schema(ApiKey.SYNC_GROUP, request.version),
+                     throttle_time=_NO_THROTTLE, error_code=ErrorCode.group_authorization_failed,
+                     protocol_type=None, protocol_name=None, assignment=b"")
     result = await broker.group_coordinator.sync_group(
         body.group_id, body.generation_id, body.member_id,
         getattr(body, "group_instance_id", None), getattr(body, "protocol_type", None),
@@ -79,8 +90,11 @@ async def handle_sync(broker: Broker, request: Request):
 
 async def handle_heartbeat(broker: Broker, request: Request):
     body = request.body
-    error = broker.group_coordinator.heartbeat(body.group_id, body.generation_id, body.member_id,
-                                               getattr(body, "group_instance_id", None))
+    error = ErrorCode.group_authorization_failed
+    if group_allowed(broker, request, Operation.READ, body.group_id):
+        error = broker.group_coordinator.heartbeat(
+            body.group_id, body.generation_id, body.member_id,
+            getattr(body, "group_instance_id", None))
     return build(response_schema(ApiKey.HEARTBEAT, request.version), throttle_time=_NO_THROTTLE,
                  error_code=error)
 
@@ -92,7 +106,10 @@ async def handle_leave(broker: Broker, request: Request):
         leaving = [(m.member_id, m.group_instance_id) for m in body.members]
     else:
         leaving = [(body.member_id, None)]
-    error, member_errors = broker.group_coordinator.leave_group(body.group_id, leaving)
+    if group_allowed(broker, request, Operation.READ, body.group_id):
+        error, member_errors = broker.group_coordinator.leave_group(body.group_id, leaving)
+    else:
+        error, member_errors = ErrorCode.group_authorization_failed, []
     schema = response_schema(ApiKey.LEAVE_GROUP, version)
     if version < _FIRST_BATCH_LEAVE_VERSION:
         # One member, one error: before v3 the member's own error is the response's.

@@ -6,6 +6,7 @@ import datetime
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from gregor.broker.authorization import group_allowed, topic_allowed
 from gregor.broker.request import Request
 from gregor.groups import records
 from gregor.groups.coordinator import now_ms
@@ -18,6 +19,7 @@ from gregor.groups.offset_and_metadata import (
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
+from gregor.security.acls import Operation
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -53,11 +55,17 @@ async def handle_commit(broker: Broker, request: Request):
     max_metadata = min(broker.config["offset.metadata.max.bytes"], records.MAX_STRING_BYTES)
     errors: list[tuple[TopicPartition, ErrorCode]] = []
     valid: dict[TopicPartition, OffsetAndMetadata] = {}
+    group_denied = not group_allowed(broker, request, Operation.READ, body.group_id)
     for topic in body.topics:
+        topic_denied = not topic_allowed(broker, request, Operation.READ, topic.name)
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
             metadata = p.committed_metadata or ""
-            if broker.image.partition(*tp) is None:
+            if group_denied:
+                errors.append((tp, ErrorCode.group_authorization_failed))
+            elif topic_denied:
+                errors.append((tp, ErrorCode.topic_authorization_failed))
+            elif broker.image.partition(*tp) is None:
                 errors.append((tp, ErrorCode.unknown_topic_or_partition))
             elif len(metadata.encode()) > max_metadata:
                 errors.append((tp, ErrorCode.offset_metadata_too_large))
@@ -67,10 +75,12 @@ async def handle_commit(broker: Broker, request: Request):
                     leader_epoch=getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),
                     metadata=metadata, commit_timestamp=now, expire_timestamp=expire)
                 errors.append((tp, ErrorCode.none))
-    group_error = await broker.group_coordinator.ensure_store() or (
-        broker.group_coordinator.commit_offsets(
-            body.group_id, body.generation_id_or_member_epoch, body.member_id,
-            getattr(body, "group_instance_id", None), valid))
+    group_error = ErrorCode.group_authorization_failed
+    if not group_denied:
+        group_error = await broker.group_coordinator.ensure_store() or (
+            broker.group_coordinator.commit_offsets(
+                body.group_id, body.generation_id_or_member_epoch, body.member_id,
+                getattr(body, "group_instance_id", None), valid))
     if group_error == ErrorCode.none and valid:
         group_error = await broker.group_coordinator.store.replicated(
             body.group_id, broker.config["offsets.commit.timeout.ms"] / 1000)
@@ -86,9 +96,12 @@ async def handle_commit(broker: Broker, request: Request):
 
 
 # --------------------------------------------------------------------- fetch
-def _fetch_group(broker: Broker, version: int, group_id: str, topics: Sequence[Any] | None
+def _fetch_group(broker: Broker, request: Request, group_id: str, topics: Sequence[Any] | None
                  ) -> tuple[ErrorCode, list[tuple[TopicPartition, OffsetAndMetadata | None]]]:
     """One group's answer: its error and, per asked (or committed) partition, the offset."""
+    version = request.version
+    if not group_allowed(broker, request, Operation.DESCRIBE, group_id):
+        return ErrorCode.group_authorization_failed, []
     wanted = None if topics is None else [(t.name, i) for t in topics for i in t.partition_indexes]
     error, committed = broker.group_coordinator.fetch_offsets(group_id, wanted)
     if wanted is None:
@@ -143,14 +156,14 @@ async def handle_fetch(broker: Broker, request: Request):
         group_cls = nested(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponseGroup")
         groups = []
         for group in body.groups:
-            error, entries = _fetch_group(broker, version, group.group_id, group.topics)
+            error, entries = _fetch_group(broker, request, group.group_id, group.topics)
             entries = _unstable(broker, group.group_id, body, entries)
             groups.append(build(group_cls, group_id=group.group_id, error_code=error,
                                 topics=_fetch_topics(version, entries, ErrorCode.none, (
                                     "OffsetFetchResponseTopics",
                                     "OffsetFetchResponsePartitions"))))
         return build(schema, throttle_time=_NO_THROTTLE, groups=tuple(groups))
-    error, entries = _fetch_group(broker, version, body.group_id, body.topics)
+    error, entries = _fetch_group(broker, request, body.group_id, body.topics)
     entries = _unstable(broker, body.group_id, body, entries)
     # Before v2 there is no response-level error: each partition carries the group's.
     partition_error = error if version < _FIRST_GROUP_ERROR_VERSION else ErrorCode.none
@@ -164,11 +177,16 @@ async def handle_delete(broker: Broker, request: Request):
     body = request.body
     version = request.version
     asked = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
-    known = [tp for tp in asked if broker.image.partition(*tp) is not None]
-    error, results = broker.group_coordinator.delete_offsets(body.group_id, known)
+    # Kafka: DELETE on the group, READ on each topic.
+    denied = {tp for tp in asked if not topic_allowed(broker, request, Operation.READ, tp[0])}
+    known = [tp for tp in asked if broker.image.partition(*tp) is not None and tp not in denied]
+    error, results = ErrorCode.group_authorization_failed, dict[TopicPartition, ErrorCode]()
+    if group_allowed(broker, request, Operation.DELETE, body.group_id):
+        error, results = broker.group_coordinator.delete_offsets(body.group_id, known)
     entries: list[tuple[TopicPartition, ErrorCode]] = []
     if error == ErrorCode.none:
-        entries = [(tp, results.get(tp, ErrorCode.unknown_topic_or_partition)) for tp in asked]
+        entries = [(tp, ErrorCode.topic_authorization_failed if tp in denied
+                    else results.get(tp, ErrorCode.unknown_topic_or_partition)) for tp in asked]
     partition_cls = nested(ApiKey.OFFSET_DELETE, version, "OffsetDeleteResponsePartition")
     topic_cls = nested(ApiKey.OFFSET_DELETE, version, "OffsetDeleteResponseTopic")
     return build(response_schema(ApiKey.OFFSET_DELETE, version), throttle_time=_NO_THROTTLE,

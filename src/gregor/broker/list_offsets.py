@@ -9,10 +9,12 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING
 
+from gregor.broker.authorization import topic_allowed
 from gregor.broker.request import Request
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
+from gregor.security.acls import Operation
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -56,11 +58,14 @@ async def handle(broker: Broker, request: Request):
     leader_only = getattr(request.body, "replica_id", -1) != DEBUGGING_REPLICA_ID
     for topic in request.body.topics:
         partitions = []
+        described = topic_allowed(broker, request, Operation.DESCRIBE, topic.name)
         for query in topic.partitions:
             partition = broker.replica_manager.get(topic.name, query.partition_index)
             error, offset, timestamp, epoch = ErrorCode.none, -1, -1, -1
             requested_epoch = getattr(query, "current_leader_epoch", -1)
-            if partition is None:
+            if not described:
+                error = ErrorCode.topic_authorization_failed
+            elif partition is None:
                 error = ErrorCode.unknown_topic_or_partition
             elif 0 <= requested_epoch != partition.leader_epoch:
                 error = (ErrorCode.fenced_leader_epoch

@@ -17,10 +17,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gregor.broker.authorization import allowed
 from gregor.broker.request import Request
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
+from gregor.security.acls import Operation, ResourceType
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -30,6 +32,9 @@ _KEY = ApiKey.DESCRIBE_LOG_DIRS
 
 async def handle_describe(broker: Broker, request: Request):
     version = request.version
+    if not allowed(broker, request, Operation.DESCRIBE, ResourceType.CLUSTER):
+        return build(response_schema(_KEY, version), throttle_time=datetime.timedelta(0),
+                     error_code=ErrorCode.cluster_authorization_failed, results=())
     hosted = broker.replica_manager.partitions
     asked = request.body.topics
     if asked is None:
@@ -66,11 +71,13 @@ async def handle_alter(broker: Broker, request: Request):
     log_dir, hosted = _log_dir(broker), broker.replica_manager.partitions
     by_topic: defaultdict[str, list] = defaultdict(list)
     partition_cls = nested(key, version, "AlterReplicaLogDirPartitionResult")
+    may_alter = allowed(broker, request, Operation.ALTER, ResourceType.CLUSTER)
     for moved in request.body.dirs:
         known = Path(moved.path).resolve() == log_dir
         for topic in moved.topics:
             for index in topic.partitions:
-                error = (ErrorCode.log_dir_not_found if not known
+                error = (ErrorCode.cluster_authorization_failed if not may_alter
+                         else ErrorCode.log_dir_not_found if not known
                          else ErrorCode.none if (topic.name, index) in hosted
                          else ErrorCode.replica_not_available)
                 by_topic[topic.name].append(build(partition_cls, partition_index=index,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import datetime
 import logging
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from gregor.broker.authorization import may_create_topic, topic_allowed
 from gregor.broker.request import Request
 from gregor.cluster.controller import ControllerError
 from gregor.cluster.metadata_image import TopicMetadata
@@ -15,6 +16,7 @@ from gregor.groups.offsets_store import OFFSETS_TOPIC, StoreError
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
+from gregor.security.acls import CLUSTER_NAME, Operation, ResourceType
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -31,16 +33,27 @@ TOPIC_OPERATIONS = sum(1 << code for code in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_OPERATIONS = sum(1 << code for code in (5, 7, 8, 9, 10, 11, 12))
 
 
+_TOPIC_ACL_OPERATIONS = tuple(Operation(code) for code in (3, 4, 5, 6, 7, 8, 10, 11))
+_CLUSTER_ACL_OPERATIONS = tuple(Operation(code) for code in (5, 7, 8, 9, 10, 11, 12))
+
+
 def authorized_operations(requested: bool, operations: int) -> int:
     """The authorized-operations field: the allowed set if the client asked, else unknown."""
     return operations if requested else _UNKNOWN_OPERATIONS
 
 
-def broker_entries(broker: Broker, cls: type) -> tuple:
-    """Every live broker, as registered (in a cluster: in ZooKeeper)."""
-    return tuple(build(cls, node_id=b.broker_id, broker_id=b.broker_id, host=b.host,
-                       port=b.port, rack=b.rack)
-                 for _, b in sorted(broker.image.brokers.items()))
+def broker_entries(broker: Broker, cls: type, listener: str) -> tuple:
+    """Every live broker, as registered (in a cluster: in ZooKeeper), at its address on
+    the listener the client came in on; as in Kafka, a broker without that listener is
+    left out."""
+    entries: list[Any] = []
+    for _, registration in sorted(broker.image.brokers.items()):
+        endpoint = registration.endpoint(listener)
+        if endpoint is not None:
+            entries.append(build(cls, node_id=registration.broker_id,
+                                 broker_id=registration.broker_id, host=endpoint[0],
+                                 port=endpoint[1], rack=registration.rack))
+    return tuple(entries)
 
 
 def _topic_entry(broker: Broker, version: int, topic: TopicMetadata, operations: int):
@@ -94,41 +107,73 @@ async def handle(broker: Broker, request: Request):
     version = request.version
     wanted = _requested_topics(broker, request)
     body = request.body
-    topic_operations = authorized_operations(
-        getattr(body, "include_topic_authorized_operations", False), TOPIC_OPERATIONS)
+    want_operations = getattr(body, "include_topic_authorized_operations", False)
+    topic_operations = authorized_operations(want_operations, TOPIC_OPERATIONS)
     allow_auto_create = getattr(body, "allow_auto_topic_creation", True) and (
         broker.config["auto.create.topics.enable"])
+    authorizer = broker.authorizer
+
+    def operations(name: str) -> int:
+        """The operations the client may do on the topic (all, without an authorizer)."""
+        if authorizer is None or not want_operations:
+            return topic_operations
+        return authorizer.authorized_operations(
+            str(request.session.principal), request.client_host, ResourceType.TOPIC, name,
+            _TOPIC_ACL_OPERATIONS)
+
     entries = []
     if wanted is None:
-        entries = [_topic_entry(broker, version, t, topic_operations)
-                   for t in broker.image.topics.values()]
+        # As in Kafka, topics the client may not describe are left out.
+        entries = [_topic_entry(broker, version, t, operations(t.name))
+                   for t in broker.image.topics.values()
+                   if topic_allowed(broker, request, Operation.DESCRIBE, t.name)]
     else:
         for name, topic_id in wanted:
             if name is None:
                 # Asked by id (v10+) for a topic that does not exist (any more).
                 entries.append(_error_entry(version, None, ErrorCode.unknown_topic_id, topic_id))
                 continue
+            if not topic_allowed(broker, request, Operation.DESCRIBE, name):
+                entries.append(_error_entry(version, name, ErrorCode.topic_authorization_failed,
+                                            operations=operations(name)))
+                continue
             topic = broker.image.topics.get(name)
             if topic is None and allow_auto_create:
+                if not may_create_topic(broker, request, name):
+                    entries.append(_error_entry(version, name,
+                                                ErrorCode.topic_authorization_failed,
+                                                operations=operations(name)))
+                    continue
                 topic = await _auto_create(broker, name)
             if topic is not None:
-                entries.append(_topic_entry(broker, version, topic, topic_operations))
+                entries.append(_topic_entry(broker, version, topic, operations(name)))
             elif invalid_topic_reason(name):
                 entries.append(_error_entry(version, name, ErrorCode.invalid_topic_exception,
-                                            operations=topic_operations))
+                                            operations=operations(name)))
             else:
                 entries.append(_error_entry(version, name, ErrorCode.unknown_topic_or_partition,
-                                            operations=topic_operations))
+                                            operations=operations(name)))
+    want_cluster = getattr(body, "include_cluster_authorized_operations", False)
     return build(
         response_schema(_KEY, version),
         throttle_time=datetime.timedelta(0),
-        brokers=broker_entries(broker, nested(_KEY, version, "MetadataResponseBroker")),
+        brokers=broker_entries(broker, nested(_KEY, version, "MetadataResponseBroker"),
+                               request.session.listener),
         cluster_id=broker.image.cluster_id,
         controller_id=broker.image.controller_id,
         topics=tuple(entries),
-        cluster_authorized_operations=authorized_operations(
-            getattr(body, "include_cluster_authorized_operations", False), CLUSTER_OPERATIONS),
+        cluster_authorized_operations=cluster_operations(broker, request, want_cluster),
     )
+
+
+def cluster_operations(broker: Broker, request: Request, wanted: bool) -> int:
+    """The cluster's authorized-operations field (Metadata, DescribeCluster)."""
+    authorizer = broker.authorizer
+    if authorizer is None or not wanted:
+        return authorized_operations(wanted, CLUSTER_OPERATIONS)
+    return authorizer.authorized_operations(
+        str(request.session.principal), request.client_host, ResourceType.CLUSTER,
+        CLUSTER_NAME, _CLUSTER_ACL_OPERATIONS)
 
 
 async def _auto_create(broker: Broker, name: str) -> TopicMetadata | None:

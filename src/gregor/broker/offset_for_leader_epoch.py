@@ -11,10 +11,12 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING
 
+from gregor.broker.authorization import allowed, topic_allowed
 from gregor.broker.request import Request
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
+from gregor.security.acls import Operation, ResourceType
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -45,10 +47,21 @@ async def handle(broker: Broker, request: Request):
     version = request.version
     partition_cls = nested(_KEY, version, "EpochEndOffset")
     topic_cls = nested(_KEY, version, "OffsetForLeaderTopicResult")
+    # Followers need CLUSTER_ACTION, consumers (replica id -2) DESCRIBE on the topic.
+    follower = getattr(request.body, "replica_id", -1) >= 0
     topics = tuple(
         build(topic_cls, topic=topic.topic, partitions=tuple(
             build(partition_cls, **_end_offset(broker, topic.topic, wanted))
+            if _allowed(broker, request, follower, topic.topic) else
+            build(partition_cls, partition=wanted.partition, leader_epoch=-1, end_offset=-1,
+                  error_code=ErrorCode.topic_authorization_failed)
             for wanted in topic.partitions))
         for topic in request.body.topics)
     return build(response_schema(_KEY, version), throttle_time=datetime.timedelta(0),
                  topics=topics)
+
+
+def _allowed(broker: Broker, request: Request, follower: bool, topic: str) -> bool:
+    if follower:
+        return allowed(broker, request, Operation.CLUSTER_ACTION, ResourceType.CLUSTER)
+    return topic_allowed(broker, request, Operation.DESCRIBE, topic)

@@ -56,10 +56,15 @@ class BrokerProcess:
 
     def __init__(self, data_dir: Path, port: int = 0,
                  overrides: dict[str, str] | None = None, log_path: Path | None = None,
-                 config_file: Path | None = None, host: str = "127.0.0.1") -> None:
+                 config_file: Path | None = None, host: str = "127.0.0.1",
+                 listeners: str | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port
+        # Kafka's ``listeners`` (``SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0``) instead of
+        # one PLAINTEXT listener on host:port; port is then the first listener's.
+        self.listeners = listeners
+        self.listener_ports: dict[str, int] = {}
         self.overrides = dict(overrides or {})
         self.config_file = config_file
         self.log_path = log_path or self.data_dir.parent / f"{self.data_dir.name}.log"
@@ -73,6 +78,22 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def bootstrap_for(self, listener: str, host: str | None = None) -> str:
+        """``host:port`` of one of ``listeners`` (by name) once started."""
+        return f"{host or self.host}:{self.listener_ports[listener]}"
+
+    def _listeners_arg(self) -> str:
+        """The listeners to ask for: on a restart, each on the port it had."""
+        if self.listeners is None:
+            return f"PLAINTEXT://{self.host}:{self.port}"
+        items = []
+        for item in self.listeners.split(","):
+            name, _, address = item.partition("://")
+            host, _, port = address.rpartition(":")
+            bound = self.listener_ports.get(name.strip().upper())
+            items.append(f"{name}://{host}:{bound}" if port == "0" and bound else item)
+        return ",".join(items)
+
     @property
     def pid(self) -> int | None:
         return None if self.proc is None else self.proc.pid
@@ -85,7 +106,7 @@ class BrokerProcess:
             raise RuntimeError(f"broker on {self.data_dir} is already running")
         args = [sys.executable, "-m", "gregor.cli.main", "broker", "start",
                 "--log-dirs", str(self.data_dir),
-                "--listeners", f"PLAINTEXT://{self.host}:{self.port}",
+                "--listeners", self._listeners_arg(),
                 "--ready-file", str(self.ready_file)]
         if self.config_file is not None:
             args += ["--config", str(self.config_file)]
@@ -110,6 +131,7 @@ class BrokerProcess:
                 raise RuntimeError(f"broker not ready within {timeout}s:\n{self.log_tail()}")
             time.sleep(_POLL_S)
         self.port, self.broker_id = ready["port"], ready["broker_id"]
+        self.listener_ports = ready.get("listeners", {})
         self.metrics_url = ready.get("metrics_url")
         return self
 

@@ -22,6 +22,7 @@ import datetime
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gregor.broker.authorization import topic_allowed, transactional_refusal
 from gregor.broker.connection import ConnectionClosed
 from gregor.broker.request import DelayedResponse, Request
 from gregor.metrics.broker_metrics import NONE
@@ -30,6 +31,7 @@ from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.record_batch import InvalidRecordBatch
+from gregor.security.acls import Operation
 from gregor.storage.log import AppendOrigin, LogAppendError
 
 if TYPE_CHECKING:
@@ -69,6 +71,9 @@ def _append(broker: Broker, request: Request, topic: str, data, verified: _Verif
     """Append one partition's batches; return the answer, with the partition and the
     offset its high watermark must reach for acks=all (None, -1 if refused)."""
     metadata = broker.image.topics.get(topic)
+    if broker.authorizer is not None and not topic_allowed(broker, request, Operation.WRITE,
+                                                           topic):
+        return _PartitionResult(ErrorCode.topic_authorization_failed), None, -1
     partition = broker.replica_manager.get(topic, data.index)
     if partition is None or metadata is None:
         return _PartitionResult(ErrorCode.unknown_topic_or_partition), None, -1
@@ -213,6 +218,8 @@ async def handle(broker: Broker, request: Request):
     body = request.body
     metrics = broker.metrics
     refusal = _refusal(broker, body)
+    if refusal is None and broker.authorizer is not None:
+        refusal = transactional_refusal(broker, request)
     verified: _Verified = {}
     if body.transactional_id is not None and refusal is None:
         verified = await _verify_elsewhere(broker, body)

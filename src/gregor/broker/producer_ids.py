@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING
 
+from gregor.broker.authorization import may_write_idempotently, transactional_id_allowed
 from gregor.broker.request import Request
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, response_schema
@@ -29,7 +30,15 @@ async def handle(broker: Broker, request: Request):
                      error_code=ErrorCode.invalid_request, producer_id=_NO_PRODUCER,
                      producer_epoch=_NO_PRODUCER)
     if body.transactional_id is not None:
+        if not transactional_id_allowed(broker, request, body.transactional_id):
+            return build(schema, throttle_time=datetime.timedelta(0),
+                         error_code=ErrorCode.transactional_id_authorization_failed,
+                         producer_id=_NO_PRODUCER, producer_epoch=_NO_PRODUCER)
         return await _transactional(broker, request, producer_id, epoch)
+    if not may_write_idempotently(broker, request):
+        return build(schema, throttle_time=datetime.timedelta(0),
+                     error_code=ErrorCode.cluster_authorization_failed,
+                     producer_id=_NO_PRODUCER, producer_epoch=_NO_PRODUCER)
     # Without a transactional id Kafka hands out a new id at epoch 0, whatever id and
     # epoch the producer names (KIP-360's bump of a named id is the coordinator's, for
     # transactional ids): the new id's sequences start afresh, clear of old retries.

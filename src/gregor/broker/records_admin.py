@@ -9,10 +9,12 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING
 
+from gregor.broker.authorization import topic_allowed
 from gregor.broker.request import Request
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
+from gregor.security.acls import Operation
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -32,7 +34,9 @@ async def handle(broker: Broker, request: Request):
         for item in topic.partitions:
             partition = broker.replica_manager.get(topic.name, item.partition_index)
             error, low_watermark = ErrorCode.none, -1
-            if partition is None:
+            if not topic_allowed(broker, request, Operation.DELETE, topic.name):
+                error = ErrorCode.topic_authorization_failed
+            elif partition is None:
                 error = ErrorCode.unknown_topic_or_partition
             else:
                 target = (partition.high_watermark if item.offset == _TO_HIGH_WATERMARK

@@ -8,6 +8,7 @@ from typing import Any
 
 from gregor.protocol.codec import RequestHeader
 from gregor.protocol.fetch_response import Chunk
+from gregor.security.session import Session
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +17,8 @@ class Request:
     body: Any
     client_host: str
     client_port: int
+    # The connection's listener and principal: one object per connection, not per request.
+    session: Session
 
     @property
     def version(self) -> int:

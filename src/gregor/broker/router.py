@@ -26,6 +26,8 @@ from gregor.broker import (
     produce,
     producer_ids,
     records_admin,
+    sasl_requests,
+    scram_credentials,
     topics,
 )
 from gregor.broker.request import Request
@@ -70,6 +72,10 @@ ROUTES: dict[int, Route] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: Route(configs.handle_incremental_alter, 0, 1),
     ApiKey.DESCRIBE_CLUSTER: Route(cluster_info.handle, 0, 1),
     ApiKey.DESCRIBE_PRODUCERS: Route(describe_producers.handle, 0, 0),
+    ApiKey.SASL_HANDSHAKE: Route(sasl_requests.handle_handshake, 0, 1),
+    ApiKey.SASL_AUTHENTICATE: Route(sasl_requests.handle_authenticate, 0, 2),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: Route(scram_credentials.handle_describe, 0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: Route(scram_credentials.handle_alter, 0, 0),
 }
 
 

@@ -6,6 +6,7 @@ import datetime
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from gregor.broker.authorization import may_create_topic, topic_allowed
 from gregor.broker.configs import describe_topic_configs
 from gregor.broker.request import Request
 from gregor.cluster.controller import ControllerError
@@ -13,11 +14,13 @@ from gregor.cluster.metadata_image import TopicMetadata
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_module, response_schema
 from gregor.protocol.errors import ErrorCode
+from gregor.security.acls import Operation
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
 
 _NO_THROTTLE = datetime.timedelta(0)
+_DENIED = "Authorization failed."
 
 
 async def _create_topic(broker: Broker, topic, validate_only: bool) -> TopicMetadata:
@@ -55,6 +58,8 @@ async def handle_create_topics(broker: Broker, request: Request):
             if listed[topic.name] > 1:
                 raise ControllerError(ErrorCode.invalid_request,
                                       "topic listed more than once in one request")
+            if not may_create_topic(broker, request, topic.name):
+                raise ControllerError(ErrorCode.topic_authorization_failed, _DENIED)
             created = await _create_topic(broker, topic, request.body.validate_only)
         except ControllerError as exc:
             error, message = exc.error, str(exc)
@@ -90,6 +95,8 @@ async def handle_delete_topics(broker: Broker, request: Request):
         error, message = ErrorCode.none, None
         if name is None:
             error, message = ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}"
+        elif not topic_allowed(broker, request, Operation.DELETE, name):
+            error, message = ErrorCode.topic_authorization_failed, _DENIED
         else:
             try:
                 deleted = await broker.controller.delete_topic(
@@ -113,6 +120,8 @@ async def handle_create_partitions(broker: Broker, request: Request):
         # An empty list is no assignment, as kafka-python before 3.0.10 sends it.
         assignment = [tuple(a.broker_ids) for a in topic.assignments or ()] or None
         try:
+            if not topic_allowed(broker, request, Operation.ALTER, topic.name):
+                raise ControllerError(ErrorCode.topic_authorization_failed, _DENIED)
             await broker.controller.create_partitions(topic.name, topic.count, assignment,
                                                       validate_only=request.body.validate_only)
         except ControllerError as exc:

@@ -11,6 +11,12 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from gregor.broker import write_txn_markers
+from gregor.broker.authorization import (
+    allowed,
+    group_allowed,
+    topic_allowed,
+    transactional_id_allowed,
+)
 from gregor.broker.request import Request
 from gregor.broker.router import Route, Router
 from gregor.groups.coordinator import now_ms
@@ -19,6 +25,7 @@ from gregor.groups.offsets_store import OFFSETS_TOPIC
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
+from gregor.security.acls import Operation, ResourceType
 from gregor.transactions.coordinator import TransactionError, client_error
 from gregor.transactions.metadata import TransactionState
 
@@ -79,6 +86,12 @@ async def handle_add_partitions(broker: Broker, request: Request):
     transactions, each added or, with VerifyOnly, checked."""
     key, version, body = ApiKey.ADD_PARTITIONS_TO_TXN, request.version, request.body
     if version < 4:
+        asked = [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions]
+        denied = _add_partitions_denied(broker, request, body.v3_and_below_transactional_id,
+                                        asked)
+        if denied is not None:
+            return build(response_schema(key, version), throttle_time=_NO_THROTTLE,
+                         results_by_topic_v3_and_below=_topic_results(version, denied))
         errors = await _add_or_verify(
             broker, version, body.v3_and_below_transactional_id,
             body.v3_and_below_producer_id, body.v3_and_below_producer_epoch,
@@ -86,6 +99,10 @@ async def handle_add_partitions(broker: Broker, request: Request):
         return build(response_schema(key, version), throttle_time=_NO_THROTTLE,
                      results_by_topic_v3_and_below=_topic_results(version, errors))
     result_cls = nested(key, version, "AddPartitionsToTxnResult")
+    if not allowed(broker, request, Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
+        return build(response_schema(key, version), throttle_time=_NO_THROTTLE,
+                     error_code=ErrorCode.cluster_authorization_failed,
+                     results_by_transaction=())
     results = []
     for txn in body.transactions:
         errors = await _add_or_verify(
@@ -97,9 +114,28 @@ async def handle_add_partitions(broker: Broker, request: Request):
                  error_code=ErrorCode.none, results_by_transaction=tuple(results))
 
 
+def _add_partitions_denied(broker: Broker, request: Request, transactional_id: str,
+                           asked: list[tuple[str, int]]
+                           ) -> dict[tuple[str, int], ErrorCode] | None:
+    """Kafka's answer when the producer may not write the transactional id or a topic
+    (the others: OPERATION_NOT_ATTEMPTED), or None."""
+    if not transactional_id_allowed(broker, request, transactional_id):
+        return dict.fromkeys(asked, ErrorCode.transactional_id_authorization_failed)
+    denied = {topic for topic, _ in asked
+              if not topic_allowed(broker, request, Operation.WRITE, topic)}
+    if not denied:
+        return None
+    return {tp: ErrorCode.topic_authorization_failed if tp[0] in denied
+            else ErrorCode.operation_not_attempted for tp in asked}
+
+
 async def handle_add_offsets(broker: Broker, request: Request):
     key, version, body = ApiKey.ADD_OFFSETS_TO_TXN, request.version, request.body
     error = await broker.group_coordinator.ensure_store()
+    if not transactional_id_allowed(broker, request, body.transactional_id):
+        error = ErrorCode.transactional_id_authorization_failed
+    elif not group_allowed(broker, request, Operation.READ, body.group_id):
+        error = ErrorCode.group_authorization_failed
     if error is None:
         group_partition = broker.group_coordinator.store.partition_for(body.group_id)
         error = await _error_of(key, version, broker.transaction_coordinator.add_partitions(
@@ -110,6 +146,9 @@ async def handle_add_offsets(broker: Broker, request: Request):
 
 async def handle_end_txn(broker: Broker, request: Request):
     key, version, body = ApiKey.END_TXN, request.version, request.body
+    if not transactional_id_allowed(broker, request, body.transactional_id):
+        return build(response_schema(key, version), throttle_time=_NO_THROTTLE,
+                     error_code=ErrorCode.transactional_id_authorization_failed)
     error = await _error_of(key, version, broker.transaction_coordinator.end_transaction(
         body.transactional_id, body.producer_id, body.producer_epoch, body.committed))
     return build(response_schema(key, version), throttle_time=_NO_THROTTLE, error_code=error)
@@ -121,19 +160,30 @@ async def handle_txn_offset_commit(broker: Broker, request: Request):
     now = now_ms()
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     errors: dict[tuple[str, int], ErrorCode] = {}
+    refusal = None
+    if not transactional_id_allowed(broker, request, body.transactional_id):
+        refusal = ErrorCode.transactional_id_authorization_failed
+    elif not group_allowed(broker, request, Operation.READ, body.group_id):
+        refusal = ErrorCode.group_authorization_failed
     for topic in body.topics:
+        topic_denied = not topic_allowed(broker, request, Operation.READ, topic.name)
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
-            if _partition_exists(broker, *tp):
+            if refusal is not None:
+                errors[tp] = refusal
+            elif topic_denied:
+                errors[tp] = ErrorCode.topic_authorization_failed
+            elif _partition_exists(broker, *tp):
                 offsets[tp] = OffsetAndMetadata(
                     offset=p.committed_offset,
                     leader_epoch=getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),
                     metadata=p.committed_metadata or "", commit_timestamp=now)
             else:
                 errors[tp] = ErrorCode.unknown_topic_or_partition
-    error = await groups.ensure_store() or broker.transaction_coordinator.check_offsets_producer(
-        body.transactional_id, body.producer_id, body.producer_epoch,
-        groups.store.partition_for(body.group_id))
+    error = refusal or await groups.ensure_store() or (
+        broker.transaction_coordinator.check_offsets_producer(
+            body.transactional_id, body.producer_id, body.producer_epoch,
+            groups.store.partition_for(body.group_id)))
     if error is None:
         error = groups.stage_transactional_offsets(
             body.group_id, (body.producer_id, body.producer_epoch),
@@ -163,6 +213,10 @@ async def handle_describe(broker: Broker, request: Request):
     answers = []
     for transactional_id in request.body.transactional_ids:
         try:
+            if not allowed(broker, request, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                           transactional_id):
+                raise TransactionError(ErrorCode.transactional_id_authorization_failed,
+                                       "Transactional Id authorization failed.")
             meta = broker.transaction_coordinator.describe(transactional_id)
         except TransactionError as exc:
             answers.append(build(state_cls, error_code=exc.error,
@@ -213,7 +267,10 @@ async def handle_list(broker: Broker, request: Request):
                      build(state_cls, transactional_id=meta.transactional_id,
                            producer_id=meta.producer_id,
                            transaction_state=meta.state.display_name)
-                     for meta in sorted(listed, key=lambda m: m.transactional_id)))
+                     for meta in sorted(listed, key=lambda m: m.transactional_id)
+                     # As Kafka: only the transactional ids the client may describe.
+                     if allowed(broker, request, Operation.DESCRIBE,
+                                ResourceType.TRANSACTIONAL_ID, meta.transactional_id)))
 
 
 ROUTES: dict[int, Route] = {

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gregor.broker.authorization import allowed
 from gregor.broker.request import Request
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
+from gregor.security.acls import Operation, ResourceType
 from gregor.transactions.markers import write_markers
 
 if TYPE_CHECKING:
@@ -48,11 +50,14 @@ async def handle(broker: Broker, request: Request):
     partition_cls = nested(_KEY, version, "WritableTxnMarkerPartitionResult")
     topic_cls = nested(_KEY, version, "WritableTxnMarkerTopicResult")
     marker_cls = nested(_KEY, version, "WritableTxnMarkerResult")
+    # Only brokers (transaction coordinators) write markers.
+    may_write_markers = allowed(broker, request, Operation.CLUSTER_ACTION, ResourceType.CLUSTER)
     results = []
     for marker in request.body.markers:
         asked = [(topic.name, index) for topic in marker.topics
                  for index in topic.partition_indexes]
-        errors = await _write(broker, marker, asked)
+        errors = (await _write(broker, marker, asked) if may_write_markers
+                  else [ErrorCode.cluster_authorization_failed] * len(asked))
         by_topic: dict[str, list[tuple[int, ErrorCode]]] = {}
         for (topic, index), error in zip(asked, errors, strict=True):
             by_topic.setdefault(topic, []).append((index, error))

@@ -21,6 +21,7 @@ import os
 from confluent_kafka import KafkaException
 
 from gregor.cli import (
+    acls_cmd,
     broker_cmd,
     cluster_cmd,
     console_cmd,
@@ -33,6 +34,7 @@ from gregor.cli import (
     schemas_cmd,
     topics_cmd,
     transactions_cmd,
+    users_cmd,
     zookeeper_cmd,
 )
 from gregor.cli.errors import CliError, kafka_error_text
@@ -51,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     perf_cmd.add_parser(subparsers)
     groups_cmd.add_parser(subparsers)
     transactions_cmd.add_parser(subparsers)
+    users_cmd.add_parser(subparsers)
+    acls_cmd.add_parser(subparsers)
     pipeline_cmd.add_parser(subparsers)
     zookeeper_cmd.add_parser(subparsers)
     console_cmd.add_parser(subparsers)

@@ -1,7 +1,10 @@
 """BrokerChannel: one connection from this broker to another, as a Kafka client.
 
 Followers fetch from leaders over it with Kafka's own requests (Fetch with a
-replica id, OffsetForLeaderEpoch), encoded and decoded by kio like any client's.
+replica id, OffsetForLeaderEpoch), encoded and decoded by kio like any client's. It
+connects to the other broker's inter-broker listener with that listener's security
+(:mod:`gregor.security.inter_broker`): TLS, and SASL (PLAIN or SCRAM, whose server
+signature is checked) right after connecting, before the first request.
 One request is in flight at a time, which is all a fetcher needs; a failed
 connection is dropped and opened again by the next request.
 
@@ -17,8 +20,17 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
 from gregor.broker.frame_protocol import FrameProtocol, FrameSizeError
+from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import decode_response, encode_request
+from gregor.protocol.errors import ErrorCode
+from gregor.security.inter_broker import ChannelSecurity
+from gregor.security.sasl import AuthenticationFailed
+from gregor.security.sasl_mechanisms import PLAIN
+from gregor.security.scram import ScramClient
 
 CLIENT_ID = "gregor-replica-fetcher"
 # An answer's size prefix: at least its correlation id, at most what the prefix can say
@@ -33,11 +45,13 @@ class ChannelError(Exception):
 
 class BrokerChannel:
     def __init__(self, broker_id: int, address: Callable[[int], tuple[str, int] | None],
-                 timeout_s: float, source_address: str | None = None) -> None:
+                 timeout_s: float, source_address: str | None = None,
+                 security: ChannelSecurity | None = None) -> None:
         self.broker_id = broker_id
         self._address = address
         self._local = None if source_address is None else (source_address, 0)
         self.timeout_s = timeout_s
+        self._security = security
         self._protocol: FrameProtocol | None = None
         self._correlation_id = 0
 
@@ -58,10 +72,47 @@ class BrokerChannel:
             address = self._address(self.broker_id)
             if address is None:
                 raise ChannelError(f"broker {self.broker_id} is not live")
+            security = self._security
+            context = None if security is None else security.ssl_context
             _, protocol = await asyncio.get_running_loop().create_connection(
                 lambda: FrameProtocol(_MIN_ANSWER_BYTES, _MAX_ANSWER_BYTES, _connected),
-                *address, local_addr=self._local)
+                *address, local_addr=self._local, ssl=context,
+                server_hostname=address[0] if context is not None else None)
             self._protocol = protocol
+            if security is not None and security.sasl_mechanism is not None:
+                await self._authenticate(protocol, security, security.sasl_mechanism)
+        return await self._round_trip(protocol, api_key, version, body)
+
+    async def _authenticate(self, protocol: FrameProtocol, security: ChannelSecurity,
+                            mechanism: str) -> None:
+        """SaslHandshake v1 and SaslAuthenticate, as a Kafka client authenticates; a
+        refusal closes the channel (the next request tries again)."""
+        try:
+            answer = await self._round_trip(protocol, ApiKey.SASL_HANDSHAKE, 1,
+                                            SaslHandshakeRequest(mechanism=mechanism))
+            if answer.error_code != ErrorCode.none:
+                raise AuthenticationFailed(f"mechanism {mechanism} not enabled there")
+            if mechanism == PLAIN:
+                await self._sasl_token(protocol, f"\0{security.username}\0"
+                                                 f"{security.password}".encode())
+                return
+            client = ScramClient(mechanism, security.username, security.password)
+            server_first = await self._sasl_token(protocol, client.first_message())
+            client.check_server_final(
+                await self._sasl_token(protocol, client.final_message(server_first)))
+        except AuthenticationFailed as exc:
+            self.close()
+            raise ChannelError(f"broker {self.broker_id}: SASL {mechanism}: {exc}") from None
+
+    async def _sasl_token(self, protocol: FrameProtocol, token: bytes) -> bytes:
+        answer = await self._round_trip(protocol, ApiKey.SASL_AUTHENTICATE, 2,
+                                        SaslAuthenticateRequest(auth_bytes=token))
+        if answer.error_code != ErrorCode.none:
+            raise AuthenticationFailed(answer.error_message or "authentication failed")
+        return bytes(answer.auth_bytes)
+
+    async def _round_trip(self, protocol: FrameProtocol, api_key: int, version: int,
+                          body: Any) -> Any:
         assert protocol.transport is not None
         self._correlation_id += 1
         protocol.transport.write(encode_request(api_key, version, self._correlation_id,
@@ -88,10 +139,12 @@ class BrokerChannels:
     coordinator's markers, a leader's questions to transaction coordinators)."""
 
     def __init__(self, address: Callable[[int], tuple[str, int] | None], timeout_s: float,
-                 source_address: str | None = None) -> None:
+                 source_address: str | None = None,
+                 security: ChannelSecurity | None = None) -> None:
         self._address = address
         self.timeout_s = timeout_s
         self._source_address = source_address
+        self._security = security
         self._channels: dict[int, tuple[BrokerChannel, asyncio.Lock]] = {}
 
     async def request(self, broker_id: int, api_key: int, version: int, body: Any) -> Any:
@@ -99,7 +152,7 @@ class BrokerChannels:
         entry = self._channels.get(broker_id)
         if entry is None:
             entry = (BrokerChannel(broker_id, self._address, self.timeout_s,
-                                   self._source_address), asyncio.Lock())
+                                   self._source_address, self._security), asyncio.Lock())
             self._channels[broker_id] = entry
         channel, lock = entry
         async with lock:

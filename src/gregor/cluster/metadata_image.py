@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.znodes import BrokerRegistration
+from gregor.security.acls import AclBinding, Operation, PatternType, Permission, ResourceType
 
 METADATA_FILE = "gregor-metadata.json"
 # The cluster's default in ``broker_configs`` (and ZooKeeper's /config/brokers), as Kafka
@@ -48,6 +49,10 @@ class MetadataImage:
     shutting_down: frozenset[int] = frozenset()
     # Dynamic broker configs: the cluster's default, and each broker's by its id.
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Users' entity configs by user name (Kafka's /config/users): SCRAM credentials.
+    user_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The ACLs every broker enforces (Kafka's /kafka-acl and /kafka-acl-extended).
+    acls: set[AclBinding] = field(default_factory=set)
 
     @classmethod
     def load(cls, log_dir: Path) -> MetadataImage:
@@ -65,7 +70,9 @@ class MetadataImage:
             for name, t in raw["topics"].items()
         }
         return cls(path, raw["cluster_id"], topics, raw.get("next_producer_id", 1000),
-                   broker_configs=raw.get("broker_configs", {}))
+                   broker_configs=raw.get("broker_configs", {}),
+                   user_configs=raw.get("user_configs", {}),
+                   acls={_acl(item) for item in raw.get("acls", [])})
 
     def save(self) -> None:
         if self.path is None:
@@ -76,6 +83,9 @@ class MetadataImage:
             "topics": {name: {k: v for k, v in asdict(t).items() if k != "name"}
                        for name, t in self.topics.items()},
             "broker_configs": self.broker_configs,
+            "user_configs": self.user_configs,
+            "acls": sorted(([a.resource_type, a.resource_name, a.pattern_type, a.principal,
+                             a.host, a.operation, a.permission] for a in self.acls), key=str),
         }
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as handle:
@@ -109,6 +119,12 @@ def _partition_state(raw: dict) -> PartitionState:
                           isr=tuple(raw.get("isr") or raw["replicas"]),
                           replicas=tuple(raw["replicas"]),
                           partition_epoch=raw.get("partition_epoch", 0))
+
+
+def _acl(raw: list) -> AclBinding:
+    kind, name, pattern, principal, host, operation, permission = raw
+    return AclBinding(ResourceType(kind), name, PatternType(pattern), principal, host,
+                      Operation(operation), Permission(permission))
 
 
 def new_cluster_id() -> str:

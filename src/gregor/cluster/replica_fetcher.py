@@ -48,6 +48,7 @@ from gregor.cluster.partition import Partition
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build
 from gregor.protocol.errors import ErrorCode
+from gregor.security.inter_broker import ChannelSecurity
 from gregor.storage.log import LogAppendError
 from gregor.storage.log_manager import TopicPartition
 
@@ -81,6 +82,7 @@ class FetcherSettings:
     backoff_s: float
     timeout_s: float
     source_address: str | None = None
+    security: ChannelSecurity | None = None  # the inter-broker listener's TLS/SASL
 
 
 @dataclass(slots=True)
@@ -128,7 +130,7 @@ class ReplicaFetcher:
         self.leader_id = leader_id
         self.settings = settings
         self.channel = BrokerChannel(leader_id, address, settings.timeout_s,
-                                     settings.source_address)
+                                     settings.source_address, settings.security)
         self._appended = appended
         self.targets: dict[TopicPartition, _Target] = {}
         # Targets backing off, and until when: left out of the session meanwhile.

@@ -33,6 +33,7 @@ from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.replica_fetcher import FetcherSettings, ReplicaFetcher, fetcher_id
 from gregor.config import BrokerConfig, TopicConfig
 from gregor.protocol.errors import ErrorCode
+from gregor.security.inter_broker import ChannelSecurity
 from gregor.storage.log_manager import LogManager, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class ReplicaManager:
                  broker_address: Callable[[int], tuple[str, int] | None] | None = None,
                  alter_isr: AlterIsr | None = None,
                  isr_eligible: Callable[[int], bool] | None = None,
+                 channel_security: ChannelSecurity | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.broker_id = config.node_id
@@ -71,7 +73,7 @@ class ReplicaManager:
             partition_max_bytes=config["replica.fetch.max.bytes"],
             backoff_s=config["replica.fetch.backoff.ms"] / 1000,
             timeout_s=config["replica.socket.timeout.ms"] / 1000,
-            source_address=config.source_address)
+            source_address=config.source_address, security=channel_security)
         self._tasks: set[asyncio.Task] = set()
         # ISR changes of partitions led here, for metrics (Kafka's IsrShrinks/ExpandsPerSec).
         self.isr_shrinks = 0

@@ -24,9 +24,11 @@ from kazoo.exceptions import KazooException, NodeExistsError
 from gregor.cluster import znodes
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata, new_cluster_id
 from gregor.cluster.partition_state import PartitionState
+from gregor.cluster.zk_acls import ZkAcls
 from gregor.cluster.zk_admin import ZkClusterAdmin
 from gregor.cluster.zk_controller import ZkController, leaderships_to_move
 from gregor.cluster.zk_metadata import MetadataListeners, ZkMetadataCache
+from gregor.cluster.zk_user_configs import ZkUserConfigs
 from gregor.cluster.zookeeper import ZooKeeperSession
 from gregor.config import BrokerConfig
 
@@ -55,7 +57,9 @@ class ZkClusterMember:
         self.cache = ZkMetadataCache(self.zk, self.image)
         self.admin = ZkClusterAdmin(config, self.zk, self.image, self.cache)
         self.controller = ZkController(config, self.zk, self.image, self.cache)
-        self._address: tuple[str, int] | None = None
+        self.user_configs = ZkUserConfigs(self.zk, self.image)
+        self.acls = ZkAcls(self.zk, self.image)
+        self._endpoints: tuple[znodes.Endpoint, ...] = ()
         self._session_lost = False
         self._closing = False
         self._tasks: set[asyncio.Task] = set()
@@ -80,6 +84,8 @@ class ZkClusterMember:
         assert found is not None
         self.image.cluster_id = znodes.decode_cluster_id(found[0])
         await self.cache.start()
+        await self.user_configs.start()
+        await self.acls.start()
 
     def follow(self, partition_changed: Callable[[TopicMetadata, int, PartitionState], None],
                topic_deleted: Callable[[TopicMetadata], None],
@@ -109,16 +115,19 @@ class ZkClusterMember:
             brokers_changed=on_brokers, shutdowns_changed=brokers_changed,
             controller_changed=self._controller_changed)
 
-    async def register(self, host: str, port: int) -> None:
-        """Announce this broker as live, then run for controller."""
-        self._address = (host, port)
+    async def register(self, endpoints: tuple[znodes.Endpoint, ...]) -> None:
+        """Announce this broker as live, reachable at ``endpoints`` (the inter-broker
+        listener's first), then run for controller."""
+        self._endpoints = endpoints
         await self._register()
         await self.controller.try_to_become_controller()
 
     async def _register(self) -> None:
-        assert self._address is not None
-        registration = znodes.BrokerRegistration(self.broker_id, *self._address,
-                                                 self.config.rack)
+        endpoints = self._endpoints
+        assert endpoints
+        registration = znodes.BrokerRegistration(
+            self.broker_id, endpoints[0].host, endpoints[0].port, self.config.rack,
+            endpoints=endpoints)
         path = znodes.broker_path(self.broker_id)
         deadline = time.monotonic() + 2 * self.config["zookeeper.session.timeout.ms"] / 1000
         while True:
@@ -135,13 +144,14 @@ class ZkClusterMember:
                     raise RuntimeError(f"broker id {self.broker_id} is registered by another "
                                        "live broker") from None
                 await asyncio.sleep(_REGISTRATION_RETRY_S)
-        log.info("registered broker %d at %s:%d in ZooKeeper", self.broker_id, *self._address)
+        log.info("registered broker %d at %s in ZooKeeper", self.broker_id,
+                 ", ".join(f"{e.listener}://{e.host}:{e.port}" for e in endpoints))
 
     # ------------------------------------------------------------------ sessions
     def _controller_changed(self, controller_id: int) -> None:
         if controller_id != self.broker_id and self.controller.is_active:
             self.controller.resign()
-        if controller_id < 0 and self._address is not None:
+        if controller_id < 0 and self._endpoints:
             self._spawn(self.controller.try_to_become_controller())
 
     def _session_state_changed(self, state: str) -> None:
@@ -164,7 +174,9 @@ class ZkClusterMember:
         """A new session: watches of the old one are gone; read everything again."""
         log.info("ZooKeeper session re-established; re-registering broker %d", self.broker_id)
         await self.cache.start()
-        if self._address is not None:
+        await self.user_configs.start()
+        await self.acls.start()
+        if self._endpoints:
             await self._register()
             await self.controller.try_to_become_controller()
 

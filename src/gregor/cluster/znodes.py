@@ -93,19 +93,43 @@ def _load(data: bytes) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------- brokers
 @dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One listener of a broker as clients of that listener reach it."""
+
+    listener: str
+    security_protocol: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerRegistration:
     broker_id: int
-    host: str
+    host: str  # the inter-broker listener's address (the first endpoint)
     port: int
     rack: str | None = None
     # The czxid of the registration znode (KIP-380): a restarted broker has a newer one.
     epoch: int = -1
+    # Every listener, the inter-broker one first; empty: only ``host``:``port``, PLAINTEXT.
+    endpoints: tuple[Endpoint, ...] = ()
+
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        """Where clients of ``listener`` reach this broker; None if it has no such
+        listener (Kafka then leaves the broker out of their Metadata)."""
+        if not self.endpoints:
+            return (self.host, self.port) if listener == "PLAINTEXT" else None
+        for endpoint in self.endpoints:
+            if endpoint.listener == listener:
+                return endpoint.host, endpoint.port
+        return None
 
     def encode(self) -> bytes:
+        endpoints = self.endpoints or (Endpoint("PLAINTEXT", "PLAINTEXT", self.host, self.port),)
         payload: dict[str, Any] = {
             "version": 5, "host": self.host, "port": self.port, "jmx_port": -1,
-            "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"],
-            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+            "endpoints": [f"{e.listener}://{e.host}:{e.port}" for e in endpoints],
+            "listener_security_protocol_map": {e.listener: e.security_protocol
+                                               for e in endpoints},
             "timestamp": str(int(time.time() * 1000)), "features": {},
         }
         if self.rack is not None:
@@ -115,14 +139,18 @@ class BrokerRegistration:
     @classmethod
     def decode(cls, broker_id: int, data: bytes, epoch: int = -1) -> BrokerRegistration:
         raw = _load(data)
-        host, port = raw.get("host"), raw.get("port", -1)
-        for endpoint in raw.get("endpoints", []):
-            # "PLAINTEXT://host:port": the listener clients and replicas use.
-            address = endpoint.split("://", 1)[-1]
+        protocols = raw.get("listener_security_protocol_map") or {}
+        endpoints = []
+        for text in raw.get("endpoints", []):
+            listener, _, address = text.partition("://")
             host, _, port_text = address.rpartition(":")
-            port = int(port_text)
-            break
-        return cls(broker_id, str(host), int(port), raw.get("rack"), epoch)
+            endpoints.append(Endpoint(listener, protocols.get(listener, listener),
+                                      host.strip("[]"), int(port_text)))
+        host, port = raw.get("host"), raw.get("port", -1)
+        if endpoints:
+            # The first: the listener replicas use, as encode orders them.
+            host, port = endpoints[0].host, endpoints[0].port
+        return cls(broker_id, str(host), int(port), raw.get("rack"), epoch, tuple(endpoints))
 
 
 # -------------------------------------------------------------------------- topics

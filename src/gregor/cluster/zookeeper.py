@@ -230,10 +230,11 @@ class ZooKeeperSession:
             return None
 
     async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False,
-                     makepath: bool = False) -> str:
-        """Create a node; raises kazoo's NodeExistsError if it is there."""
+                     makepath: bool = False, sequence: bool = False) -> str:
+        """Create a node (``sequence``: with ZooKeeper's counter appended to its name);
+        return its path; raises kazoo's NodeExistsError if it is there."""
         return await self._await(lambda: self._client.create_async(
-            path, data, ephemeral=ephemeral, makepath=makepath))
+            path, data, ephemeral=ephemeral, makepath=makepath, sequence=sequence))
 
     async def ensure(self, path: str) -> None:
         """Create ``path`` and its parents as empty nodes where missing."""

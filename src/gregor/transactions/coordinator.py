@@ -33,6 +33,7 @@ from gregor.groups.coordinator import GroupCoordinator
 from gregor.groups.offsets_store import OFFSETS_TOPIC
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
+from gregor.security.inter_broker import ChannelSecurity
 from gregor.transactions.marker_channel import CoordinatorFenced, TransactionMarkerChannel
 from gregor.transactions.metadata import (
     NO_START,
@@ -88,18 +89,19 @@ def _now_ms() -> int:
 class TransactionCoordinator:
     def __init__(self, config: BrokerConfig, controller: ClusterAdmin,
                  replica_manager: ReplicaManager, groups: GroupCoordinator,
-                 broker_address: Callable[[int], tuple[str, int] | None]) -> None:
+                 broker_address: Callable[[int], tuple[str, int] | None],
+                 channel_security: ChannelSecurity | None = None) -> None:
         self.controller = controller
         self.replica_manager = replica_manager
         self.state_log = TransactionStateLog(config, controller, replica_manager)
         self.markers = TransactionMarkerChannel(
             config.node_id, lambda: controller.image, replica_manager, groups, broker_address,
             config["request.timeout.ms"] / 1000, _MARKER_RETRY_BACKOFF_S,
-            config.source_address)
+            config.source_address, channel_security)
         # This broker's questions, as a partition leader, to the coordinators of others.
         self.verifier = TransactionVerifier(
             config.node_id, self.state_log, broker_address, config["request.timeout.ms"] / 1000,
-            config.source_address)
+            config.source_address, channel_security)
         self.max_timeout_ms = config["transaction.max.timeout.ms"]
         self.expiration_ms = config["transactional.id.expiration.ms"]
         self._in_cluster = config.zookeeper_mode

@@ -29,6 +29,7 @@ from gregor.groups.coordinator import GroupCoordinator
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build
 from gregor.protocol.errors import ErrorCode
+from gregor.security.inter_broker import ChannelSecurity
 from gregor.transactions.markers import write_markers
 from gregor.transactions.metadata import TopicPartition
 
@@ -55,7 +56,8 @@ class TransactionMarkerChannel:
     def __init__(self, broker_id: int, image: Callable[[], MetadataImage],
                  replica_manager: ReplicaManager, groups: GroupCoordinator,
                  broker_address: Callable[[int], tuple[str, int] | None],
-                 timeout_s: float, backoff_s: float, source_address: str | None) -> None:
+                 timeout_s: float, backoff_s: float, source_address: str | None,
+                 security: ChannelSecurity | None = None) -> None:
         self.broker_id = broker_id
         self._image = image
         self.replica_manager = replica_manager
@@ -64,7 +66,8 @@ class TransactionMarkerChannel:
         self.backoff_s = backoff_s
         # A margin over the leader's own wait, so that it answers rather than we give up
         # on it.
-        self._channels = BrokerChannels(broker_address, timeout_s + 5.0, source_address)
+        self._channels = BrokerChannels(broker_address, timeout_s + 5.0, source_address,
+                                        security)
 
     async def write(self, producer_id: int, producer_epoch: int, commit: bool,
                     coordinator_epoch: int, partitions: Iterable[TopicPartition],

@@ -30,6 +30,7 @@ from gregor.cluster.broker_channel import BrokerChannels, ChannelError
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build
 from gregor.protocol.errors import ErrorCode
+from gregor.security.inter_broker import ChannelSecurity
 from gregor.transactions.metadata import TopicPartition
 from gregor.transactions.state_log import TransactionStateLog
 
@@ -58,10 +59,10 @@ def produce_error(answer: ErrorCode) -> ErrorCode:
 class TransactionVerifier:
     def __init__(self, broker_id: int, state_log: TransactionStateLog,
                  address: Callable[[int], tuple[str, int] | None], timeout_s: float,
-                 source_address: str | None) -> None:
+                 source_address: str | None, security: ChannelSecurity | None = None) -> None:
         self.broker_id = broker_id
         self.state_log = state_log
-        self._channels = BrokerChannels(address, timeout_s, source_address)
+        self._channels = BrokerChannels(address, timeout_s, source_address, security)
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
                      partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
