@@ -457,16 +457,20 @@ def test_offsets_for_times(broker: BrokerProcess, topic_name: str) -> None:
         consumer.close()
 
 
-def test_fetch_sessions_are_declined(broker: BrokerProcess, topic_name: str) -> None:
-    """Any full fetch (epoch 0 or -1, whatever session id it names) is answered without a
-    session (id 0); an incremental fetch names a session the broker never created."""
+def test_full_fetches_open_a_session_only_at_epoch_0(broker: BrokerProcess,
+                                                    topic_name: str) -> None:
+    """A full fetch at epoch 0 opens a new session (KIP-227; a session id it names is
+    closed first), at epoch -1 none; either way every partition is answered. An
+    incremental fetch naming a session the broker never created is refused.
+    (tests/test_fetch_sessions.py has the incremental fetches themselves.)"""
     _create_topic(broker.bootstrap, topic_name)
     _produce_batches(broker.bootstrap, topic_name, batches=1, per_batch=3)
     with WireConnection(broker.bootstrap) as client:
         for session_id, epoch in ((0, 0), (0, -1), (1234, -1), (1234, 0)):
             answer = client.request(ApiKey.FETCH, FETCH_VERSION, fetch_request(
                 topic_name, 0, 0, max_wait_ms=0, session_id=session_id, session_epoch=epoch))
-            assert (answer.error_code, answer.session_id) == (ErrorCode.none, 0)
+            assert answer.error_code == ErrorCode.none
+            assert (answer.session_id != 0) == (epoch == 0), (session_id, epoch)
             assert answer.responses[0].partitions[0].high_watermark == 3
         answer = client.request(ApiKey.FETCH, FETCH_VERSION, fetch_request(
             topic_name, 0, 0, session_id=1234, session_epoch=5))

@@ -158,9 +158,14 @@ def test_a_moved_log_start_is_written_on_the_worker_and_waited_for(
         manager = LogManager(tmp_path)
         manager.checkpoint_writer = flusher.write
         log = manager.get_or_create("t", 0, topic_config())
-        log.append_as_leader(batch(5), 0)  # its new epoch's checkpoint: fsynced at once
+        log.append_as_leader(batch(5), 0)  # its new epoch's checkpoint: on the worker too
         epochs = log.leader_epoch_cache.path
+        await asyncio.sleep(0.05)
+        assert not epochs.exists()
+        held.release.set()
+        await flusher.drain()
         assert epochs.read_text() == "0\n1\n0 0\n"
+        held.release.clear()
         held.calls.clear()
         assert log.advance_log_start_offset(3)
         written = asyncio.ensure_future(manager.log_starts_written())

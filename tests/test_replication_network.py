@@ -130,6 +130,31 @@ def test_a_follower_ahead_of_its_leader_asks_again_soon(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+def test_a_refused_follower_of_a_quiet_partition_is_heard_once_the_leader_knows(
+        tmp_path: Path) -> None:
+    """As above with nothing to copy: the follower's first fetch is refused, and the
+    partition stays quiet afterwards. Its next fetches in the session must still tell
+    the leader where it is (as Kafka's leader counts every partition of a session at
+    each fetch), else the leader never learns that it is caught up and drops it from
+    the ISR for good (seen: a failover in a cluster never regained min.insync.replicas)."""
+    async def scenario() -> None:
+        async with leading_broker(tmp_path) as (broker, topic):
+            leader = broker.replica_manager.get("t", 0)
+            assert leader is not None
+            follower = follower_manager(tmp_path, broker, backoff_ms=600_000)
+            follower.apply_partition_state(topic, 0, state(1, 2, (1, 2), (1, 2), 2))
+            try:
+                (fetcher,) = follower.fetchers.values()
+                await until(lambda: ("t", 0) in fetcher.delayed)  # refused once
+                broker.replica_manager.apply_partition_state(topic, 0,
+                                                             state(1, 2, (1, 2), (1, 2), 2))
+                await until(lambda: leader.followers[2].log_end_offset == 0)
+            finally:
+                await follower.stop()
+
+    asyncio.run(scenario())
+
+
 def test_a_follower_truncates_what_it_alone_wrote_then_copies(tmp_path: Path) -> None:
     """Broker 2 led epoch 1 alone and wrote records broker 1 never had; broker 1 now
     leads epoch 2 with records of its own. Over the wire, the leader answers broker 2's

@@ -50,8 +50,8 @@ READ_COMMITTED = 1
 SESSIONS_FROM_VERSION = 7
 
 # A partition to read: its topic, what the fetcher asked of it, and whether this read
-# counts as a follower's fetch of it (only the first read of what the request named;
-# not re-reads after a long poll, nor partitions a session carried over unchanged).
+# counts as a follower's fetch of it (only a fetch's first read, not its re-reads
+# after a long poll).
 Wanted = tuple[str, Any, bool]
 
 
@@ -244,9 +244,11 @@ async def _incremental_fetch(broker: Broker, request: Request, replica_id: int,
     while True:
         session.wakeup.clear()
         candidates = [tp for tp in {**named, **session.marked} if tp in session.partitions]
-        result = _read(broker, request, [(tp[0], session.partitions[tp].wanted,
-                                          first and tp in named) for tp in candidates],
-                       replica_id)
+        # A partition the fetcher did not name is where it was (KIP-227): its cached
+        # offset is the follower's position now, and counts as fetched, as Kafka's
+        # leader counts every partition of the session at each fetch.
+        result = _read(broker, request, [(tp[0], session.partitions[tp].wanted, first)
+                                         for tp in candidates], replica_id)
         first = False
         remaining = deadline - time.monotonic()
         if result.total >= body.min_bytes or result.urgent or remaining <= 0:

@@ -42,7 +42,11 @@ class FetchSessionHandler:
     def mark(self, tp: TopicPartition) -> None:
         """``tp`` is (again) fetched, or its fetch state may have changed."""
         self._marked[tp] = None
-        self._forgotten.pop(tp, None)
+        if self._forgotten.pop(tp, None) is not None:
+            # Back from a backoff before the leader heard it was forgotten: named again
+            # whatever it was, so that the leader reads it again (it may be quiet, and the
+            # answer that sent it into the backoff was an error).
+            self._sent.pop(tp, None)
 
     def forget(self, tp: TopicPartition) -> None:
         """``tp`` is no longer fetched (stopped, or backing off)."""
