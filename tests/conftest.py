@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gregor.broker.process import BrokerProcess
+from gregor.schemas.process import RegistryProcess
 
 SHARED_BY_DIRECTORY = ("spark", "console")
 """Directories whose tests share things started once per process: Spark's JVM and the
@@ -42,6 +43,14 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     data = tmp_path_factory.mktemp("broker") / "data"
     process = BrokerProcess(data, overrides={"group.initial.rebalance.delay.ms": "0"})
     process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def registry(broker: BrokerProcess) -> Iterator[RegistryProcess]:
+    """A ``gregor schema-registry`` process on the session's broker, one per module."""
+    process = RegistryProcess(broker.bootstrap).start()
     yield process
     process.stop()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka.schema_registry import (
@@ -18,15 +17,7 @@ from confluent_kafka.schema_registry import (
 )
 from google.protobuf import descriptor_pb2
 
-from gregor.broker.process import BrokerProcess
 from gregor.schemas.process import RegistryProcess
-
-
-@pytest.fixture(scope="module")
-def registry(broker: BrokerProcess) -> Iterator[RegistryProcess]:
-    process = RegistryProcess(broker.bootstrap).start()
-    yield process
-    process.stop()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,13 +29,6 @@ USER_JSON = json.dumps({"$schema": "http://json-schema.org/draft-07/schema#",
                         "title": "User", "type": "object",
                         "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
                         "required": ["name"]})
-
-
-@pytest.fixture(scope="module")
-def registry(broker: BrokerProcess) -> Iterator[RegistryProcess]:
-    process = RegistryProcess(broker.bootstrap).start()
-    yield process
-    process.stop()
 
 
 @pytest.fixture

@@ -4,21 +4,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from test_cli import fails, ok
 
-from gregor.broker.process import BrokerProcess
 from gregor.schemas.process import RegistryProcess
-
-
-@pytest.fixture(scope="module")
-def registry(broker: BrokerProcess) -> Iterator[RegistryProcess]:
-    process = RegistryProcess(broker.bootstrap).start()
-    yield process
-    process.stop()
 
 
 def schemas(registry: RegistryProcess, *args: str, input: bytes | None = None) -> str:
