@@ -238,8 +238,10 @@ class ZkClusterMember:
                 f"{znodes.CONTROLLED_SHUTDOWN}/{self.broker_id}", ephemeral=True, makepath=True),
                 deadline - time.monotonic())
         while True:
-            stopping = {int(child) for child in await asyncio.wait_for(
-                self.zk.children(znodes.CONTROLLED_SHUTDOWN), deadline - time.monotonic()) or ()}
+            # The brokers shutting down, as the metadata cache's watch keeps them: a
+            # read of its own each time round queued behind whatever else this broker
+            # had asked ZooKeeper (at 10,000 partitions, an attempt's whole timeout).
+            stopping = self.image.shutting_down
             pending = leaderships_to_move(self.image, self.broker_id)
             movable = [(topic, index) for topic, index in pending
                        if _takers(self.image, topic, index, self.broker_id) - stopping]
