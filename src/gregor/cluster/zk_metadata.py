@@ -242,10 +242,8 @@ class ZkMetadataCache:
                                                    replicas=replicas, partition_epoch=-1))
         if created:
             self.listeners.topic_created(topic)
-        for index in range(len(topic.partitions)):
-            early = self._early_changes.pop((name, index), None)
-            if early is not None:
-                self._apply_change(early)
+        for key in [key for key in self._early_changes if key[0] == name]:
+            self._apply_change(self._early_changes.pop(key))
         if read_states:
             # Read together: ZooKeeper answers pipelined reads in one stream.
             await asyncio.gather(*(self._read_partition(name, index)
