@@ -86,15 +86,23 @@ async def handle_describe(broker: Broker, request: Request):
                  error_message=None, resources=resources)
 
 
+def _alter_refusal(broker: Broker, request: Request) -> tuple[ErrorCode, str] | None:
+    """Why CreateAcls or DeleteAcls is refused, if it is: no authorizer, or no ALTER on
+    the cluster."""
+    if broker.authorizer is None:
+        return ErrorCode.security_disabled, _NO_AUTHORIZER
+    if not allowed(broker, request, Operation.ALTER, ResourceType.CLUSTER):
+        return ErrorCode.cluster_authorization_failed, _CLUSTER_DENIED
+    return None
+
+
 async def handle_create(broker: Broker, request: Request):
     key, version = ApiKey.CREATE_ACLS, request.version
     result_cls = nested(key, version, "AclCreationResult")
     creations = request.body.creations
-    if broker.authorizer is None or not allowed(broker, request, Operation.ALTER,
-                                                ResourceType.CLUSTER):
-        error, message = ((ErrorCode.security_disabled, _NO_AUTHORIZER)
-                          if broker.authorizer is None
-                          else (ErrorCode.cluster_authorization_failed, _CLUSTER_DENIED))
+    refusal = _alter_refusal(broker, request)
+    if refusal is not None:
+        error, message = refusal
         return build(response_schema(key, version), throttle_time=_NO_THROTTLE,
                      results=tuple(build(result_cls, error_code=error, error_message=message)
                                    for _ in creations))
@@ -118,11 +126,9 @@ async def handle_delete(broker: Broker, request: Request):
     key, version = ApiKey.DELETE_ACLS, request.version
     result_cls = nested(key, version, "DeleteAclsFilterResult")
     filters = request.body.filters
-    if broker.authorizer is None or not allowed(broker, request, Operation.ALTER,
-                                                ResourceType.CLUSTER):
-        error, message = ((ErrorCode.security_disabled, _NO_AUTHORIZER)
-                          if broker.authorizer is None
-                          else (ErrorCode.cluster_authorization_failed, _CLUSTER_DENIED))
+    refusal = _alter_refusal(broker, request)
+    if refusal is not None:
+        error, message = refusal
         return build(response_schema(key, version), throttle_time=_NO_THROTTLE,
                      filter_results=tuple(build(result_cls, error_code=error,
                                                 error_message=message, matching_acls=())
