@@ -206,7 +206,7 @@ def test_a_follower_in_the_isr_stays_while_the_cache_lags(cluster: Members, run)
         await eventually(lambda: states(member, "t")[0].isr == (1, 2), "both in sync")
         follower = next(b for b in cluster.members if b != member.broker_id)
         del member.image.brokers[follower]  # the registration not yet seen
-        await member.controller._reconcile()
+        await member.controller._reconcile(everything=True, partitions=set())
         found = await member.zk.get(znodes.partition_state_path("t", 0))
         assert found is not None
         assert znodes.decode_partition_state(found[0], (1, 2), found[1].version).isr == (1, 2)

@@ -15,7 +15,6 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Mapping
-from dataclasses import replace
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -29,8 +28,9 @@ from gregor.cluster.controller import (
 )
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
 from gregor.cluster.partition_state import NO_LEADER, PartitionState
+from gregor.cluster.zk_isr_writes import ZkIsrWrites
 from gregor.cluster.zk_metadata import INTERNAL_TOPICS, ZkMetadataCache
-from gregor.cluster.zookeeper import Create, SetData, TransactionFailed, ZooKeeperSession
+from gregor.cluster.zookeeper import Create, TransactionFailed, ZooKeeperSession
 from gregor.config import BrokerConfig
 from gregor.protocol.errors import ErrorCode
 from gregor.storage.log_manager import TopicPartition
@@ -53,6 +53,7 @@ class ZkClusterAdmin:
         self.broker_id = config.node_id
         self._producer_ids: tuple[int, int] = (0, -1)  # next, last of the claimed block
         self._producer_id_lock = asyncio.Lock()
+        self._isr_writes = ZkIsrWrites(zk, self._topic_id)
 
     @property
     def live_brokers(self) -> list[int]:
@@ -203,26 +204,9 @@ class ZkClusterAdmin:
     # ----------------------------------------------------------------------- ISR
     async def alter_isr(self, tp: TopicPartition, state: PartitionState
                         ) -> PartitionState | None:
-        """Write a leader's new ISR if the state it saw is still the current one, with
-        the change node every broker learns it from.
+        """A leader's new ISR, written with others gathered meanwhile (``ZkIsrWrites``)."""
+        return await self._isr_writes.write(tp, state)
 
-        Returns the state as written (its partition epoch is the znode's new
-        version), or None if anyone wrote since: the leader's view is stale, and the
-        metadata cache is about to deliver the newer state.
-        """
-        topic, index = tp
-        written = replace(state, partition_epoch=state.partition_epoch + 1)
-        known = self.image.topics.get(topic)
-        try:
-            await self.zk.multi([
-                SetData(znodes.partition_state_path(topic, index),
-                        znodes.encode_partition_state(state), state.partition_epoch),
-                znodes.state_change_node([znodes.StateChange(
-                    topic, "" if known is None else known.topic_id, index, written)]),
-            ])
-        except TransactionFailed:
-            log.info("%s-%d: ISR change to %s refused: partition epoch %d is stale", topic, index,
-                     list(state.isr), state.partition_epoch)
-            return None
-        log.info("%s-%d: ISR is now %s", topic, index, list(state.isr))
-        return written
+    def _topic_id(self, name: str) -> str:
+        known = self.image.topics.get(name)
+        return "" if known is None else known.topic_id

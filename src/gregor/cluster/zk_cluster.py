@@ -97,7 +97,7 @@ class ZkClusterMember:
 
         def on_partition(topic: TopicMetadata, index: int, state: PartitionState) -> None:
             partition_changed(topic, index, state)
-            controller.changed()
+            controller.partition_changed(topic.name, index)
 
         def on_deleted(topic: TopicMetadata) -> None:
             topic_deleted(topic)

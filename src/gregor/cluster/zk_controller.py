@@ -23,13 +23,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, replace
 
 from kazoo.exceptions import NodeExistsError
 
 from gregor.cluster import election, znodes
-from gregor.cluster.metadata_image import MetadataImage
+from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
 from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.zk_metadata import ZkMetadataCache
 from gregor.cluster.zookeeper import (
@@ -54,9 +54,8 @@ UNKNOWN_PARTITION: ElectionResult = (ErrorCode.unknown_topic_or_partition,
 # How long a change node is kept once the controller has seen it: far beyond any
 # session timeout, so that a broker still in its session has read it.
 _CHANGE_RETENTION_S = 120.0
-# Partition writes per ZooKeeper multi-op: a few dozen KB of request, far below
-# ZooKeeper's 1 MB jute.maxbuffer.
-_WRITES_PER_MULTI = 200
+# How often the controller looks for change nodes to delete.
+_PRUNE_INTERVAL_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +87,10 @@ class ZkController:
         # Change nodes, and when this controller first saw each (monotonic seconds).
         self._changes_seen: dict[str, float] = {}
         self._dirty = asyncio.Event()
+        # What the next reconcile decides: every partition, or those that changed.
+        self._everything_dirty = True
+        self._dirty_partitions: set[tuple[str, int]] = set()
+        self._next_prune = 0.0
         self._task: asyncio.Task | None = None
         self._rebalance_task: asyncio.Task | None = None
         # Leaderships this broker moved as controller, for metrics (Kafka's ControllerStats).
@@ -136,44 +139,76 @@ class ZkController:
         self._task = self._rebalance_task = None
 
     def changed(self) -> None:
-        """The metadata changed: reconcile soon (changes arriving together coalesce)."""
+        """Brokers, shutdowns or topics changed: reconcile every partition soon (changes
+        arriving together coalesce)."""
+        self._everything_dirty = True
+        self._dirty.set()
+
+    def partition_changed(self, topic: str, index: int) -> None:
+        """A partition's state changed (a leader's ISR change, a write of ours coming
+        back, one that refused ours): decide that partition again, alone. At 10,000
+        partitions a pass over all of them per change, with a leader's crowd of ISR
+        changes arriving one node at a time, kept the controller from anything else."""
+        self._dirty_partitions.add((topic, index))
         self._dirty.set()
 
     async def _run(self) -> None:
         while True:
             await self._dirty.wait()
             self._dirty.clear()
+            everything, partitions = self._everything_dirty, self._dirty_partitions
+            self._everything_dirty, self._dirty_partitions = False, set()
             try:
-                await self._reconcile()
+                await self._reconcile(everything, partitions)
             except NotController:
                 self.resign()
                 return
             except Exception:
                 log.exception("controller: reconciling the cluster failed; retrying")
                 await asyncio.sleep(1)
-                self._dirty.set()
+                self.changed()
 
     # --------------------------------------------------------------- reconcile
-    async def _reconcile(self) -> None:
-        await self._watch_shutdowns()
-        await self._delete_requested_topics()
+    async def _reconcile(self, everything: bool, partitions: set[tuple[str, int]]) -> None:
+        """Decide every partition (``everything``) or those of ``partitions``, and write
+        what changed."""
+        if everything:
+            await self._watch_shutdowns()
+            await self._delete_requested_topics()
         live = await self._registered_brokers()
         eligible = live - self.shutting_down
         created: list[tuple[str, int, PartitionState]] = []
         changed: list[_Change] = []
-        for topic in list(self.image.topics.values()):
-            unclean = TopicConfig(self.config, topic.configs)["unclean.leader.election.enable"]
-            for index, state in enumerate(topic.partitions):
-                if state.partition_epoch < 0:
-                    created.append((topic.name, index,
-                                    election.initial_state(state.replicas, eligible, self.epoch)))
-                    continue
-                change = self._decide(topic.name, index, state, live, eligible, unclean)
-                if change is not None:
-                    changed.append(change)
+        unclean_allowed: dict[str, bool] = {}
+        for topic, index, state in self._partitions(everything, partitions):
+            if state.partition_epoch < 0:
+                created.append((topic.name, index,
+                                election.initial_state(state.replicas, eligible, self.epoch)))
+                continue
+            unclean = unclean_allowed.get(topic.name)
+            if unclean is None:
+                unclean = unclean_allowed[topic.name] = TopicConfig(
+                    self.config, topic.configs)["unclean.leader.election.enable"]
+            change = self._decide(topic.name, index, state, live, eligible, unclean)
+            if change is not None:
+                changed.append(change)
         await self._create_states(created)
         await self._write_changes(changed)
-        await self._prune_state_changes()
+        if time.monotonic() >= self._next_prune:
+            self._next_prune = time.monotonic() + _PRUNE_INTERVAL_S
+            await self._prune_state_changes()
+
+    def _partitions(self, everything: bool, partitions: set[tuple[str, int]]
+                    ) -> Iterator[tuple[TopicMetadata, int, PartitionState]]:
+        if everything:
+            for topic in list(self.image.topics.values()):
+                for index, state in enumerate(topic.partitions):
+                    yield topic, index, state
+            return
+        for name, index in sorted(partitions):
+            found = self.image.topics.get(name)
+            if found is not None and index < len(found.partitions):
+                yield found, index, found.partitions[index]
 
     async def _prune_state_changes(self) -> None:
         """Delete change nodes this controller has known for ``_CHANGE_RETENTION_S``:
@@ -213,14 +248,14 @@ class ZkController:
 
     # ------------------------------------------------------------------- writes
     async def _create_states(self, created: list[tuple[str, int, PartitionState]]) -> None:
-        """Write new partitions' first states: each topic's in multi-ops of
-        ``_WRITES_PER_MULTI``, sent together (KAFKA-5642's pipelining), where one
-        round trip per partition made a topic of 10,000 partitions wait minutes."""
+        """Write new partitions' first states in multi-ops (half as many partitions as
+        ``znodes.STATE_WRITES_PER_MULTI``: two nodes each), sent together (KAFKA-5642's
+        pipelining), where one round trip per partition made a topic of 10,000
+        partitions wait minutes."""
         for topic in dict.fromkeys(name for name, _, _ in created):
             await self.zk.ensure(znodes.partitions_path(topic))
-        chunks = [created[i:i + _WRITES_PER_MULTI // 2]
-                  for i in range(0, len(created), _WRITES_PER_MULTI // 2)]
-        await asyncio.gather(*(self._create_chunk(chunk) for chunk in chunks))
+        await asyncio.gather(*(self._create_chunk(chunk) for chunk in znodes.multi_op_batches(
+            created, znodes.STATE_WRITES_PER_MULTI // 2)))
 
     async def _create_chunk(self, chunk: list[tuple[str, int, PartitionState]]) -> None:
         ops: list[Op] = [Check(znodes.CONTROLLER_EPOCH, self._epoch_version)]
@@ -260,13 +295,12 @@ class ZkController:
 
     async def _write_changes(self, changes: list[_Change]) -> list[bool]:
         """Write partitions' new states, conditioned on the versions they were decided
-        on: in multi-ops of ``_WRITES_PER_MULTI``, sent together. A multi refused as a
-        whole (one partition changed meanwhile) is written again one by one, so that
-        only the changed partition fails and is decided again on its newer state.
-        Whether each was written."""
-        chunks = [changes[i:i + _WRITES_PER_MULTI]
-                  for i in range(0, len(changes), _WRITES_PER_MULTI)]
-        written = await asyncio.gather(*(self._write_chunk(chunk) for chunk in chunks))
+        on: in multi-ops of ``znodes.STATE_WRITES_PER_MULTI``, sent together. A multi
+        refused as a whole (one partition changed meanwhile) is written again one by
+        one, so that only the changed partition fails and is decided again on its
+        newer state. Whether each was written."""
+        written = await asyncio.gather(*(self._write_chunk(chunk)
+                                         for chunk in znodes.multi_op_batches(changes)))
         return [ok for chunk in written for ok in chunk]
 
     async def _write_chunk(self, chunk: list[_Change]) -> list[bool]:

@@ -32,10 +32,12 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.zookeeper import Create
+
+T = TypeVar("T")
 
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
@@ -214,6 +216,16 @@ def encode_state_changes(changes: list[StateChange]) -> bytes:
         {"topic": c.topic, "topic_id": c.topic_id, "partition": c.index,
          "partition_epoch": c.state.partition_epoch,
          "state": _load(encode_partition_state(c.state))} for c in changes]})
+
+
+# Partition state writes per ZooKeeper multi-op (the controller's and the leaders'):
+# a few dozen KB of request, far below ZooKeeper's 1 MB jute.maxbuffer.
+STATE_WRITES_PER_MULTI = 200
+
+
+def multi_op_batches(items: list[T], size: int = STATE_WRITES_PER_MULTI) -> list[list[T]]:
+    """``items`` in runs of ``size``: one multi-op each."""
+    return [items[i:i + size] for i in range(0, len(items), size)]
 
 
 def state_change_node(changes: list[StateChange]) -> Create:

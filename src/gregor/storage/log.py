@@ -114,7 +114,11 @@ class Log:
         self.topic = topic
         self.partition = partition
         self.config = config
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(parents=True)
+            fresh = True
+        except FileExistsError:
+            fresh = False
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
         self.producer_state = ProducerStateManager(directory)
@@ -130,6 +134,14 @@ class Log:
         self.active_segment_flusher: ActiveSegmentFlusher | None = None
         self.pending_flush: asyncio.Future[None] | None = None
         self._last_flush_ms = int(time.time() * 1000)
+        if fresh:
+            # A directory made just now holds nothing to load, repair or replay: a
+            # broker given thousands of new partitions at once (a topic created, a
+            # follower added) opens each in a fraction of a full load's cost.
+            self.segments.append(self._new_segment(log_start_offset))
+            self._bases = [log_start_offset]
+            self.log_start_offset = log_start_offset
+            return
         self._load_segments(recover, log_start_offset)
         # The checkpoint may lag segment deletions (retention) or, after losing an
         # unsynced tail, lead the log end.
