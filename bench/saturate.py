@@ -70,7 +70,9 @@ def pin(pid: int, cpu: int) -> None:
 class Job:
     """What every worker does in one run: ``kind`` "produce" or "fetch", against the
     broker at ``bootstrap``; ``requests`` per worker, or 0 to run until stopped (produce);
-    ``end`` the records each partition holds (fetch)."""
+    ``end`` the records each partition holds (fetch); ``acks`` what produce requests ask
+    for (-1: every in-sync replica, on a cluster whose partitions ``bootstrap`` leads),
+    in batches of ``batch_bytes``."""
 
     kind: str
     bootstrap: str
@@ -79,6 +81,8 @@ class Job:
     size: int
     requests: int = 0
     end: int = 0
+    acks: int = 1
+    batch_bytes: int = BATCH_BYTES
 
 
 @dataclass(frozen=True)
@@ -173,7 +177,9 @@ def _work(index: int, pipe: Connection, count: Synchronized[int], stop: Event) -
     while (job := pipe.recv()) is not None:
         mine = list(range(index % (WORKERS // GROUPS), job.partitions, WORKERS // GROUPS))
         try:
-            if job.kind == "produce":
+            if not mine:  # fewer partitions than workers per group: this one idles
+                pipe.send(None)
+            elif job.kind == "produce":
                 _produce(job, mine, count, stop, pipe)
             else:
                 _fetch(job, mine, count, stop, pipe)
@@ -182,8 +188,8 @@ def _work(index: int, pipe: Connection, count: Synchronized[int], stop: Event) -
             pipe.send(f"{type(exc).__name__}: {exc}")
 
 
-def records_per_batch(size: int) -> int:
-    return max(1, BATCH_BYTES // size)
+def records_per_batch(size: int, batch_bytes: int = BATCH_BYTES) -> int:
+    return max(1, batch_bytes // size)
 
 
 def filled(size: int, requests: int) -> int:
@@ -194,12 +200,12 @@ def filled(size: int, requests: int) -> int:
 
 def _produce(job: Job, partitions: list[int], count: Synchronized[int], stop: Event,
              ready: Connection) -> None:
-    per_batch = records_per_batch(job.size)
+    per_batch = records_per_batch(job.size, job.batch_bytes)
     now = int(time.time() * 1000)
     batch = encode_batch([Record(i, now, None, value)
                           for i, value in enumerate(RecordSet(job.size, per_batch).values())])
     request = encode_request(ApiKey.PRODUCE, _PRODUCE_VERSION, 0, "bench", ProduceRequest(
-        transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=30),
+        transactional_id=None, acks=job.acks, timeout=datetime.timedelta(seconds=30),
         topic_data=(TopicProduceData(name=job.topic, partition_data=tuple(
             PartitionProduceData(index=p, records=batch) for p in partitions)),)))
     per_request = per_batch * len(partitions)
