@@ -231,6 +231,36 @@ def test_a_stale_leader_cannot_change_the_isr(cluster: Members, run) -> None:
     run(scenario())
 
 
+def test_isr_changes_made_together_are_written_together(cluster: Members, run) -> None:
+    """Leaders' ISR changes that come together share one multi-op and one change node,
+    and one stale among them is refused alone: the others are still written."""
+    async def scenario() -> None:
+        await cluster.start_all(1, 2)
+        member = cluster.members[1]
+        created = (await member.admin.create_topic("t", 6, 2, assignment=[(1, 2)] * 6))
+        before = set(await member.zk.children(znodes.STATE_CHANGES) or [])
+        written = await asyncio.gather(*(member.admin.alter_isr(("t", i), state.with_isr((1,)))
+                                         for i, state in enumerate(created.partitions[:3])))
+        assert [s.isr for s in written if s is not None] == [(1,)] * 3
+        after = set(await member.zk.children(znodes.STATE_CHANGES) or [])
+        assert len(after - before) == 1, "three changes made together, one change node"
+        # Partition 0 again from its older state (stale), with three current ones.
+        stale_too = await asyncio.gather(
+            member.admin.alter_isr(("t", 0), created.partitions[0].with_isr((2,))),
+            *(member.admin.alter_isr(("t", i), state.with_isr((1,)))
+              for i, state in enumerate(created.partitions[3:], start=3)))
+        assert stale_too[0] is None
+        assert [s.isr for s in stale_too[1:] if s is not None] == [(1,)] * 3
+        for index in range(6):
+            found = await member.zk.get(znodes.partition_state_path("t", index))
+            assert found is not None
+            assert znodes.decode_partition_state(found[0], (1, 2), found[1].version).isr == (1,)
+        await eventually(lambda: all(s.isr == (1,) for s in states(cluster.members[2], "t")),
+                         "every cache to see the written ISRs")
+
+    run(scenario())
+
+
 @pytest.mark.parametrize("unclean", [False, True])
 def test_whole_isr_down(cluster: Members, run, unclean: bool) -> None:
     async def scenario() -> None:
