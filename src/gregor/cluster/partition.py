@@ -167,14 +167,14 @@ class Partition:
         self.pending_isr = None
         if self.is_leader:
             self._become_leader(new_leader=not was_leader)
-            log.info("%s: leading at epoch %d from offset %d (ISR %s, high watermark %d)",
-                     self.name, self.leader_epoch, self.leader_epoch_start_offset,
-                     list(self.state.isr), self.high_watermark)
+            log.debug("%s: leading at epoch %d from offset %d (ISR %s, high watermark %d)",
+                      self.name, self.leader_epoch, self.leader_epoch_start_offset,
+                      list(self.state.isr), self.high_watermark)
         else:
             self.followers.clear()
             self.leader_epoch_start_offset = -1
-            log.info("%s: following %d at epoch %d from offset %d", self.name, state.leader,
-                     state.leader_epoch, self.log_end_offset)
+            log.debug("%s: following %d at epoch %d from offset %d", self.name, state.leader,
+                      state.leader_epoch, self.log_end_offset)
         return StateChange.LEADER_EPOCH
 
     def _become_leader(self, new_leader: bool) -> None:

@@ -318,6 +318,9 @@ class ZkController:
             return [await self._write_one(change) for change in chunk]
         for change in chunk:
             self._written(change)
+        moved = sum(c.after.leader != c.before.leader for c in chunk)
+        log.info("wrote %d partition state(s), %d new leader(s): %s-%d to %s-%d", len(chunk),
+                 moved, chunk[0].topic, chunk[0].index, chunk[-1].topic, chunk[-1].index)
         return [True] * len(chunk)
 
     async def _write_one(self, change: _Change) -> bool:
@@ -334,7 +337,7 @@ class ZkController:
             # A leader changed the ISR meanwhile: decided again on the newer state.
             self._check_fenced(exc)
             return False
-        self._written(change)
+        self._written(change, logging.INFO)
         return True
 
     def _change(self, topic: str, index: int, state: PartitionState) -> znodes.StateChange:
@@ -348,12 +351,15 @@ class ZkController:
             c.topic, c.index, replace(c.after, partition_epoch=c.before.partition_epoch + 1))
             for c in changes])
 
-    def _written(self, change: _Change) -> None:
+    def _written(self, change: _Change, level: int = logging.DEBUG) -> None:
+        """Count and log a written state: those of a batch at DEBUG (at 10,000
+        partitions a line each at INFO was a fifth of the controller's time in a
+        controlled shutdown), with a line for the batch at INFO."""
         before, after = change.before, change.after
         self.leader_elections += after.leader != before.leader
-        log.info("%s-%d: leader %d -> %d (epoch %d), ISR %s -> %s", change.topic, change.index,
-                 before.leader, after.leader, after.leader_epoch, list(before.isr),
-                 list(after.isr))
+        log.log(level, "%s-%d: leader %d -> %d (epoch %d), ISR %s -> %s", change.topic,
+                change.index, before.leader, after.leader, after.leader_epoch,
+                list(before.isr), list(after.isr))
         if change.unclean:
             self.unclean_leader_elections += 1
             log.warning("%s-%d: unclean leader election: broker %d was not in sync (ISR "

@@ -287,10 +287,16 @@ class ZkMetadataCache:
         found = await asyncio.gather(*(self.zk.get(f"{znodes.STATE_CHANGES}/{name}")
                                        for name in new))
         self._seen_changes = (self._seen_changes & set(names)) | set(new)
+        applied = 0
         for data in found:
             if data is not None:
                 for change in znodes.decode_state_changes(data[0], self._replicas):
                     self._apply_change(change)
+                    applied += 1
+        if applied:
+            # One line, not one a partition (those are at DEBUG): a controller's batch
+            # may hold thousands.
+            log.info("applied %d partition state(s) from %d change node(s)", applied, len(new))
 
     def _replicas(self, name: str, index: int) -> tuple[int, ...]:
         topic = self.image.topics.get(name)
