@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import itertools
 import multiprocessing
 import os
 import socket
@@ -72,7 +73,11 @@ class Job:
     broker at ``bootstrap``; ``requests`` per worker, or 0 to run until stopped (produce);
     ``end`` the records each partition holds (fetch); ``acks`` what produce requests ask
     for (-1: every in-sync replica, on a cluster whose partitions ``bootstrap`` leads),
-    in batches of ``batch_bytes``."""
+    in batches of ``batch_bytes``. A worker given ``only`` writes those partitions (each
+    worker its own job: ``Load.running_each``) rather than its share of them all;
+    ``sticky`` sends one partition's batch a request, partition after partition, as a
+    producer without keys fills one partition's batch at a time, rather than a batch
+    for every partition in each request."""
 
     kind: str
     bootstrap: str
@@ -83,6 +88,8 @@ class Job:
     end: int = 0
     acks: int = 1
     batch_bytes: int = BATCH_BYTES
+    only: tuple[int, ...] | None = None
+    sticky: bool = False
 
 
 @dataclass(frozen=True)
@@ -143,8 +150,14 @@ class Load:
     @contextlib.contextmanager
     def running(self, job: Job) -> Iterator[None]:
         """Every worker on ``job`` until the block ends; raises a worker's failure."""
+        with self.running_each([job] * WORKERS):
+            yield
+
+    @contextlib.contextmanager
+    def running_each(self, jobs: list[Job]) -> Iterator[None]:
+        """Worker ``i`` on ``jobs[i]`` until the block ends; raises a worker's failure."""
         self._stop.clear()
-        for pipe in self._pipes:
+        for pipe, job in zip(self._pipes, jobs, strict=True):
             pipe.send(job)
         for pipe in self._pipes:  # connected, first requests built
             _answer(pipe)
@@ -175,7 +188,8 @@ def _work(index: int, pipe: Connection, count: Synchronized[int], stop: Event) -
     os.sched_setaffinity(0, {CLIENT_CPU})
     socket.setdefaulttimeout(30)  # a broker gone fails the run instead of hanging it
     while (job := pipe.recv()) is not None:
-        mine = list(range(index % (WORKERS // GROUPS), job.partitions, WORKERS // GROUPS))
+        mine = (list(job.only) if job.only is not None
+                else list(range(index % (WORKERS // GROUPS), job.partitions, WORKERS // GROUPS)))
         try:
             if not mine:  # fewer partitions than workers per group: this one idles
                 pipe.send(None)
@@ -204,11 +218,20 @@ def _produce(job: Job, partitions: list[int], count: Synchronized[int], stop: Ev
     now = int(time.time() * 1000)
     batch = encode_batch([Record(i, now, None, value)
                           for i, value in enumerate(RecordSet(job.size, per_batch).values())])
-    request = encode_request(ApiKey.PRODUCE, _PRODUCE_VERSION, 0, "bench", ProduceRequest(
-        transactional_id=None, acks=job.acks, timeout=datetime.timedelta(seconds=30),
-        topic_data=(TopicProduceData(name=job.topic, partition_data=tuple(
-            PartitionProduceData(index=p, records=batch) for p in partitions)),)))
-    per_request = per_batch * len(partitions)
+    def request_for(written: list[int]) -> bytes:
+        return encode_request(ApiKey.PRODUCE, _PRODUCE_VERSION, 0, "bench", ProduceRequest(
+            transactional_id=None, acks=job.acks, timeout=datetime.timedelta(seconds=30),
+            topic_data=(TopicProduceData(name=job.topic, partition_data=tuple(
+                PartitionProduceData(index=p, records=batch) for p in written)),)))
+
+    if job.sticky:
+        # Built as they go: one request a partition would be too many to hold.
+        turns = itertools.cycle(partitions)
+        requests: Iterator[bytes] = (request_for([next(turns)]) for _ in itertools.count())
+        per_request = per_batch
+    else:
+        requests = itertools.repeat(request_for(partitions))
+        per_request = per_batch * len(partitions)
     fetcher = KafkaFetcher(job.bootstrap)  # its socket and frame reader
     try:
         ready.send(None)
@@ -216,7 +239,7 @@ def _produce(job: Job, partitions: list[int], count: Synchronized[int], stop: Ev
         left = job.requests or -1
         while True:
             while in_flight < IN_FLIGHT and left and not stop.is_set():
-                fetcher.sock.sendall(request)
+                fetcher.sock.sendall(next(requests))
                 in_flight += 1
                 left -= 1
             if not in_flight:

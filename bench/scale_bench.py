@@ -7,10 +7,11 @@ and three broker processes (RF=3, ``min.insync.replicas=2``,
 partitions:
 
 * create: from CreateTopics until every partition has a leader and a whole ISR;
-* acks=all: 100 B records from one librdkafka producer for a few seconds, keyless
-  (librdkafka's sticky partitioner fills one partition's batch at a time, as
-  producers without keys do), records acknowledged per second; with the
-  producer's own CPU in cores, which says whether the client held it back;
+* acks=all: 100 B records from ``bench.saturate``'s wire-protocol producers for a few
+  seconds, one partition's 64 KB batch a request (as producers without keys fill
+  one partition's batch at a time), each worker writing one leader's partitions;
+  records acknowledged per second, with the load's CPU in cores (a small share of a
+  core: the figure is the cluster's, not the client's);
 * idle: each broker's CPU (share of a core) and memory with no load;
 * controlled shutdown: SIGTERM to a broker that is not the controller, until the
   metadata shows none of its leaderships, and until its process has exited;
@@ -20,7 +21,8 @@ partitions:
   partition it led has another leader (the session timeout is the floor:
   ZooKeeper only then says the broker is gone).
 
-It prints a table, writes ``scale_bench.json`` to ``bench/out/`` and (unless
+It prints a table, writes ``scale_bench.json`` and the brokers' logs
+(``scale-logs/``) to ``bench/out/`` and (unless
 ``--quick``) ``docs/scale-benchmarks.md`` with its plot
 ``docs/img/bench-scale.png``, and its table in a section of ``docs/benchmarks.md``.
 """
@@ -43,12 +45,13 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 import psutil  # noqa: E402
-from confluent_kafka import KafkaError, Producer  # noqa: E402
+from confluent_kafka import KafkaError  # noqa: E402
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic  # noqa: E402
 
 from bench.cluster_bench import SESSION_TIMEOUT_MS, Servers, bootstrap  # noqa: E402
 from bench.cpu import cpu_seconds  # noqa: E402
 from bench.run import settle  # noqa: E402
+from bench.saturate import WORKERS, Job, Load  # noqa: E402
 from bench.sections import write_section  # noqa: E402
 from gregor.broker.process import BrokerProcess  # noqa: E402
 
@@ -129,37 +132,38 @@ def create(servers: str, count: int) -> float:
                                                  "every ISR whole", 600)
 
 
-def produce(servers: str, seconds: float) -> tuple[float, float]:
-    """Records acknowledged per second by one keyless acks=all producer, and the cores
-    this process (the producer) used meanwhile."""
-    producer = Producer({"bootstrap.servers": servers, "acks": "all", "linger.ms": 10,
-                         "batch.size": 1_000_000, "queue.buffering.max.kbytes": 65536,
-                         "log_level": 0})
-    payload = b"x" * RECORD
-    acked = [0]
-    failed: list[KafkaError] = []
+def produce(load: Load, by_id: dict[int, BrokerProcess], count: int,
+            seconds: float) -> tuple[float, float]:
+    """Records acknowledged per second at acks=all, and the cores the load used.
 
-    def delivered(error: KafkaError | None, _message: object) -> None:
-        if error is None:
-            acked[0] += 1
-        else:
-            failed.append(error)
-
+    The load is ``bench.saturate``'s wire-protocol producers, each writing the
+    partitions of one leader, one partition's 64 KB batch of 100 B records a request,
+    partition after partition (as a producer without keys fills one partition's batch
+    at a time), five requests in flight: prebuilt records cost them a small share of a
+    core, where one librdkafka producer took 1.1 of the two cores the brokers share, so
+    the figure is the cluster's, not the client's.
+    """
+    led: dict[int, list[int]] = {}
+    for index, partition in metadata(bootstrap(list(by_id.values()))).topics[
+            TOPIC].partitions.items():
+        led.setdefault(partition.leader, []).append(index)
+    leaders = sorted(led)
+    jobs = []
+    for worker in range(WORKERS):
+        leader = leaders[worker % len(leaders)]
+        serving = [w for w in range(WORKERS) if leaders[w % len(leaders)] == leader]
+        share = tuple(sorted(led[leader])[serving.index(worker)::len(serving)])
+        jobs.append(Job("produce", by_id[leader].bootstrap, TOPIC, count, RECORD, acks=-1,
+                        only=share, sticky=True))
     settle()
-    cpu_before = cpu_seconds([os.getpid()], descendants=False)
-    started = time.monotonic()
-    while time.monotonic() - started < seconds:
-        for _ in range(1000):
-            try:
-                producer.produce(TOPIC, payload, on_delivery=delivered)
-            except BufferError:
-                producer.poll(0.001)
-        producer.poll(0)
-    producer.flush(300)
-    elapsed = time.monotonic() - started
-    cores = (cpu_seconds([os.getpid()], descendants=False) - cpu_before) / elapsed
-    assert not failed, failed[:3]
-    return acked[0] / elapsed, cores
+    pid = next(b.pid for b in by_id.values() if b.pid is not None)
+    with load.running_each(jobs):
+        time.sleep(1.0)  # connections made, first rounds of replication
+        start = load.sample(pid)
+        time.sleep(seconds)
+        end = load.sample(pid)
+    wall = end.at - start.at
+    return (end.records - start.records) / wall, (end.client_cpu - start.client_cpu) / wall
 
 
 def idle(brokers: list[BrokerProcess], seconds: float) -> tuple[list[float], list[float]]:
@@ -176,7 +180,7 @@ def controller_id(servers: str) -> int:
     return admin.describe_cluster().result(30).controller.id
 
 
-def measure(servers: Servers, count: int, produce_s: float) -> Scale:
+def measure(servers: Servers, load: Load, count: int, produce_s: float) -> Scale:
     result = Scale(count)
     brokers = servers.cluster()
     by_id = {b.broker_id: b for b in brokers}
@@ -185,8 +189,7 @@ def measure(servers: Servers, count: int, produce_s: float) -> Scale:
         return bootstrap(brokers)
 
     result.create_s = create(live(), count)
-    produce(live(), 1.0)  # warm-up: connections, metadata, first batches
-    result.records_per_s, result.producer_cores = produce(live(), produce_s)
+    result.records_per_s, result.producer_cores = produce(load, by_id, count, produce_s)
     result.idle_cpu, result.rss_mb = idle(brokers, 5.0)
 
     controller = controller_id(live())
@@ -227,13 +230,22 @@ def kill_and_wait(by_id: dict[int, BrokerProcess], victim: int, asked: int, coun
 def run(counts: list[int], produce_s: float) -> list[Scale]:
     work = Path(tempfile.mkdtemp(prefix="gregor-scale-bench-"))
     servers = Servers(work)
+    load = Load()
     results = []
     try:
         for count in counts:
-            results.append(measure(servers, count, produce_s))
+            results.append(measure(servers, load, count, produce_s))
             print(report(results[-1:]), flush=True)
     finally:
+        load.close()
         servers.close()
+        # The brokers' logs outlive the run, for whoever must find where a target's
+        # time went.
+        kept = OUT / "scale-logs"
+        shutil.rmtree(kept, ignore_errors=True)
+        kept.mkdir(parents=True)
+        for broker_log in work.glob("*.log"):
+            shutil.copy(broker_log, kept)
         shutil.rmtree(work, ignore_errors=True)
     return results
 
@@ -339,10 +351,13 @@ def _document(table: str, verdicts: str, load: str, when: str) -> str:
 `python -m bench.scale_bench`, {when} ({load}), on this 2-core machine: for each
 count a fresh cluster of one ZooKeeper and three broker processes (RF=3,
 `min.insync.replicas=2`, `zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}`) and
-one topic of that many partitions, with the producer on the same two cores. The
-producer is one librdkafka (confluent-kafka) producer of keyless 100 B records,
-`linger.ms=10`, 1 MB batches, acks=all. Its CPU is shown in cores beside its rate:
-a producer near 1.0 would be the limit, not the cluster.
+one topic of that many partitions, with the load on the same two cores. The load is
+`bench.saturate`'s eight wire-protocol producers (prebuilt 64 KB batches of 100 B
+records, one partition a request, partition after partition, as producers without
+keys fill one batch at a time; each worker writes the partitions of one leader, five
+requests in flight, acks=all). Their CPU is shown in cores beside the rate: a small
+share of a core, where one librdkafka producer (until 2026-11-29) took 1.1 cores and
+so set the 10-partition reference itself.
 
 {table}
 
