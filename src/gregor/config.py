@@ -382,6 +382,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
                   "before (KIP-368) or the connection is closed; 0: forever", minimum=0),
         ConfigDef("sasl.server.max.receive.size", ConfigType.INT, 524288,
                   "largest SASL token accepted before authentication", minimum=1),
+        # ---- client quotas
+        ConfigDef("quota.window.num", ConfigType.INT, 11,
+                  "samples a client's rate is measured over, against its quotas", minimum=1),
+        ConfigDef("quota.window.size.seconds", ConfigType.INT, 1,
+                  "length of each of those samples", minimum=1),
         # ---- monitoring
         ConfigDef("metrics.listener", ConfigType.STRING, "",
                   "where Prometheus scrapes this broker's metrics "

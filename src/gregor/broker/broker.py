@@ -39,6 +39,7 @@ from gregor.security import tls
 from gregor.security.acls import Authorizer, authorizer_enabled, super_users
 from gregor.security.inter_broker import inter_broker_security
 from gregor.security.listeners import Listener
+from gregor.security.quotas import QuotaManager
 from gregor.security.sasl_mechanisms import listener_sasl
 from gregor.storage.checkpoint_file import write_atomically
 from gregor.storage.cleaner import LogCleaner
@@ -106,6 +107,9 @@ class Broker:
             else ImageUserConfigs(self.image))
         self.acl_store: AclStore = (self.cluster.acls if self.cluster is not None
                                     else ImageAcls(self.image))
+        # Client quotas, measured only while some entity sets one.
+        self.quotas = QuotaManager(lambda: self.image.client_quotas, config["quota.window.num"],
+                                   config["quota.window.size.seconds"])
         # None unless authorizer.class.name is set: then every API checks its ACLs.
         self.authorizer = Authorizer(lambda: self.image.acls, super_users(config),
                                      config["allow.everyone.if.no.acl.found"]
