@@ -88,18 +88,17 @@ class Charge:
         quotas, api_key, body = self.quotas, self.api_key, self.request.body
         if api_key in _EXEMPT or (api_key == ApiKey.FETCH and body.replica_id >= 0):
             return 0
-        limit = quotas.max_throttle_ms
         throttle = 0
         if api_key == ApiKey.PRODUCE and quotas.produce is not None:
-            throttle = quotas.produce.record(self.request_bytes, now_ms, limit)
+            throttle = quotas.produce.record(self.request_bytes, now_ms)
         elif api_key == ApiKey.FETCH and quotas.fetch is not None and result is not None:
             size = sum(len(c) if isinstance(c, bytes) else c.length for c in result.chunks)
-            throttle = quotas.fetch.record(size, now_ms, limit)
+            throttle = quotas.fetch.record(size, now_ms)
         if quotas.request is not None and not (api_key == ApiKey.PRODUCE and body.acks == 0):
             self.handled()
             assert self.handler_s is not None
             throttle = max(throttle, quotas.request.record(
-                self.handler_s * PERCENT_PER_SECOND, now_ms, limit))
+                self.handler_s * PERCENT_PER_SECOND, now_ms, quotas.max_request_throttle_ms))
         return throttle
 
 

@@ -70,10 +70,10 @@ class Rate:
         return sum(total for _, total in self._samples) * 1000.0 / window
 
     def _purge(self, now_ms: float) -> None:
-        """Forget samples older than all the windows together."""
+        """Forget samples that started as long ago as all the windows together span."""
         samples = self._samples
         horizon = now_ms - self._count * self._window_ms
-        while samples and samples[0][0] + self._window_ms <= horizon:
+        while samples and samples[0][0] <= horizon:
             samples.popleft()
 
 
@@ -84,15 +84,17 @@ class Quota:
     bound: float
     rate: Rate
 
-    def record(self, value: float, now_ms: float, max_throttle_ms: float) -> int:
-        """Record ``value``; the throttle time it earns (0 while within the bound)."""
+    def record(self, value: float, now_ms: float, max_throttle_ms: float | None = None) -> int:
+        """Record ``value``; the throttle time it earns (0 while within the bound), at most
+        ``max_throttle_ms`` if given."""
         rate = self.rate
         rate.record(value, now_ms)
         window = rate.window_ms(now_ms)
         measured = rate.per_second(now_ms)
         if measured <= self.bound:
             return 0
-        return int(min((measured - self.bound) / self.bound * window, max_throttle_ms))
+        throttle = (measured - self.bound) / self.bound * window
+        return int(throttle if max_throttle_ms is None else min(throttle, max_throttle_ms))
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +105,9 @@ class ClientQuotas:
     produce: Quota | None
     fetch: Quota | None
     request: Quota | None
-    max_throttle_ms: float
+    # A request-time throttle is at most this long; a byte rate's is not (as in Kafka,
+    # whose bytes throttles make up for all the bytes, however many).
+    max_request_throttle_ms: float
     # The most a fetch may return (Kafka's quota window bytes): a consumer's answer
     # otherwise outgrows what one throttle can make up for.
     fetch_max_bytes: int | None
@@ -119,8 +123,8 @@ class QuotaManager:
         self._window_ms = window_s * 1000.0
         self._rates: dict[tuple[str, str, str], Rate] = {}
         self._swept_at = 0
-        # Kafka bounds a throttle by the span of all its samples.
-        self.max_throttle_ms = samples * self._window_ms
+        # Kafka bounds a request-time throttle by the span of all its samples.
+        self.max_request_throttle_ms = samples * self._window_ms
 
     @property
     def active(self) -> bool:
@@ -141,7 +145,8 @@ class QuotaManager:
             return None
         window_bytes = (None if fetch is None else
                         max(1, int(fetch.bound * (self._samples - 1) * self._window_ms / 1000)))
-        return ClientQuotas(produce, fetch, request, self.max_throttle_ms, window_bytes)
+        return ClientQuotas(produce, fetch, request, self.max_request_throttle_ms,
+                            window_bytes)
 
     def _quota(self, applied: AppliedQuota | None, now_ms: float) -> Quota | None:
         if applied is None:
