@@ -25,6 +25,7 @@ from kafka.protocol.admin.client_quotas import (
     AlterClientQuotasRequest,
     DescribeClientQuotasRequest,
 )
+from kafka.protocol.metadata import MetadataRequest
 
 from gregor.broker.process import BrokerProcess
 from gregor.protocol.errors import ErrorCode
@@ -257,3 +258,21 @@ def test_quotas_outlive_a_restart(tmp_path: Path) -> None:
         admin.close()
     finally:
         process.stop()
+
+
+def test_a_client_using_more_than_its_request_percentage_is_throttled(
+        quota_broker: BrokerProcess, admin: KafkaAdminClient) -> None:
+    """request_percentage counts the broker's time handling the client's requests:
+    Metadata requests back to back, at 0.1% of a thread, soon earn a throttle time."""
+    client_id = f"busy-{uuid.uuid4().hex[:6]}"
+    assert _alter(admin, {"client-id": client_id}, {"request_percentage": 0.1}) == (0, None)
+    busy = KafkaAdminClient(bootstrap_servers=quota_broker.bootstrap, client_id=client_id)
+    try:
+        throttles = []
+        deadline = time.monotonic() + 10
+        while not any(throttles) and time.monotonic() < deadline:
+            response = _send(busy, MetadataRequest(topics=None, allow_auto_topic_creation=False))
+            throttles.append(response.throttle_time_ms)
+        assert any(throttles), f"never throttled in {len(throttles)} requests"
+    finally:
+        busy.close()
