@@ -13,6 +13,9 @@ The socket is read only a bounded distance ahead of the handler
 held back by TCP flow control instead of making the broker buffer its requests or
 its answers.
 
+A client over one of its quotas (:mod:`gregor.broker.throttling`) gets its answer with
+``throttle_time_ms`` set, and its connection is not read for that long (KIP-219).
+
 Whatever a client sends, the worst outcome is that its own connection is
 closed: every other client keeps being served. Refusals are logged through the
 broker's rate limiter, so a misbehaving client cannot flood the log either.
