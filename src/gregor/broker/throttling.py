@@ -86,7 +86,7 @@ class Charge:
     def throttle_ms(self, result: Any, now_ms: float) -> int:
         """Record the request against the client's quotas; the throttle time it earned."""
         quotas, api_key, body = self.quotas, self.api_key, self.request.body
-        if api_key in _EXEMPT or (api_key == ApiKey.FETCH and body.replica_id >= 0):
+        if api_key in _EXEMPT or (api_key == ApiKey.FETCH and getattr(body, "replica_id", -1) >= 0):
             return 0
         throttle = 0
         if api_key == ApiKey.PRODUCE and quotas.produce is not None:
