@@ -117,6 +117,9 @@ def test_bad_alterations_are_refused_each_on_its_own(admin: KafkaAdminClient) ->
     for entity, ops in (({"user": user}, {"no_such_quota": 1.0}),
                         ({"user": user}, {"producer_byte_rate": 1.5}),
                         ({"user": user}, {"consumer_byte_rate": 0.0}),
+                        ({"user": user}, {"consumer_byte_rate": float("nan")}),
+                        ({"user": user}, {"producer_byte_rate": float("inf")}),
+                        ({"user": user}, {"request_percentage": float("nan")}),
                         ({"ip": "1.2.3.4"}, {"producer_byte_rate": 1.0}),
                         ({}, {"producer_byte_rate": 1.0})):
         error, message = _alter(admin, entity, ops)

@@ -12,6 +12,7 @@ an alteration (one bad operation and none of that entity's is applied).
 from __future__ import annotations
 
 import datetime
+import math
 from typing import TYPE_CHECKING, Any
 
 from gregor.broker.authorization import allowed
@@ -154,6 +155,8 @@ def _alteration(entry: Any) -> tuple[str, dict[str, float | None]]:
         if op.remove:
             changes[op.key] = None
             continue
+        if not math.isfinite(op.value):
+            raise _Refused(f"Configuration {op.key} must be a finite number")
         if whole and op.value != int(op.value):
             raise _Refused(f"Configuration {op.key} must be a Long value")
         if not op.value > 0:
