@@ -15,7 +15,7 @@
 # listener per broker (TLS certificates from scripts/make-certs.sh in ./data/certs; SASL
 # PLAIN and SCRAM), brokers among themselves over it as the super user admin, ACLs
 # switched on; the client settings (with admin's generated password) are written to
-# ./data/client.properties and printed. No schema registry then (it reaches brokers
+# ./data/client.properties, which gregor commands take with --command-config. No schema registry then (it reaches brokers
 # only in plaintext).
 # Beside another cluster (its test runs it so), GREGOR_CLUSTER_HOST sets the address
 # everything listens on (another loopback address, e.g. 127.0.1.1, keeps the ports)
@@ -140,12 +140,12 @@ for id in 1 2 3; do
     "$data/broker-$id.log"
 done
 if [ -n "$secure" ]; then
-  client_settings=$(grep -v '^#' "$data/client.properties" | sed 's/^/-X /' | tr '\n' ' ')
   echo "cluster ready: ZooKeeper $host:2181/gregor, brokers" \
     "$advertised:9092,$advertised:9093,$advertised:9094 (SASL_SSL; client settings in" \
     "$data/client.properties: super user admin, SASL PLAIN), metrics on" \
     "http://$host:9644/metrics, :9645 and :9646 (Ctrl-C stops it); e.g." \
-    ".venv/bin/gregor topics list -b $advertised:9092 $client_settings" >&2
+    ".venv/bin/gregor topics list -b $advertised:9092 --command-config" \
+    "$data/client.properties" >&2
   wait
   exit 0
 fi

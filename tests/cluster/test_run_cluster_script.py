@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -149,7 +150,7 @@ def test_a_secure_cluster_serves_sasl_ssl_with_the_settings_it_prints(
     settings = dict(line.split("=", 1) for line in
                     (running.data / "client.properties").read_text().splitlines())
     assert settings["security.protocol"] == "SASL_SSL"
-    assert f"-X sasl.password={settings['sasl.password']}" in running.output[-1]
+    assert f"--command-config {running.data / 'client.properties'}" in running.output[-1]
     config = {"bootstrap.servers": running.bootstrap, **settings}
     admin = AdminClient(config)
     admin.create_topics([NewTopic("secured", 3, 3)])["secured"].result(WAIT_S)
@@ -160,6 +161,12 @@ def test_a_secure_cluster_serves_sasl_ssl_with_the_settings_it_prints(
     described = admin.list_topics("secured", timeout=WAIT_S).topics["secured"]
     for partition in described.partitions.values():
         assert sorted(partition.isrs) == [1, 2, 3]  # followers fetch over SASL_SSL too
+    # gregor commands take the written settings as Kafka's tools take theirs.
+    listed = subprocess.run(
+        [sys.executable, "-m", "gregor.cli.main", "topics", "list", "-b", running.bootstrap,
+         "--command-config", str(running.data / "client.properties")],
+        capture_output=True, text=True, timeout=WAIT_S)
+    assert listed.returncode == 0 and "secured" in listed.stdout.split(), listed.stderr
     # Without the settings, or with a wrong password, nothing is served.
     for refused in ({"bootstrap.servers": running.bootstrap},
                     {**config, "sasl.password": "wrong"}):
