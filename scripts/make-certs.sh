@@ -2,10 +2,10 @@
 # Make a test certificate authority and certificates for TLS listeners (and mutual TLS),
 # with openssl. Test use only: the keys are unencrypted or use the password below.
 #
-# Usage: scripts/make-certs.sh DIR [DNS_NAME...]
-#   DNS names of the broker certificate: localhost plus any given. librdkafka (since
-#   2.0) checks the broker's host name and does not accept IP-only names, so clients
-#   and advertised.listeners must use one of these names.
+# Usage: scripts/make-certs.sh DIR [NAME...]
+#   DNS names (or IPv4 addresses) of the broker certificate: localhost plus any given.
+#   librdkafka (since 2.0) checks the broker's host name and does not accept IP
+#   addresses, so clients and advertised.listeners must use one of the DNS names.
 #
 # Writes into DIR (kept if DIR/ca.pem exists already; remove DIR to start over):
 #   ca.pem                 the CA certificate (ssl.truststore.location, ssl.ca.location)
@@ -26,7 +26,11 @@ cd "$dir"
 
 days=3650
 san="DNS:localhost"
-for name in "$@"; do san="$san,DNS:$name"; done
+for name in "$@"; do
+  # An IPv4 address is named as one (Python's ssl checks it; librdkafka ignores it).
+  if [[ $name =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]]; then san="$san,IP:$name"
+  else san="$san,DNS:$name"; fi
+done
 
 ca() {  # name subject
   openssl req -x509 -newkey rsa:2048 -nodes -days "$days" -keyout "$1.key" -out "$1.pem" \

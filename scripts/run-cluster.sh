@@ -11,6 +11,12 @@
 # watch a failover) leaves the others running; start it again by hand with
 #   .venv/bin/gregor broker start --config data/server-N.properties
 # Extra arguments go to every broker (e.g. -o unclean.leader.election.enable=true).
+# With --secure first, the cluster is secured as Kafka users secure theirs: one SASL_SSL
+# listener per broker (TLS certificates from scripts/make-certs.sh in ./data/certs; SASL
+# PLAIN and SCRAM), brokers among themselves over it as the super user admin, ACLs
+# switched on; the client settings (with admin's generated password) are written to
+# ./data/client.properties, which gregor commands take with --command-config. No schema registry then (it reaches brokers
+# only in plaintext).
 # Beside another cluster (its test runs it so), GREGOR_CLUSTER_HOST sets the address
 # everything listens on (another loopback address, e.g. 127.0.1.1, keeps the ports)
 # and GREGOR_CLUSTER_DATA the directory for ./data.
@@ -18,6 +24,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 host="${GREGOR_CLUSTER_HOST:-127.0.0.1}"
 data="${GREGOR_CLUSTER_DATA:-data}"
+secure=""
+if [ "${1:-}" = "--secure" ]; then
+  secure=1
+  shift
+fi
 scripts/setup.sh schemas
 scripts/install-zookeeper.sh
 mkdir -p "$data"
@@ -71,10 +82,46 @@ zookeeper=$!
 wait_ready "$zookeeper" "$data/zookeeper.out" ZooKeeper "$data/zookeeper/zookeeper.log"
 cat "$data/zookeeper.out" >&2
 
+listener="PLAINTEXT"
+security=""
+advertised="$host"
+if [ -n "$secure" ]; then
+  # librdkafka checks the broker's DNS name; on another loopback address than
+  # 127.0.0.1 (which localhost names) clients must turn that check off.
+  [ "$host" = 127.0.0.1 ] && advertised=localhost
+  scripts/make-certs.sh "$data/certs" "$host" >/dev/null
+  [ -s "$data/admin.password" ] || (umask 077; openssl rand -hex 16 > "$data/admin.password")
+  password=$(cat "$data/admin.password")
+  listener="SASL_SSL"
+  security="advertised.listeners=SASL_SSL://$advertised:PORT
+security.inter.broker.protocol=SASL_SSL
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=PLAIN
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"admin\" password=\"$password\" user_admin=\"$password\";
+ssl.keystore.type=PEM
+ssl.keystore.location=$data/certs/broker.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$data/certs/ca.pem
+authorizer.class.name=kafka.security.authorizer.AclAuthorizer
+super.users=User:admin"
+  (umask 077; cat > "$data/client.properties" <<PROPERTIES
+security.protocol=SASL_SSL
+sasl.mechanism=PLAIN
+sasl.username=admin
+sasl.password=$password
+ssl.ca.location=$data/certs/ca.pem
+PROPERTIES
+  )
+  if [ "$advertised" != localhost ]; then
+    echo "ssl.endpoint.identification.algorithm=none" >> "$data/client.properties"
+  fi
+fi
 for id in 1 2 3; do
+  port=$((9091 + id))
   cat > "$data/server-$id.properties" <<PROPERTIES
 broker.id=$id
-listeners=PLAINTEXT://$host:$((9091 + id))
+listeners=$listener://$host:$port
+${security//PORT/$port}
 log.dirs=$data/broker-$id
 zookeeper.connect=$host:2181/gregor
 zookeeper.session.timeout.ms=6000
@@ -92,6 +139,16 @@ for id in 1 2 3; do
   wait_ready "${brokers[$((id - 1))]}" "$data/broker-$id.ready" "broker $id" \
     "$data/broker-$id.log"
 done
+if [ -n "$secure" ]; then
+  echo "cluster ready: ZooKeeper $host:2181/gregor, brokers" \
+    "$advertised:9092,$advertised:9093,$advertised:9094 (SASL_SSL; client settings in" \
+    "$data/client.properties: super user admin, SASL PLAIN), metrics on" \
+    "http://$host:9644/metrics, :9645 and :9646 (Ctrl-C stops it); e.g." \
+    ".venv/bin/gregor topics list -b $advertised:9092 --command-config" \
+    "$data/client.properties" >&2
+  wait
+  exit 0
+fi
 # The registry prints its first line once it has read _schemas and listens.
 rm -f "$data/schema-registry.out"
 setsid .venv/bin/gregor schema-registry \

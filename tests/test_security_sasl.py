@@ -330,6 +330,40 @@ def test_users_cli_and_the_credentials_it_makes(secured: BrokerProcess, certs: P
                     ).list_topics(timeout=2)
 
 
+def test_quotas_cli_over_sasl_ssl_and_a_user_held_to_its_quota(
+        secured: BrokerProcess, certs: Path, topic_name: str) -> None:
+    """``gregor quotas`` takes librdkafka's security settings; a user's quota holds every
+    client id of the principal that authenticated."""
+    def quotas(*args: str, password: str = "alice-secret") -> subprocess.CompletedProcess[str]:
+        return _gregor("quotas", *args, "-b", secured.bootstrap_for("SASL_SSL", "localhost"),
+                       "-X", "security.protocol=SASL_SSL", "-X", "sasl.mechanism=SCRAM-SHA-256",
+                       "-X", "sasl.username=alice", "-X", f"sasl.password={password}",
+                       "-X", f"ssl.ca.location={certs / 'ca.pem'}", check=False)
+
+    assert quotas("alter", "--user", "alice", "--add", "producer_byte_rate=20000",
+                  password="wrong").returncode != 0
+    assert quotas("alter", "--user", "alice", "--add", "producer_byte_rate=20000"
+                  ).returncode == 0
+    try:
+        assert quotas("describe", "--user", "alice").stdout == (
+            "Quotas of user 'alice': producer_byte_rate=20000\n")
+        throttles: list[int] = []
+        producer = Producer({**_confluent(secured, certs, "SCRAM-SHA-256", "alice",
+                                          "alice-secret"), "client.id": f"any-{topic_name}",
+                             "throttle_cb": lambda event: throttles.append(event.throttle_time)})
+        # 200 KB: ten seconds of alice's quota.
+        for _ in range(200):
+            producer.produce(topic_name, value=b"q" * 1000)
+        producer.flush(TIMEOUT)
+        deadline = time.monotonic() + TIMEOUT
+        while not throttles and time.monotonic() < deadline:
+            producer.poll(0.1)
+        assert throttles and max(throttles) > 0
+    finally:
+        assert quotas("alter", "--user", "alice", "--delete", "producer_byte_rate"
+                      ).returncode == 0
+
+
 def test_scram_admin_api_errors(secured: BrokerProcess) -> None:
     """KIP-554's per-user errors, as Kafka answers them."""
     upsert = alter_request.ScramCredentialUpsertion

@@ -9,6 +9,7 @@ what DescribeConfigs reports as the value's source.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -382,6 +383,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
                   "before (KIP-368) or the connection is closed; 0: forever", minimum=0),
         ConfigDef("sasl.server.max.receive.size", ConfigType.INT, 524288,
                   "largest SASL token accepted before authentication", minimum=1),
+        # ---- client quotas
+        ConfigDef("quota.window.num", ConfigType.INT, 11,
+                  "samples a client's rate is measured over, against its quotas", minimum=1),
+        ConfigDef("quota.window.size.seconds", ConfigType.INT, 1,
+                  "length of each of those samples", minimum=1),
         # ---- monitoring
         ConfigDef("metrics.listener", ConfigType.STRING, "",
                   "where Prometheus scrapes this broker's metrics "
@@ -402,6 +408,13 @@ for _topic_def in TOPIC_CONFIGS.values():
 # one broker or as the cluster's default): the topics' defaults, Kafka's DynamicLogConfig.
 DYNAMIC_BROKER_CONFIGS = frozenset(
     d.broker_synonym for d in TOPIC_CONFIGS.values() if d.broker_synonym)
+
+# Key store settings a broker takes while running, for itself alone (Kafka's per-broker
+# dynamic SSL configs), for every TLS listener or per listener
+# (``listener.name.<l>.ssl.keystore.location``): a certificate is rotated without a restart.
+DYNAMIC_KEY_STORE_CONFIGS = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.keystore.key", "ssl.keystore.certificate.chain"})
 
 # Kafka accepts these coarser spellings too; they fill in the finer one when it is unset.
 _BROKER_ALIASES = {
@@ -451,6 +464,10 @@ class BrokerConfig:
     # ``listener.name.<listener>.<config>`` as given (Kafka's per-listener settings, e.g.
     # ``listener.name.sasl_ssl.plain.sasl.jaas.config``): read with :meth:`for_listener`.
     per_listener: dict[str, str] = field(default_factory=dict)
+    # Called when this broker's key store settings changed while it runs (the broker
+    # then loads its listeners' new certificates).
+    key_stores_changed: Callable[[], None] | None = field(default=None, repr=False,
+                                                          compare=False)
     # What topics get for the configs they do not set, resolved once per change: the
     # appends read them, so each lookup is one dict access.
     _topic_defaults: dict[str, tuple[Any, ConfigSource]] = field(
@@ -512,8 +529,11 @@ class BrokerConfig:
         set, else the broker-wide value. Kafka lowercases both names in these keys."""
         infix = f"{mechanism.lower()}." if mechanism else ""
         key = f"{_PER_LISTENER}{listener.lower()}.{infix}{name}"
+        # Set while running (a key store rotated) before set at start.
+        if key in self.dynamic:
+            return self.dynamic[key]
         if key not in self.per_listener:
-            return self.values.get(name, "")
+            return self.dynamic.get(name, self.values.get(name, ""))
         definition = BROKER_CONFIGS.get(name)
         try:
             return self.per_listener[key] if definition is None else definition.parse(
@@ -585,19 +605,52 @@ class BrokerConfig:
         """Take the dynamic configs as stored. They were checked when written here; what
         another tool stored that this broker cannot apply (a config it does not have, a
         value it refuses) is left out rather than stopping it."""
+        key_stores = self._key_store_settings()
         self.dynamic_default = _applicable(cluster_default)
         self.dynamic = _applicable(this_broker)
         self._resolve_topic_defaults()
+        if self.key_stores_changed is not None and self._key_store_settings() != key_stores:
+            self.key_stores_changed()
+
+    def with_dynamic(self, this_broker: Mapping[str, str]) -> BrokerConfig:
+        """A copy with other dynamic configs of its own: what a change would make of it."""
+        return dataclasses.replace(self, dynamic=_applicable(this_broker),
+                                   key_stores_changed=None)
+
+    def _key_store_settings(self) -> dict[str, Any]:
+        return {name: value for name, value in self.dynamic.items()
+                if is_key_store_config(name)}
 
 
 class NotDynamicError(ConfigError):
     """A broker config that cannot change while the broker runs."""
 
 
+def _unprefixed(name: str) -> str:
+    """``ssl.keystore.location`` of ``listener.name.<l>.ssl.keystore.location``."""
+    if name.startswith(_PER_LISTENER):
+        return name[len(_PER_LISTENER):].partition(".")[2]
+    return name
+
+
+def is_key_store_config(name: str) -> bool:
+    """Whether ``name`` is a key store setting, for all listeners or one."""
+    return _unprefixed(name) in DYNAMIC_KEY_STORE_CONFIGS
+
+
+def _dynamic_definition(name: str) -> ConfigDef | None:
+    """The definition of a config that can change while brokers run; None for others."""
+    if name in DYNAMIC_BROKER_CONFIGS:
+        return BROKER_CONFIGS[name]
+    if is_key_store_config(name):
+        return BROKER_CONFIGS[_unprefixed(name)]
+    return None
+
+
 def check_dynamic(names: Iterable[str]) -> None:
     """NotDynamicError, in Kafka's words, unless every config named can change while
     brokers run."""
-    fixed = sorted(set(names) - DYNAMIC_BROKER_CONFIGS)
+    fixed = sorted(name for name in set(names) if _dynamic_definition(name) is None)
     if fixed:
         raise NotDynamicError(f"Cannot update these configs dynamically: {', '.join(fixed)}")
 
@@ -609,8 +662,10 @@ def validate_dynamic(raw: Mapping[str, str]) -> dict[str, str]:
     check_dynamic(raw)
     normalized = {}
     for name, value in raw.items():
+        definition = _dynamic_definition(name)
+        assert definition is not None  # checked above
         try:
-            normalized[name] = format_value(BROKER_CONFIGS[name].parse(value))
+            normalized[name] = format_value(definition.parse(value))
         except ConfigError as exc:
             raise ConfigError(f"invalid value for {name}: {exc}") from None
     return normalized
@@ -619,9 +674,10 @@ def validate_dynamic(raw: Mapping[str, str]) -> dict[str, str]:
 def _applicable(raw: Mapping[str, str]) -> dict[str, Any]:
     parsed = {}
     for name, value in raw.items():
-        if name in DYNAMIC_BROKER_CONFIGS:
+        definition = _dynamic_definition(name)
+        if definition is not None:
             with contextlib.suppress(ConfigError):
-                parsed[name] = BROKER_CONFIGS[name].parse(value)
+                parsed[name] = definition.parse(value)
     return parsed
 
 

@@ -1,6 +1,7 @@
 """scripts/run-cluster.sh as the README has users run it: it starts ZooKeeper and three
 brokers, a topic replicated three times takes records and gives them back
-(confluent-kafka), and SIGTERM (as Ctrl-C) stops every process it started, cleanly.
+(confluent-kafka), and SIGTERM (as Ctrl-C) stops every process it started, cleanly; with
+``--secure``, the same over SASL_SSL with the client settings it writes.
 
 It runs on a loopback address and in a data directory of its own
 (GREGOR_CLUSTER_HOST, GREGOR_CLUSTER_DATA), so the script's fixed ports do not meet a
@@ -12,12 +13,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from network import loopback_block
@@ -45,13 +47,13 @@ def _started_by(data: Path) -> list[psutil.Process]:
 
 
 class RunningCluster:
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, *args: str) -> None:
         self.host = f"{loopback_block()}.1"
         self.data = work / "data"
         self.bootstrap = ",".join(f"{self.host}:{port}" for port in (9092, 9093, 9094))
         env = {**os.environ, "GREGOR_CLUSTER_HOST": self.host,
                "GREGOR_CLUSTER_DATA": str(self.data)}
-        self.process = subprocess.Popen([str(SCRIPT)], env=env, stdout=subprocess.PIPE,
+        self.process = subprocess.Popen([str(SCRIPT), *args], env=env, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True)
         self.output: list[str] = []
 
@@ -75,7 +77,15 @@ class RunningCluster:
 
 @pytest.fixture
 def running(tmp_path: Path) -> Iterator[RunningCluster]:
-    cluster = RunningCluster(tmp_path)
+    yield from _running(RunningCluster(tmp_path))
+
+
+@pytest.fixture
+def running_secure(tmp_path: Path) -> Iterator[RunningCluster]:
+    yield from _running(RunningCluster(tmp_path, "--secure"))
+
+
+def _running(cluster: RunningCluster) -> Iterator[RunningCluster]:
     try:
         yield cluster
     finally:
@@ -131,3 +141,37 @@ def test_the_cluster_replicates_and_stops_cleanly(running: RunningCluster) -> No
         assert (running.data / f"broker-{broker}" / CLEAN_SHUTDOWN_FILE).exists()
         assert f"broker {broker} stopped cleanly" in (
             running.data / f"broker-{broker}.log").read_text()
+
+
+def test_a_secure_cluster_serves_sasl_ssl_with_the_settings_it_prints(
+        running_secure: RunningCluster) -> None:
+    running = running_secure
+    running.wait_ready()
+    settings = dict(line.split("=", 1) for line in
+                    (running.data / "client.properties").read_text().splitlines())
+    assert settings["security.protocol"] == "SASL_SSL"
+    assert f"--command-config {running.data / 'client.properties'}" in running.output[-1]
+    config = {"bootstrap.servers": running.bootstrap, **settings}
+    admin = AdminClient(config)
+    admin.create_topics([NewTopic("secured", 3, 3)])["secured"].result(WAIT_S)
+    producer = Producer({**config, "acks": "all"})
+    for n in range(RECORDS):
+        producer.produce("secured", value=b"%d" % n, partition=n % 3)
+    assert producer.flush(WAIT_S) == 0
+    described = admin.list_topics("secured", timeout=WAIT_S).topics["secured"]
+    for partition in described.partitions.values():
+        assert sorted(partition.isrs) == [1, 2, 3]  # followers fetch over SASL_SSL too
+    # gregor commands take the written settings as Kafka's tools take theirs.
+    listed = subprocess.run(
+        [sys.executable, "-m", "gregor.cli.main", "topics", "list", "-b", running.bootstrap,
+         "--command-config", str(running.data / "client.properties")],
+        capture_output=True, text=True, timeout=WAIT_S)
+    assert listed.returncode == 0 and "secured" in listed.stdout.split(), listed.stderr
+    # Without the settings, or with a wrong password, nothing is served.
+    for refused in ({"bootstrap.servers": running.bootstrap},
+                    {**config, "sasl.password": "wrong"}):
+        with pytest.raises(KafkaException):
+            AdminClient({**refused, "log_level": 0}).list_topics(timeout=3)
+    del producer, admin
+    assert running.stop() == 128 + signal.SIGTERM, "".join(running.output)
+    assert _started_by(running.data) == []

@@ -28,14 +28,17 @@ class Console:
 
     @classmethod
     def start(cls, bootstrap: str, refresh_s: float = 1.0,
-              metrics: Sequence[str] = (), schema_registry: str | None = None) -> Console:
+              metrics: Sequence[str] = (), schema_registry: str | None = None,
+              client_properties: Sequence[str] = ()) -> Console:
         """A console on a free port, scraping ``metrics`` (URLs), showing the schemas of
-        ``schema_registry`` (a URL); it prints its address once it listens."""
+        ``schema_registry`` (a URL), its clients configured with ``client_properties``
+        (librdkafka's ``name=value``); it prints its address once it listens."""
         process = subprocess.Popen(
             [sys.executable, "-m", "gregor.cli.main", "console", "--bootstrap-server", bootstrap,
              "--port", "0", "--refresh", str(refresh_s),
              *(argument for url in metrics for argument in ("--metrics", url)),
-             *(("--schema-registry", schema_registry) if schema_registry else ())],
+             *(("--schema-registry", schema_registry) if schema_registry else ()),
+             *(argument for item in client_properties for argument in ("-X", item))],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert process.stdout is not None
         line = process.stdout.readline()

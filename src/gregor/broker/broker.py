@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -29,7 +30,7 @@ from gregor.cluster.replica_manager import ReplicaManager
 from gregor.cluster.user_configs import ImageUserConfigs, UserConfigs
 from gregor.cluster.zk_cluster import ZkClusterMember
 from gregor.cluster.znodes import BrokerRegistration, Endpoint
-from gregor.config import BrokerConfig, TopicConfig
+from gregor.config import BrokerConfig, ConfigError, TopicConfig
 from gregor.groups.coordinator import GroupCoordinator
 from gregor.groups.offsets_store import OFFSETS_TOPIC
 from gregor.metrics.broker_metrics import BrokerMetrics
@@ -39,6 +40,7 @@ from gregor.security import tls
 from gregor.security.acls import Authorizer, authorizer_enabled, super_users
 from gregor.security.inter_broker import inter_broker_security
 from gregor.security.listeners import Listener
+from gregor.security.quotas import QuotaManager
 from gregor.security.sasl_mechanisms import listener_sasl
 from gregor.storage.checkpoint_file import write_atomically
 from gregor.storage.cleaner import LogCleaner
@@ -106,6 +108,9 @@ class Broker:
             else ImageUserConfigs(self.image))
         self.acl_store: AclStore = (self.cluster.acls if self.cluster is not None
                                     else ImageAcls(self.image))
+        # Client quotas, measured only while some entity sets one.
+        self.quotas = QuotaManager(lambda: self.image.client_quotas, config["quota.window.num"],
+                                   config["quota.window.size.seconds"])
         # None unless authorizer.class.name is set: then every API checks its ACLs.
         self.authorizer = Authorizer(lambda: self.image.acls, super_users(config),
                                      config["allow.everyone.if.no.acl.found"]
@@ -117,6 +122,9 @@ class Broker:
         self.advertised_address = self.advertised[self.listeners[0].name]
         self.bound_address = self.advertised_address  # the first listener, once bound
         self.bound_ports: dict[str, int] = {}  # every listener's, by name, once bound
+        # Each TLS listener's context, whose key store a running broker may load again.
+        self._tls_contexts: dict[str, ssl.SSLContext] = {}
+        config.key_stores_changed = self._reload_key_stores
         self._servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task] = []
         self._connections: set[asyncio.Task] = set()
@@ -231,6 +239,8 @@ class Broker:
                 listener.host or None, listener.port, reuse_address=True, backlog=1024,
                 start_serving=False, ssl=context)
             self._servers.append(server)
+            if context is not None:
+                self._tls_contexts[listener.name] = context
             bound_ports[listener.name] = server.sockets[0].getsockname()[1]
         if self.metrics_server is not None:
             await self.metrics_server.bind()
@@ -239,6 +249,16 @@ class Broker:
         self.bound_ports = bound_ports
         self.advertised = security_listeners.advertised(self.config, bound_ports)
         self.advertised_address = self.advertised[self.listeners[0].name]
+
+    def _reload_key_stores(self) -> None:
+        """This broker's key store settings changed while it runs (AlterConfigs, checked
+        then): every TLS listener takes its key store again, without a restart."""
+        for name, context in self._tls_contexts.items():
+            try:
+                tls.reload_key_store(context, self.config, name)
+                log.info("listener %s: key store loaded again", name)
+            except ConfigError as exc:
+                log.error("listener %s keeps its certificate: %s", name, exc)
 
     def _endpoints(self) -> tuple[Endpoint, ...]:
         """Every listener as advertised, the inter-broker one first (replicas use it)."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from gregor.broker.authorization import allowed, topic_allowed
 from gregor.broker.request import Request
-from gregor.cluster.controller import ControllerError
+from gregor.cluster.controller import ControllerError, changed_broker_configs
 from gregor.cluster.metadata_image import DEFAULT_BROKER_CONFIGS
 from gregor.config import (
     BROKER_CONFIGS,
@@ -23,10 +23,12 @@ from gregor.config import (
     ConfigSource,
     TopicConfig,
     format_value,
+    is_key_store_config,
 )
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
+from gregor.security import tls
 from gregor.security.acls import Operation, ResourceType
 
 if TYPE_CHECKING:
@@ -82,7 +84,8 @@ def _describe_broker_configs(broker: Broker, keys: tuple[str, ...] | None) -> li
         value, source = config.broker_value(name)
         synonyms = tuple((name, format_value(values[name]), layer_source)
                          for values, layer_source in layers if name in values)
-        entries.append(ConfigEntry(name, format_value(value), name not in DYNAMIC_BROKER_CONFIGS,
+        read_only = name not in DYNAMIC_BROKER_CONFIGS and not is_key_store_config(name)
+        entries.append(ConfigEntry(name, format_value(value), read_only,
                                    source, definition.type, definition.doc, synonyms))
     return entries
 
@@ -243,9 +246,29 @@ async def _alter_broker(broker: Broker, resource, incremental: bool, validate_on
                               f"string, but received {name}")
     set_values, deleted = _changes(broker.image.broker_configs.get(entity, {}), resource,
                                    incremental, BROKER_CONFIGS)
+    if any(is_key_store_config(name) for name in (*set_values, *deleted)):
+        _check_key_stores(broker, entity, changed_broker_configs(
+            broker.image, entity, set_values, deleted, replace=not incremental))
     await broker.controller.alter_broker_configs(entity, set_values, deleted,
                                                  validate_only=validate_only,
                                                  replace=not incremental)
+
+
+def _check_key_stores(broker: Broker, entity: str, configs: Mapping[str, str]) -> None:
+    """A broker's own key stores only, and only ones every TLS listener can load, as
+    Kafka checks a new SSL factory before taking it."""
+    if entity == DEFAULT_BROKER_CONFIGS:
+        raise ControllerError(ErrorCode.invalid_request,
+                              "Cannot update these configs at default cluster level, broker id "
+                              "must be specified: key store settings")
+    trial = broker.config.with_dynamic(configs)
+    for listener in broker.listeners:
+        if listener.protocol.tls:
+            try:
+                tls.server_context(trial, listener.name, listener.protocol.sasl)
+            except ConfigError as exc:
+                raise ControllerError(ErrorCode.invalid_config,
+                                      f"listener {listener.name}: {exc}") from None
 
 
 async def handle_incremental_alter(broker: Broker, request: Request):

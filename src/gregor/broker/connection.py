@@ -13,6 +13,9 @@ The socket is read only a bounded distance ahead of the handler
 held back by TCP flow control instead of making the broker buffer its requests or
 its answers.
 
+A client over one of its quotas (:mod:`gregor.broker.throttling`) gets its answer with
+``throttle_time_ms`` set, and its connection is not read for that long (KIP-219).
+
 Whatever a client sends, the worst outcome is that its own connection is
 closed: every other client keeps being served. Refusals are logged through the
 broker's rate limiter, so a misbehaving client cannot flood the log either.
@@ -33,10 +36,12 @@ from gregor.broker import api_versions
 from gregor.broker.authentication import authenticate
 from gregor.broker.frame_protocol import ClientGone, FrameProtocol, FrameSizeError
 from gregor.broker.request import DelayedResponse, RawResponse, Request
+from gregor.broker.throttling import Charge, bounded_fetch, waits_for_client, with_throttle
 from gregor.metrics.broker_metrics import FETCH, BrokerMetrics
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import MalformedRequest, decode_request, encode_response, peek_api
 from gregor.security.listeners import Listener
+from gregor.security.quotas import ClientQuotas, QuotaManager
 from gregor.security.session import Session, certificate_subject, user
 from gregor.storage.segment import FileRegion
 
@@ -89,6 +94,12 @@ class Connection:
         # Answers still to send, oldest first, while acks=all produces wait: each a
         # task that sends its answer once ready and once the one before it went out.
         self._answers: deque[asyncio.Task[None]] = deque()
+        # The quotas this client is held to, and what they were resolved for (the
+        # quotas' version, the client id, the user); and until when (the event loop's
+        # clock) the connection is not read, after a throttled answer.
+        self._quotas: ClientQuotas | None = None
+        self._quotas_for: tuple[int, str | None, str] | None = None
+        self._muted_until = 0.0
 
     async def run(self) -> None:
         """Serve requests until the client leaves, is refused, or the broker stops.
@@ -103,6 +114,8 @@ class Connection:
                 self.session.end = self._end_session
                 self._watch_session()
             while True:
+                if self._muted_until:
+                    await self._unmuted()
                 frame = await self.read_frame()
                 api_key, version, correlation_id = peek_api(frame)
                 if self._answers:
@@ -248,17 +261,61 @@ class Connection:
             self.refuse(f"malformed-{api_key}", "%s", exc)
         request = self.request = Request(header, body, self.client_host, self.client_port,
                                          self.session)
+        charge = None
+        quotas = self.broker.quotas
+        if quotas.active:
+            client = self._client_quotas(quotas, header.client_id)
+            if client is not None:
+                if api_key == ApiKey.FETCH:
+                    request = self.request = bounded_fetch(client, request)
+                charge = Charge(client, api_key, request, len(frame))
         return await self._encoded(api_key, version, correlation_id,
-                                   route.handler(self.broker, request))
+                                   route.handler(self.broker, request), charge)
+
+    def _client_quotas(self, quotas: QuotaManager, client_id: str | None
+                       ) -> ClientQuotas | None:
+        """The quotas this client is held to, resolved again only when the quotas, the
+        client id or the principal changed."""
+        user = self.session.principal.name
+        key = (quotas.version, client_id, user)
+        if key != self._quotas_for:
+            self._quotas_for = key
+            self._quotas = quotas.for_client(user, client_id or "",
+                                             asyncio.get_running_loop().time() * 1000)
+        return self._quotas
+
+    async def _throttled(self, charge: Charge, api_key: int, version: int,
+                         result: Any) -> Any:
+        """Record the request against its client's quotas. Over them, the answer says
+        how long to wait and the connection is not read for that long; a client too old
+        to wait by itself gets its answer only then (KIP-219)."""
+        loop = asyncio.get_running_loop()
+        throttle_ms = charge.throttle_ms(result, loop.time() * 1000)
+        if not throttle_ms:
+            return result
+        self._muted_until = max(self._muted_until, loop.time() + throttle_ms / 1000)
+        if not waits_for_client(api_key, version):
+            await asyncio.sleep(throttle_ms / 1000)
+        return with_throttle(api_key, version, result, throttle_ms)
+
+    async def _unmuted(self) -> None:
+        delay = self._muted_until - asyncio.get_running_loop().time()
+        self._muted_until = 0.0
+        if delay > 0:
+            await asyncio.sleep(delay)
 
     async def _encoded(self, api_key: int, version: int, correlation_id: int,
-                       handled: Awaitable[Any]) -> Response:
+                       handled: Awaitable[Any], charge: Charge | None = None) -> Response:
         """The handler's answer, encoded; a delayed one is encoded when it comes."""
         try:
             result = await handled
+            if charge is not None:
+                charge.handled()
             if isinstance(result, DelayedResponse):
                 return DelayedResponse(self._encoded(api_key, version, correlation_id,
-                                                     result.answer))
+                                                     result.answer, charge))
+            if charge is not None:
+                result = await self._throttled(charge, api_key, version, result)
             if result is None or isinstance(result, RawResponse):
                 return result
             metrics = self.broker.metrics

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gregor.broker import (
     acls,
     api_versions,
+    client_quotas,
     cluster_info,
     configs,
     describe_producers,
@@ -74,6 +75,8 @@ ROUTES: dict[int, Route] = {
     ApiKey.DESCRIBE_PRODUCERS: Route(describe_producers.handle, 0, 0),
     ApiKey.SASL_HANDSHAKE: Route(sasl_requests.handle_handshake, 0, 1),
     ApiKey.SASL_AUTHENTICATE: Route(sasl_requests.handle_authenticate, 0, 2),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: Route(client_quotas.handle_describe, 0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: Route(client_quotas.handle_alter, 0, 1),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: Route(scram_credentials.handle_describe, 0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: Route(scram_credentials.handle_alter, 0, 0),
 }

@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from gregor.cli.cluster_metadata import ConnectionWatch
 from gregor.cli.errors import CliError
+from gregor.config import parse_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "GREGOR_BOOTSTRAP"
@@ -24,6 +26,10 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
         "--bootstrap-server", "-b", metavar="HOST:PORT",
         default=os.environ.get(BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP),
         help=f"broker(s) to bootstrap from (default: ${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP})")
+    parser.add_argument(
+        "--command-config", metavar="FILE",
+        help="client properties file (Kafka tools' --command-config, e.g. the security "
+             "settings scripts/run-cluster.sh --secure writes); -X wins over it")
     parser.add_argument(
         "-X", dest="client_properties", action="append", default=[], metavar="NAME=VALUE",
         help="librdkafka client property, e.g. -X linger.ms=10 (repeatable; "
@@ -49,7 +55,8 @@ def client_config(args: argparse.Namespace, defaults: Mapping[str, Any] | None =
     connection trouble itself in one line, so the library log stays off unless the
     user asks for it with ``-X log_level=...`` or ``-X debug=...``.
     """
-    user = dict(parse_assignments(args.client_properties, "-X"))
+    user = {**_command_config(getattr(args, "command_config", None)),
+            **dict(parse_assignments(args.client_properties, "-X"))}
     config: dict[str, Any] = {"bootstrap.servers": args.bootstrap_server, **(defaults or {})}
     if "debug" not in user:
         config["log_level"] = 0
@@ -57,3 +64,13 @@ def client_config(args: argparse.Namespace, defaults: Mapping[str, Any] | None =
     watch = ConnectionWatch(str(config["bootstrap.servers"]))
     config["error_cb"] = watch
     return config, watch
+
+
+def _command_config(path: str | None) -> dict[str, str]:
+    """The properties of a ``--command-config`` file (none without one)."""
+    if path is None:
+        return {}
+    try:
+        return parse_properties(Path(path).read_text())
+    except OSError as exc:
+        raise CliError(f"--command-config {path}: {exc.strerror}") from None

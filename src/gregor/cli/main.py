@@ -30,6 +30,7 @@ from gregor.cli import (
     perf_cmd,
     pipeline_cmd,
     produce_cmd,
+    quotas_cmd,
     schema_registry_cmd,
     schemas_cmd,
     topics_cmd,
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     transactions_cmd.add_parser(subparsers)
     users_cmd.add_parser(subparsers)
     acls_cmd.add_parser(subparsers)
+    quotas_cmd.add_parser(subparsers)
     pipeline_cmd.add_parser(subparsers)
     zookeeper_cmd.add_parser(subparsers)
     console_cmd.add_parser(subparsers)

@@ -17,6 +17,7 @@ from pathlib import Path
 from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.znodes import BrokerRegistration
 from gregor.security.acls import AclBinding, Operation, PatternType, Permission, ResourceType
+from gregor.security.quota_entities import QuotaConfigs
 
 METADATA_FILE = "gregor-metadata.json"
 # The cluster's default in ``broker_configs`` (and ZooKeeper's /config/brokers), as Kafka
@@ -51,6 +52,8 @@ class MetadataImage:
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     # Users' entity configs by user name (Kafka's /config/users): SCRAM credentials.
     user_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Client quotas by entity (Kafka's /config/users, /config/clients and their defaults).
+    client_quotas: QuotaConfigs = field(default_factory=QuotaConfigs)
     # The ACLs every broker enforces (Kafka's /kafka-acl and /kafka-acl-extended).
     acls: set[AclBinding] = field(default_factory=set)
 
@@ -72,6 +75,7 @@ class MetadataImage:
         return cls(path, raw["cluster_id"], topics, raw.get("next_producer_id", 1000),
                    broker_configs=raw.get("broker_configs", {}),
                    user_configs=raw.get("user_configs", {}),
+                   client_quotas=QuotaConfigs(raw.get("client_quotas", {})),
                    acls={_acl(item) for item in raw.get("acls", [])})
 
     def save(self) -> None:
@@ -84,6 +88,7 @@ class MetadataImage:
                        for name, t in self.topics.items()},
             "broker_configs": self.broker_configs,
             "user_configs": self.user_configs,
+            "client_quotas": self.client_quotas.entities,
             "acls": sorted(([a.resource_type, a.resource_name, a.pattern_type, a.principal,
                              a.host, a.operation, a.permission] for a in self.acls), key=str),
         }

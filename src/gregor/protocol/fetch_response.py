@@ -124,3 +124,13 @@ def encode_fetch_response(version: int, correlation_id: int, throttle_ms: int, e
     assert isinstance(head, bytes)  # every response starts with its header bytes
     chunks[0] = _I32.pack(total) + head
     return chunks
+
+
+def with_throttle(chunks: list[Chunk], version: int, throttle_ms: int) -> list[Chunk]:
+    """The same response with its ``throttle_time_ms`` set: it follows the size prefix,
+    the correlation id and, when flexible, the header's tag section."""
+    head = chunks[0]
+    assert isinstance(head, bytes)
+    patched = bytearray(head)
+    _I32.pack_into(patched, 8 + (version >= FLEXIBLE_FROM), throttle_ms)
+    return [bytes(patched), *chunks[1:]]

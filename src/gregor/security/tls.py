@@ -52,6 +52,14 @@ def server_context(config: BrokerConfig, listener: str, sasl: bool = False) -> s
     return context
 
 
+def reload_key_store(context: ssl.SSLContext, config: BrokerConfig, listener: str) -> None:
+    """Load the listener's key store (changed while the broker runs) into its context:
+    connections made from now on are offered the new certificate, open ones keep theirs."""
+    if not _load_key_store(context, config, listener):
+        raise ConfigError(f"listener {listener} uses TLS but has no ssl.keystore.location "
+                          "(or ssl.keystore.key)")
+
+
 def client_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     """The context this broker connects to another's ``listener`` with: the same trust
     store (the other broker's certificate is checked, its host name too unless

@@ -1,0 +1,112 @@
+"""What a request costs against its client's quotas, and the answer that says so.
+
+Kafka records each request when its answer is ready: a produce's size against
+``producer_byte_rate``, a fetch answer's size against ``consumer_byte_rate``, the time
+its handler took against ``request_percentage`` (except for the requests that must pass
+whatever the quota: SASL, inter-broker ones, and followers' fetches). The largest
+throttle time earned goes into the answer's ``throttle_time_ms``, and the connection is
+not read for that long (KIP-219): the answer goes out at once to a client that knows
+to wait itself, or only after the throttle time to one whose request version
+predates KIP-219.
+
+Unlike Kafka, a fetch over the consumer quota still carries its records (Kafka answers
+an empty one and takes back the recording): the connection is held all the same, and
+the fetch's size is bounded by the quota window (:func:`bounded_fetch`), so the rate
+holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from time import perf_counter
+from typing import Any
+
+from gregor.broker.request import RawResponse, Request
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.fetch_response import with_throttle as fetch_with_throttle
+from gregor.security.quotas import PERCENT_PER_SECOND, ClientQuotas
+
+# The first version of each API whose client waits out a throttle itself (KIP-219);
+# older ones are answered only once the throttle time has passed. APIs newer than
+# Kafka 2.0 have it from version 0.
+_KIP219_FROM: dict[int, int] = {
+    ApiKey.PRODUCE: 6, ApiKey.FETCH: 8, ApiKey.LIST_OFFSETS: 3, ApiKey.METADATA: 6,
+    ApiKey.OFFSET_COMMIT: 4, ApiKey.OFFSET_FETCH: 4, ApiKey.FIND_COORDINATOR: 2,
+    ApiKey.JOIN_GROUP: 3, ApiKey.HEARTBEAT: 2, ApiKey.LEAVE_GROUP: 2, ApiKey.SYNC_GROUP: 2,
+    ApiKey.DESCRIBE_GROUPS: 2, ApiKey.LIST_GROUPS: 2, ApiKey.API_VERSIONS: 2,
+    ApiKey.CREATE_TOPICS: 3, ApiKey.DELETE_TOPICS: 2, ApiKey.DELETE_RECORDS: 1,
+    ApiKey.INIT_PRODUCER_ID: 1, ApiKey.OFFSET_FOR_LEADER_EPOCH: 2,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 1, ApiKey.ADD_OFFSETS_TO_TXN: 1, ApiKey.END_TXN: 1,
+    ApiKey.TXN_OFFSET_COMMIT: 1, ApiKey.DESCRIBE_ACLS: 1, ApiKey.CREATE_ACLS: 1,
+    ApiKey.DELETE_ACLS: 1, ApiKey.DESCRIBE_CONFIGS: 1, ApiKey.ALTER_CONFIGS: 1,
+    ApiKey.ALTER_REPLICA_LOG_DIRS: 1, ApiKey.DESCRIBE_LOG_DIRS: 1,
+    ApiKey.CREATE_PARTITIONS: 1,
+}
+# Requests the request quota never holds back (Kafka's exempt APIs that gregor serves).
+_EXEMPT = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
+                     ApiKey.WRITE_TXN_MARKERS})
+
+
+def waits_for_client(api_key: int, version: int) -> bool:
+    """Whether the answer goes out before the throttle time (KIP-219) or after it."""
+    return version >= _KIP219_FROM.get(api_key, 0)
+
+
+def bounded_fetch(quotas: ClientQuotas, request: Request) -> Request:
+    """A consumer's fetch asks no more than its quota window holds (Kafka's
+    ``getMaxValueInQuotaWindow``)."""
+    cap = quotas.fetch_max_bytes
+    body = request.body
+    if cap is None or body.max_bytes <= cap or getattr(body, "replica_id", -1) >= 0:
+        return request
+    return dataclasses.replace(request, body=dataclasses.replace(body, max_bytes=cap))
+
+
+class Charge:
+    """One request's cost, recorded once its answer is ready."""
+
+    __slots__ = ("quotas", "api_key", "request", "request_bytes", "started", "handler_s")
+
+    def __init__(self, quotas: ClientQuotas, api_key: int, request: Request,
+                 request_bytes: int) -> None:
+        self.quotas = quotas
+        self.api_key = api_key
+        self.request = request
+        self.request_bytes = request_bytes
+        self.started = perf_counter()
+        self.handler_s: float | None = None
+
+    def handled(self) -> None:
+        """The handler has returned (an acks=all produce's wait for the followers is not
+        handler time)."""
+        if self.handler_s is None:
+            self.handler_s = perf_counter() - self.started
+
+    def throttle_ms(self, result: Any, now_ms: float) -> int:
+        """Record the request against the client's quotas; the throttle time it earned."""
+        quotas, api_key, body = self.quotas, self.api_key, self.request.body
+        if api_key in _EXEMPT or (api_key == ApiKey.FETCH and getattr(body, "replica_id", -1) >= 0):
+            return 0
+        throttle = 0
+        if api_key == ApiKey.PRODUCE and quotas.produce is not None:
+            throttle = quotas.produce.record(self.request_bytes, now_ms)
+        elif api_key == ApiKey.FETCH and quotas.fetch is not None and result is not None:
+            size = sum(len(c) if isinstance(c, bytes) else c.length for c in result.chunks)
+            throttle = quotas.fetch.record(size, now_ms)
+        if quotas.request is not None and not (api_key == ApiKey.PRODUCE and body.acks == 0):
+            self.handled()
+            assert self.handler_s is not None
+            throttle = max(throttle, quotas.request.record(
+                self.handler_s * PERCENT_PER_SECOND, now_ms, quotas.max_request_throttle_ms))
+        return throttle
+
+
+def with_throttle(api_key: int, version: int, result: Any, throttle_ms: int) -> Any:
+    """The answer with its ``throttle_time_ms`` set (None, for no answer, stays None)."""
+    if isinstance(result, RawResponse):
+        assert api_key == ApiKey.FETCH  # the one API answered in pre-encoded chunks
+        return RawResponse(fetch_with_throttle(result.chunks, version, throttle_ms))
+    if result is None or not hasattr(result, "throttle_time"):
+        return result
+    return dataclasses.replace(result, throttle_time=datetime.timedelta(milliseconds=throttle_ms))

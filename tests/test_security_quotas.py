@@ -1,0 +1,281 @@
+"""Client quotas as Kafka keeps and enforces them: AlterClientQuotas/DescribeClientQuotas
+sent by kafka-python (its own encoding of Kafka's messages), a greedy confluent-kafka
+producer and a greedy kafka-python consumer held near their byte rates, told so through
+``throttle_time_ms`` (librdkafka's ``throttle_cb``, kafka-python's throttle metrics).
+
+The broker measures rates over 2 samples of 1 s instead of Kafka's 11 (``quota.window.num``),
+so that a few seconds show the rate a client is held to: as in Kafka, a client may go
+over its quota for a moment each time its oldest sample ends (a new client's first burst
+is the whole window's allowance at once), so its rate holds only over many windows.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from kafka import KafkaConsumer
+from kafka.admin import KafkaAdminClient
+from kafka.protocol.admin.client_quotas import (
+    AlterClientQuotasRequest,
+    DescribeClientQuotasRequest,
+)
+from kafka.protocol.metadata import MetadataRequest
+
+from gregor.broker.process import BrokerProcess
+from gregor.protocol.errors import ErrorCode
+from gregor.security.quota_entities import QuotaConfigs
+
+Entry = AlterClientQuotasRequest.EntryData
+Component = DescribeClientQuotasRequest.ComponentData
+EXACT, DEFAULT, SPECIFIED = 0, 1, 2
+# How long a greedy client runs before and while its rate is measured, and how close to
+# its quota that rate must be (measured by the client, from what it gets back).
+WARMUP_S = 2.0
+RUN_S = 8.0
+TOLERANCE = 0.25
+
+
+@pytest.fixture(scope="module")
+def quota_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("quotas") / "data",
+                            overrides={"quota.window.num": "2"})
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def admin(quota_broker: BrokerProcess) -> Iterator[KafkaAdminClient]:
+    client = KafkaAdminClient(bootstrap_servers=quota_broker.bootstrap)
+    yield client
+    client.close()
+
+
+def _send(admin: KafkaAdminClient, request: Any) -> Any:
+    return admin._manager.run(admin._manager.send, request)
+
+
+def _alter(admin: KafkaAdminClient, entity: dict[str, str | None],
+           ops: dict[str, float | None], validate_only: bool = False) -> tuple[int, str | None]:
+    response = _send(admin, AlterClientQuotasRequest(entries=[Entry(
+        entity=[Entry.EntityData(entity_type=kind, entity_name=name)
+                for kind, name in entity.items()],
+        ops=[Entry.OpData(key=key, value=0.0 if value is None else value,
+                          remove=value is None) for key, value in ops.items()])],
+        validate_only=validate_only))
+    (entry,) = response.entries
+    return entry.error_code, entry.error_message
+
+
+def _describe(admin: KafkaAdminClient, components: list[tuple[str, int, str | None]],
+              strict: bool = False) -> dict[tuple[tuple[str, str | None], ...], dict[str, float]]:
+    response = _send(admin, DescribeClientQuotasRequest(components=[
+        Component(entity_type=kind, match_type=match_type, match=match)
+        for kind, match_type, match in components], strict=strict))
+    assert response.error_code == ErrorCode.none, response.error_message
+    return {tuple((e.entity_type, e.entity_name) for e in entry.entity):
+            {v.key: v.value for v in entry.values} for entry in response.entries}
+
+
+def test_quotas_are_altered_and_described_as_kafka_does(admin: KafkaAdminClient) -> None:
+    user = f"u-{uuid.uuid4().hex[:6]}"
+    assert _alter(admin, {"user": user}, {"producer_byte_rate": 1e6,
+                                          "request_percentage": 50.5}) == (0, None)
+    assert _alter(admin, {"user": user, "client-id": None},
+                  {"consumer_byte_rate": 2e6}) == (0, None)
+    assert _alter(admin, {"client-id": "app/1"}, {"producer_byte_rate": 3e6}) == (0, None)
+
+    assert _describe(admin, [("user", EXACT, user)]) == {
+        (("user", user),): {"producer_byte_rate": 1e6, "request_percentage": 50.5},
+        (("user", user), ("client-id", None)): {"consumer_byte_rate": 2e6}}
+    assert _describe(admin, [("user", EXACT, user)], strict=True) == {
+        (("user", user),): {"producer_byte_rate": 1e6, "request_percentage": 50.5}}
+    assert _describe(admin, [("user", EXACT, user), ("client-id", DEFAULT, None)]) == {
+        (("user", user), ("client-id", None)): {"consumer_byte_rate": 2e6}}
+    assert _describe(admin, [("client-id", SPECIFIED, None)], strict=True) == {
+        (("client-id", "app/1"),): {"producer_byte_rate": 3e6}}
+
+    # Removing one quota keeps the other; removing the last removes the entity.
+    assert _alter(admin, {"user": user}, {"request_percentage": None}) == (0, None)
+    assert _describe(admin, [("user", EXACT, user)], strict=True) == {
+        (("user", user),): {"producer_byte_rate": 1e6}}
+    assert _alter(admin, {"user": user}, {"producer_byte_rate": None}) == (0, None)
+    assert _describe(admin, [("user", EXACT, user)], strict=True) == {}
+    # validate_only checks and stores nothing.
+    assert _alter(admin, {"user": user}, {"producer_byte_rate": 5.0}, True) == (0, None)
+    assert _describe(admin, [("user", EXACT, user)], strict=True) == {}
+
+
+def test_bad_alterations_are_refused_each_on_its_own(admin: KafkaAdminClient) -> None:
+    user = f"u-{uuid.uuid4().hex[:6]}"
+    for entity, ops in (({"user": user}, {"no_such_quota": 1.0}),
+                        ({"user": user}, {"producer_byte_rate": 1.5}),
+                        ({"user": user}, {"consumer_byte_rate": 0.0}),
+                        ({"user": user}, {"consumer_byte_rate": float("nan")}),
+                        ({"user": user}, {"producer_byte_rate": float("inf")}),
+                        ({"user": user}, {"request_percentage": float("nan")}),
+                        ({"ip": "1.2.3.4"}, {"producer_byte_rate": 1.0}),
+                        ({}, {"producer_byte_rate": 1.0})):
+        error, message = _alter(admin, entity, ops)
+        assert error == ErrorCode.invalid_request and message, (entity, ops)
+    assert _describe(admin, [("user", EXACT, user)]) == {}
+    response = _send(admin, DescribeClientQuotasRequest(components=[
+        Component(entity_type="user", match_type=EXACT, match=None)], strict=False))
+    assert response.error_code == ErrorCode.invalid_request
+
+
+def test_the_most_specific_entity_decides_and_says_who_shares_the_rate() -> None:
+    """Kafka's precedence, per quota: user and client id, then the user's default client,
+    the user, the default user's, the client id, the default client id."""
+    configs = QuotaConfigs()
+    configs.set("clients/%3Cdefault%3E", {"producer_byte_rate": 1})  # a client so named
+    configs.set("clients/<default>", {"producer_byte_rate": 2})
+    configs.set("users/<default>", {"producer_byte_rate": 3, "consumer_byte_rate": 30})
+    configs.set("users/alice", {"producer_byte_rate": 4})
+    configs.set("users/alice/clients/app", {"producer_byte_rate": 5})
+
+    def produce(user: str, client: str) -> tuple[float, tuple[str, str, str]] | None:
+        applied = configs.applied("producer_byte_rate", user, client)
+        return None if applied is None else (applied.bound, applied.shared_by)
+
+    assert produce("alice", "app") == (5, ("producer_byte_rate", "alice", "app"))
+    assert produce("alice", "other") == (4, ("producer_byte_rate", "alice", ""))
+    assert produce("bob", "app") == (3, ("producer_byte_rate", "bob", ""))
+    assert configs.applied("consumer_byte_rate", "alice", "app") is not None
+    assert configs.applied("request_percentage", "alice", "app") is None
+    configs.set("users/<default>", {})
+    assert produce("bob", "app") == (2, ("producer_byte_rate", "", "app"))
+    assert produce("bob", "<default>") == (1, ("producer_byte_rate", "", "%3Cdefault%3E"))
+
+
+def _greedy_producer(broker: BrokerProcess, client_id: str, topic: str
+                     ) -> tuple[float, list[float]]:
+    """Produce 1 KiB records as fast as the broker takes them: the bytes per second
+    acknowledged after ``WARMUP_S``, and the throttle times librdkafka was told."""
+    throttles: list[float] = []
+    acknowledged = [0]
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is None:
+            acknowledged[0] += len(msg.value())
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "client.id": client_id,
+                         "linger.ms": 5, "batch.size": 32768,
+                         "throttle_cb": lambda event: throttles.append(event.throttle_time)})
+    producer.produce(topic, b"first")
+    producer.flush(10)
+    value = b"v" * 1024
+    started = time.monotonic()
+    measuring = False
+    while time.monotonic() - started < WARMUP_S + RUN_S:
+        if not measuring and time.monotonic() - started >= WARMUP_S:
+            measuring = True
+            acknowledged[0] = 0
+            started_measuring = time.monotonic()
+        try:
+            producer.produce(topic, value, on_delivery=delivered)
+        except BufferError:
+            producer.poll(0.005)
+        producer.poll(0)
+    rate = acknowledged[0] / (time.monotonic() - started_measuring)
+    producer.purge()
+    producer.flush(5)
+    return rate, throttles
+
+
+def test_a_greedy_producer_is_held_near_its_quota(quota_broker: BrokerProcess,
+                                                   admin: KafkaAdminClient,
+                                                   topic_name: str) -> None:
+    quota = 200_000.0
+    client_id = f"greedy-{uuid.uuid4().hex[:6]}"
+    assert _alter(admin, {"client-id": client_id}, {"producer_byte_rate": quota}) == (0, None)
+    rate, throttles = _greedy_producer(quota_broker, client_id, topic_name)
+    assert throttles and max(throttles) > 0
+    # Records' bytes are a little below the requests' the broker counts.
+    assert quota * (1 - TOLERANCE) <= rate <= quota * (1 + TOLERANCE), rate
+
+
+def test_a_greedy_consumer_is_held_near_its_quota(quota_broker: BrokerProcess,
+                                                  admin: KafkaAdminClient,
+                                                  topic_name: str) -> None:
+    quota = 300_000.0
+    total = int(quota * (WARMUP_S + RUN_S + 6))  # more than the consumer may read
+    # Batches well below the fetch size the quota allows (KIP-74 sends a first batch whole).
+    producer = Producer({"bootstrap.servers": quota_broker.bootstrap, "linger.ms": 20,
+                         "batch.size": 16384})
+    value = b"c" * 1024
+    for _ in range(total // len(value)):
+        while True:
+            try:
+                producer.produce(topic_name, value)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(30) == 0
+    client_id = f"reader-{uuid.uuid4().hex[:6]}"
+    assert _alter(admin, {"client-id": client_id}, {"consumer_byte_rate": quota}) == (0, None)
+    consumer = KafkaConsumer(topic_name, bootstrap_servers=quota_broker.bootstrap,
+                             client_id=client_id, auto_offset_reset="earliest",
+                             enable_auto_commit=False, group_id=None)
+    try:
+        started = time.monotonic()
+        while time.monotonic() - started < WARMUP_S:
+            consumer.poll(timeout_ms=200)
+        consumed = 0
+        started = time.monotonic()
+        while time.monotonic() - started < RUN_S:
+            for records in consumer.poll(timeout_ms=200).values():
+                consumed += sum(len(r.value) for r in records)
+        rate = consumed / (time.monotonic() - started)
+        throttle = max(value for name, value in _metrics(consumer).items()
+                       if name.startswith("throttle-time-max"))
+    finally:
+        consumer.close()
+    assert throttle > 0
+    assert quota * (1 - TOLERANCE) <= rate <= quota * (1 + TOLERANCE), rate
+
+
+def _metrics(consumer: KafkaConsumer) -> dict[str, float]:
+    return {f"{name}-{group}": value for group, values in consumer.metrics().items()
+            for name, value in values.items() if isinstance(value, (int, float))}
+
+
+def test_quotas_outlive_a_restart(tmp_path: Path) -> None:
+    """Alone, a broker keeps quotas in its metadata file."""
+    process = BrokerProcess(tmp_path / "data")
+    process.start()
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=process.bootstrap)
+        assert _alter(admin, {"user": None}, {"producer_byte_rate": 1024.0}) == (0, None)
+        admin.close()
+        process.stop()
+        process.start()
+        admin = KafkaAdminClient(bootstrap_servers=process.bootstrap)
+        assert _describe(admin, []) == {(("user", None),): {"producer_byte_rate": 1024.0}}
+        admin.close()
+    finally:
+        process.stop()
+
+
+def test_a_client_using_more_than_its_request_percentage_is_throttled(
+        quota_broker: BrokerProcess, admin: KafkaAdminClient) -> None:
+    """request_percentage counts the broker's time handling the client's requests:
+    Metadata requests back to back, at 0.1% of a thread, soon earn a throttle time."""
+    client_id = f"busy-{uuid.uuid4().hex[:6]}"
+    assert _alter(admin, {"client-id": client_id}, {"request_percentage": 0.1}) == (0, None)
+    busy = KafkaAdminClient(bootstrap_servers=quota_broker.bootstrap, client_id=client_id)
+    try:
+        throttles = []
+        deadline = time.monotonic() + 10
+        while not any(throttles) and time.monotonic() < deadline:
+            response = _send(busy, MetadataRequest(topics=None, allow_auto_topic_creation=False))
+            throttles.append(response.throttle_time_ms)
+        assert any(throttles), f"never throttled in {len(throttles)} requests"
+    finally:
+        busy.close()
