@@ -304,6 +304,8 @@ class ZkController:
         return [ok for chunk in written for ok in chunk]
 
     async def _write_chunk(self, chunk: list[_Change]) -> list[bool]:
+        """One multi-op; a state refused in it (its partition changed meanwhile) is left
+        out and the others sent again, as ZooKeeper names only the first it refuses."""
         if len(chunk) == 1:
             return [await self._write_one(chunk[0])]
         ops: list[Op] = [Check(znodes.CONTROLLER_EPOCH, self._epoch_version)]
@@ -315,7 +317,11 @@ class ZkController:
             await self.zk.multi(ops)
         except TransactionFailed as exc:
             self._check_fenced(exc)
-            return [await self._write_one(change) for change in chunk]
+            stale = exc.index - 1
+            if not 0 <= stale < len(chunk):
+                return [await self._write_one(change) for change in chunk]
+            rest = await self._write_chunk(chunk[:stale] + chunk[stale + 1:])
+            return rest[:stale] + [False] + rest[stale:]
         for change in chunk:
             self._written(change)
         moved = sum(c.after.leader != c.before.leader for c in chunk)

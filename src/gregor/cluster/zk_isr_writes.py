@@ -7,9 +7,9 @@ node, and a read of that node by every broker) per partition queued the brokers'
 ZooKeeper sessions for tens of seconds. As Kafka's AlterPartition request carries
 many partitions, the changes that gather while a write is in flight go in the
 next one: one multi-op of up to ``znodes.STATE_WRITES_PER_MULTI`` conditioned
-state writes and one change node. ZooKeeper refuses a multi-op as a whole when one of its states
-changed meanwhile (the controller wrote it), so a refused batch is written again
-one partition at a time, and only the stale one is refused.
+state writes and one change node. ZooKeeper refuses a multi-op as a whole when one
+of its states changed meanwhile (the controller wrote it), and names the first state
+it refused: that one is answered as refused and the rest sent again without it.
 """
 
 from __future__ import annotations
@@ -66,42 +66,41 @@ class ZkIsrWrites:
             self._writer = None
 
     async def _write_chunk(self, chunk: list[_Pending]) -> None:
+        """One multi-op writing every state of ``chunk``. ZooKeeper names the first state
+        it refused (its partition epoch is stale): that one is answered None and the
+        others are sent again without it."""
         try:
-            if len(chunk) > 1 and await self._multi(chunk):
+            while chunk:
+                written = [replace(p.state, partition_epoch=p.state.partition_epoch + 1)
+                           for p in chunk]
+                ops: list[Op] = [SetData(znodes.partition_state_path(*p.tp),
+                                         znodes.encode_partition_state(p.state),
+                                         p.state.partition_epoch) for p in chunk]
+                ops.append(znodes.state_change_node([
+                    znodes.StateChange(p.tp[0], self._topic_id(p.tp[0]), p.tp[1], state)
+                    for p, state in zip(chunk, written, strict=True)]))
+                try:
+                    await self.zk.multi(ops)
+                except TransactionFailed as exc:
+                    if not 0 <= exc.index < len(chunk):
+                        raise
+                    refused = chunk.pop(exc.index)
+                    topic, index = refused.tp
+                    log.info("%s-%d: ISR change to %s refused: partition epoch %d is stale",
+                             topic, index, list(refused.state.isr),
+                             refused.state.partition_epoch)
+                    _settle(refused.done, None)
+                    continue
+                for pending, state in zip(chunk, written, strict=True):
+                    _settle(pending.done, state)
+                if len(chunk) > 1:
+                    log.info("wrote the ISR changes of %d partition(s) in one multi-op",
+                             len(chunk))
                 return
-            for pending in chunk:
-                if not pending.done.done():
-                    await self._multi([pending])
         except Exception as exc:  # ZooKeeper unreachable: each leader retries later
             for pending in chunk:
                 if not pending.done.done():
                     pending.done.set_exception(exc)
-
-    async def _multi(self, chunk: list[_Pending]) -> bool:
-        """One multi-op writing every state of ``chunk``; whether it was taken (each
-        state's future is then set). A lone state refused is answered None."""
-        written = [replace(p.state, partition_epoch=p.state.partition_epoch + 1) for p in chunk]
-        ops: list[Op] = [SetData(znodes.partition_state_path(*p.tp),
-                                 znodes.encode_partition_state(p.state), p.state.partition_epoch)
-                         for p in chunk]
-        ops.append(znodes.state_change_node([
-            znodes.StateChange(p.tp[0], self._topic_id(p.tp[0]), p.tp[1], state)
-            for p, state in zip(chunk, written, strict=True)]))
-        try:
-            await self.zk.multi(ops)
-        except TransactionFailed:
-            if len(chunk) == 1:
-                topic, index = chunk[0].tp
-                log.info("%s-%d: ISR change to %s refused: partition epoch %d is stale",
-                         topic, index, list(chunk[0].state.isr),
-                         chunk[0].state.partition_epoch)
-                _settle(chunk[0].done, None)
-            return False
-        for pending, state in zip(chunk, written, strict=True):
-            _settle(pending.done, state)
-        if len(chunk) > 1:
-            log.info("wrote the ISR changes of %d partition(s) in one multi-op", len(chunk))
-        return True
 
 
 def _settle(done: asyncio.Future[PartitionState | None], state: PartitionState | None) -> None:

@@ -54,7 +54,14 @@ class ZooKeeperError(Exception):
 
 
 class TransactionFailed(ZooKeeperError):
-    """A multi-op was refused as a whole: a check or a version did not match."""
+    """A multi-op was refused as a whole: a check or a version did not match.
+    ``index`` is the position of the op that was refused (ZooKeeper stops at the
+    first), so a batch can be sent again without it."""
+
+    def __init__(self, message: str, cause: BaseException | None = None,
+                 index: int = -1) -> None:
+        super().__init__(message, cause)
+        self.index = index
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,15 +275,15 @@ class ZooKeeperSession:
             else:
                 transaction.delete(op.path, op.version)
         results = await self._await(transaction.commit_async)
-        failures = [(op, r) for op, r in zip(ops, results, strict=True)
-                    if isinstance(r, BaseException)]
+        failures = [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]
         # ZooKeeper marks the ops after the failing one as rolled back: name the cause.
-        causes = [(op, r) for op, r in failures
+        causes = [(i, r) for i, r in failures
                   if type(r).__name__ not in ("RolledBackError", "RuntimeInconsistency")]
         if failures:
-            op, cause = (causes or failures)[0]
+            index, cause = (causes or failures)[0]
+            op = ops[index]
             raise TransactionFailed(f"{type(op).__name__} {op.path}: {type(cause).__name__}",
-                                    cause)
+                                    cause, index)
         return results
 
 
