@@ -14,7 +14,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from gregor.cluster.partition_state import PartitionState
+from gregor.cluster.partition_state import PartitionState, Reassignment
 from gregor.cluster.znodes import BrokerRegistration
 from gregor.security.acls import AclBinding, Operation, PatternType, Permission, ResourceType
 
@@ -53,6 +53,10 @@ class MetadataImage:
     user_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     # The ACLs every broker enforces (Kafka's /kafka-acl and /kafka-acl-extended).
     acls: set[AclBinding] = field(default_factory=set)
+    # Partitions being reassigned (a cluster only), as their topics' nodes say: what the
+    # controller drives and ListPartitionReassignments lists, without a walk of every
+    # partition.
+    reassigning: dict[tuple[str, int], Reassignment] = field(default_factory=dict)
 
     @classmethod
     def load(cls, log_dir: Path) -> MetadataImage:

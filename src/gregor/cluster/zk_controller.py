@@ -31,6 +31,7 @@ from kazoo.exceptions import NodeExistsError
 from gregor.cluster import election, znodes
 from gregor.cluster.metadata_image import MetadataImage
 from gregor.cluster.partition_state import PartitionState
+from gregor.cluster.reassignment import Reassignments
 from gregor.cluster.zk_metadata import ZkMetadataCache
 from gregor.cluster.zookeeper import (
     Check,
@@ -93,6 +94,8 @@ class ZkController:
         # Leaderships this broker moved as controller, for metrics (Kafka's ControllerStats).
         self.leader_elections = 0
         self.unclean_leader_elections = 0
+        # Partition reassignments (KIP-455), carried on in each pass.
+        self.reassignments = Reassignments(self, self._write_states)
 
     @property
     def is_active(self) -> bool:
@@ -173,6 +176,7 @@ class ZkController:
                     changed.append(change)
         await self._create_states(created)
         await self._write_changes(changed)
+        await self.reassignments.reconcile(live, {(c.topic, c.index) for c in changed})
         await self._prune_state_changes()
 
     async def _prune_state_changes(self) -> None:
@@ -302,6 +306,11 @@ class ZkController:
             return False
         self._written(change)
         return True
+
+    async def _write_states(self, changes: list[tuple[str, int, PartitionState,
+                                                      PartitionState]]) -> list[bool]:
+        """``_write_changes`` for ``cluster.reassignment``, which decides its own."""
+        return await self._write_changes([_Change(*change) for change in changes])
 
     def _change(self, topic: str, index: int, state: PartitionState) -> znodes.StateChange:
         known = self.image.topics.get(topic)

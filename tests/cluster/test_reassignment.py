@@ -1,0 +1,252 @@
+"""Partition reassignment (KIP-455) on four real brokers and a real ZooKeeper, asked
+with kafka-python's admin client (confluent-kafka 2.16 has no reassignment call) and,
+for the older way, by writing ``/admin/reassign_partitions`` as old tools do.
+
+Each move runs under an acks=all idempotent load, and the checker then reads every
+acknowledged record back once at its offset. A move that must stay in progress (to
+cancel it, or to kill the controller during it) adds a broker that is paused: it
+is registered, so the move is accepted, but it cannot catch up until resumed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from checker import LoadGenerator, find_anomalies, read_partitions
+from clients import WireConnection
+from confluent_kafka.admin import NewTopic
+from harness import Cluster
+from kafka import TopicPartition
+from kafka.admin import KafkaAdminClient
+from kafka.errors import (
+    InvalidReplicationAssignmentError,
+    NoReassignmentInProgressError,
+    UnknownTopicOrPartitionError,
+)
+from kazoo.client import KazooClient
+from kio.index import load_payload_module
+from kio.schema.types import BrokerId
+from kio.static.constants import EntityType
+from kio.static.primitive import i32
+
+from gregor.cluster import znodes
+from gregor.cluster.zookeeper_server import ZooKeeperServer
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
+
+pytestmark = pytest.mark.timeout(240)
+WAIT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[Cluster]:
+    """Four brokers shared by the module's tests (each uses topics of its own)."""
+    started = Cluster(zookeeper, tmp_path_factory.mktemp("reassign"), size=4).start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def admin(cluster: Cluster) -> Iterator[KafkaAdminClient]:
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000)
+    yield client
+    client.close()
+
+
+def zk(cluster: Cluster) -> KazooClient:
+    cluster.registered()  # opens the harness's own ZooKeeper client
+    assert cluster._kazoo is not None
+    return cluster._kazoo
+
+
+def assignment(cluster: Cluster, topic: str) -> znodes.TopicAssignment:
+    data, _ = zk(cluster).get(znodes.topic_path(topic))
+    return znodes.TopicAssignment.decode(data)
+
+
+def wait_until(check, what: str, timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def settled(cluster: Cluster, topic: str, replicas: list[list[int]]) -> None:
+    """Wait until the topic's replica sets are ``replicas``, nothing is being moved, every
+    ISR is the whole replica set and each leader one of them, in every broker's view."""
+    wait_until(lambda: (assignment(cluster, topic).replicas == tuple(map(tuple, replicas))
+                        and not assignment(cluster, topic).reassigning),
+               f"{topic}'s reassignment to finish")
+    cluster.wait_everywhere(
+        lambda m: all(sorted(p.replica_nodes) == sorted(replicas[p.partition_index])
+                      and sorted(p.isr_nodes) == sorted(replicas[p.partition_index])
+                      and p.leader_id in replicas[p.partition_index]
+                      for t in m.topics if t.name == topic for p in t.partitions),
+        f"{topic} on {replicas} in every broker's metadata", topics=[topic])
+
+
+def log_dirs(cluster: Cluster, topic: str, index: int) -> set[int]:
+    """The brokers holding a log directory of the partition."""
+    return {broker_id for broker_id, broker in cluster.brokers.items()
+            if (Path(broker.data_dir) / f"{topic}-{index}").exists()}
+
+
+def verify(cluster: Cluster, load: LoadGenerator, topic: str, partitions: int) -> None:
+    found = find_anomalies(load.acked, read_partitions(cluster.bootstrap, topic, partitions))
+    assert found.none, found
+
+
+def test_a_move_under_load_keeps_every_acknowledged_record(cluster: Cluster,
+                                                           admin: KafkaAdminClient) -> None:
+    """3 brokers -> the other 3 (the leader among those leaving) under acks=all load:
+    new replicas catch up and join the ISR, leadership leaves the broker going, the old
+    replicas delete their logs, and every acknowledged record is read back once."""
+    cluster.create_topic("moved", partitions=2, replication=3)
+    before = assignment(cluster, "moved").replicas
+    with LoadGenerator(cluster.bootstrap, "moved", rate=1000) as load:
+        load.wait_for_acks(500)
+        targets = {}
+        for index, replicas in enumerate(before):
+            (absent,) = set(cluster.brokers) - set(replicas)
+            # The first (preferred, leading) replica leaves; the absent broker comes in.
+            targets[TopicPartition("moved", index)] = [absent, *replicas[1:]]
+        answer = admin.alter_partition_reassignments(targets)
+        assert set(answer.values()) == {None}, answer
+        load.wait_for_acks(len(load.acked) + 500)
+        settled(cluster, "moved", [targets[TopicPartition("moved", i)] for i in range(2)])
+        load.wait_for_acks(len(load.acked) + 500)
+    verify(cluster, load, "moved", 2)
+    assert admin.list_partition_reassignments() == {}
+    for index in range(2):
+        wanted = set(targets[TopicPartition("moved", index)])
+        wait_until(lambda i=index, w=wanted: log_dirs(cluster, "moved", i) == w,
+                   "the old replica to delete its log")
+
+
+def test_replication_factor_up_and_down(cluster: Cluster, admin: KafkaAdminClient) -> None:
+    """RF 1 -> 3 -> 2 (as kafka-reassign-partitions.sh does it), data kept throughout."""
+    admin_client = cluster.admin()
+    admin_client.create_topics([NewTopic("rf", 1, replica_assignment=[[2]])])["rf"].result(30)
+    settled(cluster, "rf", [[2]])
+    tp = TopicPartition("rf", 0)
+    with LoadGenerator(cluster.bootstrap, "rf", rate=500) as load:
+        load.wait_for_acks(300)
+        assert admin.alter_partition_reassignments({tp: [2, 3, 4]}) == {tp: None}
+        settled(cluster, "rf", [[2, 3, 4]])
+        load.wait_for_acks(len(load.acked) + 300)
+        assert admin.alter_partition_reassignments({tp: [3, 4]}) == {tp: None}
+        settled(cluster, "rf", [[3, 4]])
+        load.wait_for_acks(len(load.acked) + 300)
+    verify(cluster, load, "rf", 1)
+    wait_until(lambda: log_dirs(cluster, "rf", 0) == {3, 4}, "broker 2 to delete its log")
+
+
+def test_cancel_restores_the_original_replicas(cluster: Cluster,
+                                               admin: KafkaAdminClient) -> None:
+    """A move that cannot finish (its new broker is paused) is listed while in
+    progress, and cancelled: the original replicas stay, the added one leaves."""
+    cluster.create_topic("cancelled", partitions=1, replication=3)
+    (original,) = assignment(cluster, "cancelled").replicas
+    (absent,) = set(cluster.brokers) - set(original)
+    tp = TopicPartition("cancelled", 0)
+    with LoadGenerator(cluster.bootstrap, "cancelled", rate=500) as load:
+        load.wait_for_acks(200)
+        cluster.brokers[absent].pause()
+        try:
+            target = [absent, *original[:2]]
+            assert admin.alter_partition_reassignments({tp: target}) == {tp: None}
+            listed = admin.list_partition_reassignments()
+            assert listed == {tp: {"replicas": [absent, *original],
+                                   "adding_replicas": [absent],
+                                   "removing_replicas": [original[2]]}}, listed
+            stored = assignment(cluster, "cancelled")
+            assert stored.reassigning[0].adding == (absent,)
+            load.wait_for_acks(len(load.acked) + 300)
+            assert admin.alter_partition_reassignments({tp: None}) == {tp: None}
+            settled(cluster, "cancelled", [list(original)])
+            assert admin.list_partition_reassignments() == {}
+            (again,) = admin.alter_partition_reassignments({tp: None}).values()
+            assert again is NoReassignmentInProgressError
+        finally:
+            cluster.brokers[absent].resume()
+        load.wait_for_acks(len(load.acked) + 300)
+    verify(cluster, load, "cancelled", 1)
+    wait_until(lambda: log_dirs(cluster, "cancelled", 0) == set(original),
+               "the cancelled replica to be gone")
+
+
+def test_a_new_controller_resumes_a_move(cluster: Cluster, admin: KafkaAdminClient) -> None:
+    """The controller is killed while a move waits on its new replica: the next one
+    finds the move in the topic's node and finishes it once the replica catches up."""
+    controller = cluster.metadata().controller_id
+    others = sorted(set(cluster.brokers) - {controller})
+    admin_client = cluster.admin()
+    adding, kept = others[0], others[1:]
+    admin_client.create_topics([NewTopic("resumed", 1, replica_assignment=[kept])])[
+        "resumed"].result(30)
+    settled(cluster, "resumed", [kept])
+    tp = TopicPartition("resumed", 0)
+    with LoadGenerator(cluster.bootstrap, "resumed", rate=500) as load:
+        load.wait_for_acks(200)
+        cluster.brokers[adding].pause()
+        try:
+            target = [adding, kept[0]]
+            assert admin.alter_partition_reassignments({tp: target}) == {tp: None}
+            cluster.brokers[controller].kill()
+            cluster.wait_for(lambda m: m.controller_id not in (controller, -1),
+                             "a new controller")
+            assert assignment(cluster, "resumed").reassigning  # still in progress
+        finally:
+            cluster.brokers[adding].resume()
+        settled_without = [target]
+        wait_until(lambda: assignment(cluster, "resumed").replicas == ((adding, kept[0]),),
+                   "the new controller to finish the move")
+        load.wait_for_acks(len(load.acked) + 300)
+    cluster.brokers[controller].start()
+    settled(cluster, "resumed", settled_without)
+    verify(cluster, load, "resumed", 1)
+
+
+def test_the_older_znode_is_honoured(cluster: Cluster) -> None:
+    """``/admin/reassign_partitions`` written as pre-2.4 tools do: the move is made and
+    the node deleted once it is done."""
+    cluster.create_topic("legacy", partitions=1, replication=2)
+    (original,) = assignment(cluster, "legacy").replicas
+    target = sorted(set(cluster.brokers) - set(original))
+    zk(cluster).create(znodes.REASSIGN_PARTITIONS, json.dumps(
+        {"version": 1, "partitions": [{"topic": "legacy", "partition": 0,
+                                       "replicas": target}]}).encode())
+    settled(cluster, "legacy", [target])
+    wait_until(lambda: zk(cluster).exists(znodes.REASSIGN_PARTITIONS) is None,
+               "the node to be deleted")
+
+
+def test_kafkas_errors(cluster: Cluster, admin: KafkaAdminClient) -> None:
+    cluster.create_topic("errors", partitions=1, replication=2)
+    tp = TopicPartition("errors", 0)
+    for target in ([1, 1], [1, 9], [-1, 2]):  # an empty list kafka-python refuses itself
+        assert admin.alter_partition_reassignments({tp: target}) == {
+            tp: InvalidReplicationAssignmentError}, target
+    assert admin.alter_partition_reassignments({TopicPartition("errors", 5): [1, 2]}) == {
+        TopicPartition("errors", 5): UnknownTopicOrPartitionError}
+    assert admin.alter_partition_reassignments({tp: None}) == {
+        tp: NoReassignmentInProgressError}
+    assert admin.list_partition_reassignments() == {}
+    # Sent to a broker that is not the controller: NOT_CONTROLLER, at the top level.
+    controller = cluster.metadata().controller_id
+    other = next(b for b in cluster.brokers if b != controller)
+    key, version = ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0
+    schema = load_payload_module(key, version, EntityType.request)
+    body = schema.AlterPartitionReassignmentsRequest(topics=(schema.ReassignableTopic(
+        name="errors", partitions=(schema.ReassignablePartition(
+            partition_index=i32(0), replicas=(BrokerId(1), BrokerId(2))),)),))
+    with WireConnection(cluster.brokers[other].bootstrap) as connection:
+        answer = connection.request(key, version, body)
+    assert answer.error_code == ErrorCode.not_controller
+    assert answer.responses == ()
