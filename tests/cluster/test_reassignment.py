@@ -4,14 +4,18 @@ for the older way, by writing ``/admin/reassign_partitions`` as old tools do.
 
 Each move runs under an acks=all idempotent load, and the checker then reads every
 acknowledged record back once at its offset. A move that must stay in progress (to
-cancel it, or to kill the controller during it) adds a broker that is paused: it
-is registered, so the move is accepted, but it cannot catch up until resumed.
+cancel it, or to kill the controller during it) adds a broker cut off from the
+partition's replicas (nftables): it is registered and answers clients, so the move
+is accepted, but it cannot catch up until the cut heals.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -149,7 +153,7 @@ def test_replication_factor_up_and_down(cluster: Cluster, admin: KafkaAdminClien
 
 def test_cancel_restores_the_original_replicas(cluster: Cluster,
                                                admin: KafkaAdminClient) -> None:
-    """A move that cannot finish (its new broker is paused) is listed while in
+    """A move that cannot finish (its new broker is cut off) is listed while in
     progress, and cancelled: the original replicas stay, the added one leaves."""
     cluster.create_topic("cancelled", partitions=1, replication=3)
     (original,) = assignment(cluster, "cancelled").replicas
@@ -157,7 +161,8 @@ def test_cancel_restores_the_original_replicas(cluster: Cluster,
     tp = TopicPartition("cancelled", 0)
     with LoadGenerator(cluster.bootstrap, "cancelled", rate=500) as load:
         load.wait_for_acks(200)
-        cluster.brokers[absent].pause()
+        for replica in original:
+            cluster.cut(absent, replica)
         try:
             target = [absent, *original[:2]]
             assert admin.alter_partition_reassignments({tp: target}) == {tp: None}
@@ -174,7 +179,7 @@ def test_cancel_restores_the_original_replicas(cluster: Cluster,
             (again,) = admin.alter_partition_reassignments({tp: None}).values()
             assert again is NoReassignmentInProgressError
         finally:
-            cluster.brokers[absent].resume()
+            cluster.heal_all()
         load.wait_for_acks(len(load.acked) + 300)
     verify(cluster, load, "cancelled", 1)
     wait_until(lambda: log_dirs(cluster, "cancelled", 0) == set(original),
@@ -194,7 +199,8 @@ def test_a_new_controller_resumes_a_move(cluster: Cluster, admin: KafkaAdminClie
     tp = TopicPartition("resumed", 0)
     with LoadGenerator(cluster.bootstrap, "resumed", rate=500) as load:
         load.wait_for_acks(200)
-        cluster.brokers[adding].pause()
+        for replica in kept:
+            cluster.cut(adding, replica)
         try:
             target = [adding, kept[0]]
             assert admin.alter_partition_reassignments({tp: target}) == {tp: None}
@@ -203,7 +209,7 @@ def test_a_new_controller_resumes_a_move(cluster: Cluster, admin: KafkaAdminClie
                              "a new controller")
             assert assignment(cluster, "resumed").reassigning  # still in progress
         finally:
-            cluster.brokers[adding].resume()
+            cluster.heal_all()
         settled_without = [target]
         wait_until(lambda: assignment(cluster, "resumed").replicas == ((adding, kept[0]),),
                    "the new controller to finish the move")
@@ -250,3 +256,56 @@ def test_kafkas_errors(cluster: Cluster, admin: KafkaAdminClient) -> None:
         answer = connection.request(key, version, body)
     assert answer.error_code == ErrorCode.not_controller
     assert answer.responses == ()
+
+
+def gregor(cluster: Cluster, *args: str, status: int = 0) -> str:
+    """Run a ``gregor cluster`` command as users do; its standard output."""
+    result = subprocess.run([sys.executable, "-m", "gregor.cli.main", "cluster", *args,
+                             "--bootstrap-server", cluster.bootstrap],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == status, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_the_command_line_adds_drains_and_runs_plans(cluster: Cluster,
+                                                      tmp_path: Path) -> None:
+    """``add-broker`` moves broker 4's share of a topic onto it and ``drain`` moves it
+    all off again, each waiting until done; ``reassign --generate`` proposes a plan
+    that ``--execute`` starts and ``--verify`` sees done, in Kafka's JSON."""
+    placement = [[1 + i % 3, 1 + (i + 1) % 3] for i in range(6)]
+    admin_client = cluster.admin()  # kept alive until the answer: its futures need it
+    admin_client.create_topics([NewTopic("cli", 6, replica_assignment=placement)])[
+        "cli"].result(30)
+    settled(cluster, "cli", placement)
+    with LoadGenerator(cluster.bootstrap, "cli", rate=500) as load:
+        load.wait_for_acks(300)
+        out = gregor(cluster, "add-broker", "4", "--topics", "cli")
+        assert "Done: 3/3 partition(s) done" in out, out
+        held = Counter(r for replicas in assignment(cluster, "cli").replicas for r in replicas)
+        assert held == {1: 3, 2: 3, 3: 3, 4: 3}
+        out = gregor(cluster, "drain", "4", "--topics", "cli")
+        assert "Done:" in out, out
+        assert all(4 not in r for r in assignment(cluster, "cli").replicas)
+
+        generated = gregor(cluster, "reassign", "--generate", "--topics", "cli",
+                           "--brokers", "1,2").splitlines()
+        assert generated[0] == "Current partition replica assignment"
+        assert generated[3] == "Proposed partition reassignment configuration"
+        plan_file = tmp_path / "plan.json"
+        plan_file.write_text(generated[4])
+        plan = json.loads(generated[4])
+        assert {tuple(sorted(p["replicas"])) for p in plan["partitions"]} == {(1, 2)}
+        out = gregor(cluster, "reassign", "--execute", "--reassignment-json-file",
+                     str(plan_file))
+        assert "Successfully started partition reassignment(s) for cli-0" in out, out
+        wait_until(lambda: subprocess.run(
+            [sys.executable, "-m", "gregor.cli.main", "cluster", "reassign", "--verify",
+             "--reassignment-json-file", str(plan_file), "--bootstrap-server",
+             cluster.bootstrap], capture_output=True, timeout=60).returncode == 0,
+            "--verify to see the plan done")
+        assert "is completed" in gregor(cluster, "reassign", "--verify",
+                                        "--reassignment-json-file", str(plan_file))
+        assert gregor(cluster, "reassign", "--list") == ""
+        load.wait_for_acks(len(load.acked) + 300)
+    verify(cluster, load, "cli", 6)
+    settled(cluster, "cli", [p["replicas"] for p in plan["partitions"]])

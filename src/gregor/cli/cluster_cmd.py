@@ -11,6 +11,7 @@ import argparse
 
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
+from gregor.cli import reassign_cmd
 from gregor.cli.client_config import add_client_arguments, client_config
 from gregor.cli.cluster_metadata import cluster_metadata
 from gregor.cli.errors import CliError, kafka_error_text
@@ -27,6 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                          "and offline partitions")
     add_client_arguments(describe)
     describe.set_defaults(run=run_describe)
+    reassign_cmd.add_actions(actions)
 
 
 def run_describe(args: argparse.Namespace) -> int:
