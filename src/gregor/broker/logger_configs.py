@@ -28,10 +28,10 @@ _TO_KAFKA = {logging.CRITICAL: "FATAL", logging.ERROR: "ERROR", logging.WARNING:
 
 
 def _loggers() -> dict[str, logging.Logger]:
-    """Every logger this process has made, by name, and the root."""
-    found = {name: logger for name, logger in logging.Logger.manager.loggerDict.items()
-             if isinstance(logger, logging.Logger)}
-    return {ROOT_LOGGER: logging.getLogger(), **found}
+    """Every logger this process has made, by name, and the root; the parents of named
+    ones too (``gregor.cluster``), whose level their children without one inherit."""
+    names = list(logging.Logger.manager.loggerDict)
+    return {ROOT_LOGGER: logging.getLogger(), **{name: logging.getLogger(name) for name in names}}
 
 
 def _kafka_level(logger: logging.Logger) -> str:
