@@ -12,6 +12,7 @@ is accepted, but it cannot catch up until the cut heals.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -22,7 +23,13 @@ from pathlib import Path
 import pytest
 from checker import LoadGenerator, find_anomalies, read_partitions
 from clients import WireConnection
-from confluent_kafka.admin import NewTopic
+from confluent_kafka import Producer
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 from harness import Cluster
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
@@ -309,3 +316,54 @@ def test_the_command_line_adds_drains_and_runs_plans(cluster: Cluster,
         load.wait_for_acks(len(load.acked) + 300)
     verify(cluster, load, "cli", 6)
     settled(cluster, "cli", [p["replicas"] for p in plan["partitions"]])
+
+
+def test_throttles_slow_only_the_listed_replicas(cluster: Cluster) -> None:
+    """With ``*.replication.throttled.rate`` at 1 MB/s on the brokers and one topic's
+    replicas listed (``*``), copying that topic's 3 MB to a new broker takes about 3 s,
+    while an unlisted topic's 3 MB moved at the same time is copied unthrottled."""
+    admin_client = cluster.admin()
+    for name in ("slow", "fast"):
+        admin_client.create_topics([NewTopic(name, 1, replica_assignment=[[1]])])[
+            name].result(30)
+    settled(cluster, "slow", [[1]])
+    settled(cluster, "fast", [[1]])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 20})
+    payload = os.urandom(10_000)
+    for name in ("slow", "fast"):
+        for _ in range(300):
+            producer.produce(name, payload)
+            producer.poll(0)
+    assert producer.flush(30) == 0
+
+    def set_configs(rate: str, replicas: str) -> None:
+        for broker_id in ("1", "2"):
+            resource = ConfigResource("broker", broker_id, incremental_configs=[
+                ConfigEntry(name, rate, incremental_operation=AlterConfigOpType.SET)
+                for name in ("leader.replication.throttled.rate",
+                             "follower.replication.throttled.rate")])
+            admin_client.incremental_alter_configs([resource])[resource].result(30)
+        resource = ConfigResource("topic", "slow", incremental_configs=[
+            ConfigEntry(name, replicas, incremental_operation=AlterConfigOpType.SET)
+            for name in ("leader.replication.throttled.replicas",
+                         "follower.replication.throttled.replicas")])
+        admin_client.incremental_alter_configs([resource])[resource].result(30)
+
+    set_configs("1000000", "*")
+    try:
+        cluster.wait_everywhere(lambda m: True, "the configs to spread")  # a round trip each
+        time.sleep(1)
+        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+        started = time.monotonic()
+        admin.alter_partition_reassignments({TopicPartition("slow", 0): [1, 2],
+                                             TopicPartition("fast", 0): [1, 2]})
+        admin.close()
+        settled(cluster, "fast", [[1, 2]])
+        fast = time.monotonic() - started
+        settled(cluster, "slow", [[1, 2]])
+        slow = time.monotonic() - started
+    finally:
+        set_configs(str(2**63 - 1), "")
+    # 3 MB at 1 MB/s, less the first second's allowance: at least 2 s, and well after
+    # the unlisted topic's copy.
+    assert slow >= 2.0 and slow > fast + 1.0, (slow, fast)

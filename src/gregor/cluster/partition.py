@@ -92,6 +92,10 @@ class Partition:
         self.pending_isr: PartitionState | None = None
         # Where this broker's leadership began in its log (-1 when following).
         self.leader_epoch_start_offset = -1
+        # Whether this replica's replication counts against the leader's or the
+        # follower's throttle while out of the ISR (the topic's throttled replicas).
+        self.leader_throttled = False
+        self.follower_throttled = False
         if self.is_leader:
             self._become_leader(new_leader=True)
 
