@@ -303,15 +303,26 @@ def test_the_command_line_adds_drains_and_runs_plans(cluster: Cluster,
         plan = json.loads(generated[4])
         assert {tuple(sorted(p["replicas"])) for p in plan["partitions"]} == {(1, 2)}
         out = gregor(cluster, "reassign", "--execute", "--reassignment-json-file",
-                     str(plan_file))
+                     str(plan_file), "--throttle", "50000000")
         assert "Successfully started partition reassignment(s) for cli-0" in out, out
+        assert "throughput limit was set to 50000000 B/s" in out
         wait_until(lambda: subprocess.run(
             [sys.executable, "-m", "gregor.cli.main", "cluster", "reassign", "--verify",
              "--reassignment-json-file", str(plan_file), "--bootstrap-server",
              cluster.bootstrap], capture_output=True, timeout=60).returncode == 0,
             "--verify to see the plan done")
-        assert "is completed" in gregor(cluster, "reassign", "--verify",
-                                        "--reassignment-json-file", str(plan_file))
+        out = gregor(cluster, "reassign", "--verify", "--reassignment-json-file",
+                     str(plan_file))
+        assert "is completed" in out and "Clearing broker-level throttles" in out
+        # --verify removed every throttle --execute set.
+        broker = ConfigResource("broker", "1")
+        described = admin_client.describe_configs([broker])[broker].result(30)
+        assert described["leader.replication.throttled.rate"].value == str(2**63 - 1)
+        assert described["leader.replication.throttled.rate"].is_default
+        topic = ConfigResource("topic", "cli")
+        described = admin_client.describe_configs([topic])[topic].result(30)
+        assert described["follower.replication.throttled.replicas"].value == ""
+        assert described["follower.replication.throttled.replicas"].is_default
         assert gregor(cluster, "reassign", "--list") == ""
         load.wait_for_acks(len(load.acked) + 300)
     verify(cluster, load, "cli", 6)

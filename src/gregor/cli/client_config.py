@@ -12,8 +12,10 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gregor.cli.cluster_metadata import ConnectionWatch
-from gregor.cli.errors import CliError
+from confluent_kafka.admin import AdminClient, ClusterMetadata
+
+from gregor.cli.cluster_metadata import ConnectionWatch, cluster_metadata
+from gregor.cli.errors import CliError, kafka_error_text
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "GREGOR_BOOTSTRAP"
@@ -57,3 +59,16 @@ def client_config(args: argparse.Namespace, defaults: Mapping[str, Any] | None =
     watch = ConnectionWatch(str(config["bootstrap.servers"]))
     config["error_cb"] = watch
     return config, watch
+
+
+def described_cluster(args: argparse.Namespace, timeout_s: float) -> tuple[ClusterMetadata, Any]:
+    """Every topic's metadata and DescribeCluster's answer (brokers with their racks, the
+    controller), with the command's client settings; CliError if either fails."""
+    config, watch = client_config(args)
+    admin = AdminClient(config)
+    metadata = cluster_metadata(admin, watch)
+    try:
+        described = admin.describe_cluster(request_timeout=timeout_s).result()
+    except Exception as exc:  # KafkaException, or a timeout of the future
+        raise CliError(f"cannot describe the cluster: {kafka_error_text(exc)}") from None
+    return metadata, described

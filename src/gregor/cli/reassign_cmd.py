@@ -23,15 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kio.index import load_payload_module
 from kio.schema.types import BrokerId, TopicName
 from kio.static.constants import EntityType
 from kio.static.primitive import i32, i32Timedelta
 
 from gregor.cli import wire
-from gregor.cli.client_config import add_client_arguments, client_config
-from gregor.cli.cluster_metadata import cluster_metadata
+from gregor.cli.client_config import add_client_arguments, client_config, described_cluster
 from gregor.cli.errors import CliError, kafka_error_text
 from gregor.cli.progress import Progress
 from gregor.cli.reassign_plan import (
@@ -66,6 +65,9 @@ def add_actions(actions: argparse._SubParsersAction) -> None:
     reassign.add_argument("--brokers", help="comma-separated broker ids (--generate)")
     reassign.add_argument("--reassignment-json-file", type=Path, metavar="PLAN.json",
                           help="the plan (--execute, --verify, --cancel)")
+    reassign.add_argument("--throttle", type=int, metavar="BYTES/S",
+                          help="with --execute: bound the moves' replication to this rate "
+                               "(--verify removes the throttles once the plan is done)")
     add_client_arguments(reassign)
     reassign.set_defaults(run=run_reassign)
     for name, text in (("add-broker", "move a share of every topic's replicas onto broker N"),
@@ -96,13 +98,7 @@ class _Cluster:
 
 
 def _cluster(args: argparse.Namespace) -> _Cluster:
-    config, watch = client_config(args)
-    admin = AdminClient(config)
-    metadata = cluster_metadata(admin, watch)
-    try:
-        described = admin.describe_cluster(request_timeout=_TIMEOUT_S).result()
-    except Exception as exc:  # KafkaException, or a timeout of the future
-        raise CliError(f"cannot describe the cluster: {kafka_error_text(exc)}") from None
+    metadata, described = described_cluster(args, _TIMEOUT_S)
     assignment, leaders = {}, {}
     for name, topic in metadata.topics.items():
         if name.startswith("__"):
@@ -227,13 +223,61 @@ def run_reassign(args: argparse.Namespace) -> int:
                            if tp in cluster.assignment}))
         print()
         print("Save this to use as the --reassignment-json-file option during rollback")
+        if args.throttle is not None:
+            set_throttles(args, cluster, plan, args.throttle)
+            print(f"The inter-broker throughput limit was set to {args.throttle} B/s")
         return _report(alter(cluster, dict(plan)), "Successfully started partition "
                                                    "reassignment(s) for")
     if args.cancel:
         in_progress = ongoing(cluster)
         return _report(alter(cluster, {tp: None for tp in plan if tp in in_progress}),
                        "Successfully cancelled partition reassignment(s) for")
-    return _verify(cluster, plan)
+    pending = _verify(cluster, plan)
+    if not pending:
+        set_throttles(args, cluster, plan, None)
+        print("Clearing broker-level throttles and topic-level throttles")
+    return pending
+
+
+_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+_LEADER_REPLICAS = "leader.replication.throttled.replicas"
+_FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
+
+
+def set_throttles(args: argparse.Namespace, cluster: _Cluster, plan: Assignment,
+                  rate: int | None) -> None:
+    """As kafka-reassign-partitions.sh: ``rate`` on every broker of the cluster, and each
+    topic's moving partitions listed, their current replicas as leaders and their new
+    ones as followers; with None, all of that removed."""
+    config, _ = client_config(args)
+    admin = AdminClient(config)
+    calls: list[ConfigResource] = []
+    operation = AlterConfigOpType.DELETE if rate is None else AlterConfigOpType.SET
+    for broker_id in sorted(cluster.addresses):  # one per call: each goes to its broker
+        calls.append(ConfigResource("broker", str(broker_id), incremental_configs=[
+            ConfigEntry(name, None if rate is None else str(rate),
+                        incremental_operation=operation) for name in _RATES]))
+    leaders: dict[str, list[str]] = {}
+    followers: dict[str, list[str]] = {}
+    for (topic, index), target in sorted(plan.items()):
+        current = cluster.assignment.get((topic, index), ())
+        if tuple(target) == tuple(current):
+            continue
+        leaders.setdefault(topic, []).extend(f"{index}:{b}" for b in current)
+        followers.setdefault(topic, []).extend(f"{index}:{b}" for b in target
+                                               if b not in current)
+    for topic in sorted(set(leaders) | {t for t, _ in plan}):
+        entries = [(_LEADER_REPLICAS, leaders.get(topic)), (_FOLLOWER_REPLICAS,
+                                                            followers.get(topic))]
+        calls.append(ConfigResource("topic", topic, incremental_configs=[
+            ConfigEntry(name, None if rate is None else ",".join(listed or []),
+                        incremental_operation=operation) for name, listed in entries]))
+    for resource in calls:
+        try:
+            admin.incremental_alter_configs([resource])[resource].result(_TIMEOUT_S)
+        except Exception as exc:  # KafkaException, or a timeout of the future
+            raise CliError(f"cannot set the throttle on {resource.name}: "
+                           f"{kafka_error_text(exc)}") from None
 
 
 def _report(results: dict[TopicPartition, str | None], done: str) -> int:
