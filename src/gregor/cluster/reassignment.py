@@ -125,6 +125,11 @@ class Reassignments:
         self._cancelled: set[TopicPartition] = set()
         # Finished, and when (monotonic): watched for a removed replica back in the ISR.
         self._settling: dict[TopicPartition, float] = {}
+        # Whether /admin/reassign_partitions must be read at the next pass: at the first
+        # pass of each controller epoch, when its watch fires, and when a move ends
+        # (to take it out of the node), not at every pass.
+        self._legacy_pending = True
+        self._legacy_epoch = -1
 
     @property
     def image(self):
@@ -267,6 +272,7 @@ class Reassignments:
                              list(replicas))
                     self._cancelled.discard((topic, index))
                     self._settling[topic, index] = now
+                self._legacy_pending = True  # the older node may name it
 
     async def _write_assignment(self, topic: str,
                                 changes: Mapping[int, tuple[tuple[int, ...],
@@ -304,9 +310,13 @@ class Reassignments:
         """Start what ``/admin/reassign_partitions`` asks that is not under way, and take
         out of it what is done; the node goes when nothing in it is left, which is how
         tools of that time knew the moves were over."""
+        if self._legacy_epoch != self.controller.epoch:
+            self._legacy_epoch, self._legacy_pending = self.controller.epoch, True
+        if not self._legacy_pending:
+            return
+        self._legacy_pending = False
         zk = self.controller.zk
-        await zk.exists(znodes.REASSIGN_PARTITIONS, self.controller.changed)
-        found = await zk.get(znodes.REASSIGN_PARTITIONS, self.controller.changed)
+        found = await zk.get(znodes.REASSIGN_PARTITIONS, self._legacy_changed)
         if found is None:
             return
         try:
@@ -343,5 +353,9 @@ class Reassignments:
         except (TransactionFailed, NoNodeError) as exc:
             if isinstance(exc, TransactionFailed):
                 self.controller._check_fenced(exc)
-            self.controller.changed()  # rewritten meanwhile: read again
+            self._legacy_changed()  # rewritten meanwhile: read again
+
+    def _legacy_changed(self) -> None:
+        self._legacy_pending = True
+        self.controller.changed()
 
