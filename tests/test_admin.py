@@ -10,6 +10,8 @@ from __future__ import annotations
 import datetime
 import json
 import shutil
+import socket
+import struct
 import subprocess
 from collections.abc import Iterator
 
@@ -730,6 +732,27 @@ def test_every_advertised_admin_version(broker: BrokerProcess, topic_name: str) 
                 versioned_request(ApiKey.DELETE_ACLS, version, "DeleteAclsFilter", **acl_filter),))
             assert [r.error_code for r in answer.filter_results] == [ErrorCode.security_disabled]
 
+        # Alone, a broker is every partition's only possible replica (the cluster's
+        # reassignments: tests/cluster/test_reassignment.py).
+        for version in advertised_versions(connection, ApiKey.ALTER_PARTITION_REASSIGNMENTS):
+            partitions = tuple(versioned_request(
+                ApiKey.ALTER_PARTITION_REASSIGNMENTS, version, "ReassignablePartition",
+                partition_index=index, replicas=replicas)
+                for index, replicas in ((0, (1,)), (1, (1,)), (0, None)))
+            answer = request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, version,
+                             "AlterPartitionReassignmentsRequest", timeout=seconds,
+                             allow_replication_factor_change=True, topics=(versioned_request(
+                                 ApiKey.ALTER_PARTITION_REASSIGNMENTS, version,
+                                 "ReassignableTopic", name=names[2], partitions=partitions),))
+            assert answer.error_code == 0
+            (topic,) = answer.responses
+            assert [p.error_code for p in topic.partitions] == [
+                ErrorCode.no_reassignment_in_progress, ErrorCode.unknown_topic_or_partition]
+        for version in advertised_versions(connection, ApiKey.LIST_PARTITION_REASSIGNMENTS):
+            answer = request(ApiKey.LIST_PARTITION_REASSIGNMENTS, version,
+                             "ListPartitionReassignmentsRequest", timeout=seconds, topics=None)
+            assert (answer.error_code, answer.topics) == (0, ())
+
         ids = {t.name: t.topic_id for t in request(
             ApiKey.METADATA, 12, "MetadataRequest", topics=None,
             allow_auto_topic_creation=False, include_topic_authorized_operations=False).topics}
@@ -744,3 +767,48 @@ def test_every_advertised_admin_version(broker: BrokerProcess, topic_name: str) 
     remaining = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(
         timeout=TIMEOUT).topics
     assert not set(names.values()) & set(remaining)
+
+
+def test_broker_logger_levels_change_at_runtime(kp_admin: KafkaAdminClient,
+                                                broker: BrokerProcess) -> None:
+    """BROKER_LOGGER configs, as kafka-configs.sh --entity-type broker-loggers: each
+    logger's level, set while the broker runs (its log then shows what the level lets
+    through), and deleted to inherit again; Kafka's errors for the rest."""
+    logger = "gregor.broker.connection"
+    resource = KpConfigResource(ConfigResourceType.BROKER_LOGGER, "1")
+
+    def levels() -> dict[str, str]:
+        described = kp_admin.describe_configs([resource])["broker_logger"]["1"]
+        return {name: entry["value"] for name, entry in described.items()}
+
+    def alter(**configs: tuple[str, str | None]) -> str:
+        answer = kp_admin.alter_configs([KpConfigResource(ConfigResourceType.BROKER_LOGGER,
+                                                          "1", configs=configs)])
+        return answer["broker_logger"]["1"]
+
+    before = levels()
+    assert before["root"] == "INFO" and before[logger] == "INFO"
+
+    def malformed_frame() -> None:
+        # Metadata v12 whose topic array ends before its first entry.
+        frame = struct.pack(">hhih", ApiKey.METADATA, 12, 7, -1) + b"\x00\x05"
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=TIMEOUT) as sock:
+            sock.sendall(struct.pack(">i", len(frame)) + frame)
+            sock.recv(1)  # the broker closes the connection
+
+    assert alter(**{logger: ("SET", "DEBUG")}) == "OK"
+    assert levels()[logger] == "DEBUG"
+    malformed_frame()
+    assert "DEBUG gregor.broker.connection: malformed frame starts" in (
+        broker.log_path.read_text())
+    assert alter(**{logger: ("DELETE", None)}) == "OK"
+    assert levels()[logger] == "INFO"  # the root's, inherited again
+    written = broker.log_path.stat().st_size
+    malformed_frame()
+    assert "malformed frame starts" not in broker.log_path.read_text()[written:]
+
+    assert alter(**{logger: ("SET", "LOUD")}).startswith("[Error 40]")  # INVALID_CONFIG
+    assert alter(root=("DELETE", None)).startswith("[Error 42]")  # INVALID_REQUEST
+    assert alter(**{logger: ("APPEND", "DEBUG")}).startswith("[Error 42]")
+    with pytest.raises(kafka.errors.UnknownBrokerIdError):
+        kp_admin.describe_configs([KpConfigResource(ConfigResourceType.BROKER_LOGGER, "2")])

@@ -168,6 +168,12 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("min.insync.replicas", ConfigType.INT, 1,
                   "replicas that must acknowledge an acks=all write",
                   minimum=1, broker_synonym="min.insync.replicas"),
+        ConfigDef("leader.replication.throttled.replicas", ConfigType.LIST, [],
+                  "replicas (partition:broker, or *) whose leaders' replication to followers "
+                  "out of the ISR counts against leader.replication.throttled.rate"),
+        ConfigDef("follower.replication.throttled.replicas", ConfigType.LIST, [],
+                  "replicas (partition:broker, or *) whose fetching while out of the ISR "
+                  "counts against follower.replication.throttled.rate"),
         ConfigDef("unclean.leader.election.enable", ConfigType.BOOLEAN, False,
                   "allow an out-of-sync replica to become leader, losing data",
                   broker_synonym="unclean.leader.election.enable"),
@@ -292,6 +298,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
                   "created, so a single broker works)", minimum=1),
         ConfigDef("replica.lag.time.max.ms", ConfigType.LONG, 30000,
                   "a follower not caught up for this long leaves the ISR", minimum=1),
+        ConfigDef("leader.replication.throttled.rate", ConfigType.LONG, _MAX_LONG,
+                  "bytes/s a leader sends of throttled replicas (changes while running)",
+                  minimum=0),
+        ConfigDef("follower.replication.throttled.rate", ConfigType.LONG, _MAX_LONG,
+                  "bytes/s a follower fetches of throttled replicas (changes while running)",
+                  minimum=0),
         ConfigDef("replica.fetch.max.bytes", ConfigType.INT, 1024 * 1024,
                   "bytes a follower asks for per partition and fetch", minimum=0),
         ConfigDef("replica.fetch.response.max.bytes", ConfigType.INT, 10 * 1024 * 1024,
@@ -406,8 +418,12 @@ for _topic_def in TOPIC_CONFIGS.values():
 
 # The broker configs a running cluster can change (AlterConfigs of a BROKER resource, for
 # one broker or as the cluster's default): the topics' defaults, Kafka's DynamicLogConfig.
+# Replication throttles (a reassignment's) are dynamic too, as in Kafka.
+REPLICATION_THROTTLES = ("leader.replication.throttled.rate",
+                         "follower.replication.throttled.rate")
 DYNAMIC_BROKER_CONFIGS = frozenset(
-    d.broker_synonym for d in TOPIC_CONFIGS.values() if d.broker_synonym)
+    d.broker_synonym for d in TOPIC_CONFIGS.values() if d.broker_synonym) | frozenset(
+    REPLICATION_THROTTLES)
 
 # Key store settings a broker takes while running, for itself alone (Kafka's per-broker
 # dynamic SSL configs), for every TLS listener or per listener

@@ -1,7 +1,8 @@
 """DescribeConfigs, AlterConfigs and IncrementalAlterConfigs: topics' configs, and the
 brokers', of which the topics' defaults can change while brokers run (for one broker,
 named by its id, or for the cluster, named by the empty string), as with Kafka's
-``kafka-configs.sh --entity-type brokers``."""
+``kafka-configs.sh --entity-type brokers``; and a broker's loggers' levels
+(``broker_loggers``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gregor.broker import logger_configs
 from gregor.broker.authorization import allowed, topic_allowed
+from gregor.broker.logger_configs import BROKER_LOGGER_RESOURCE
 from gregor.broker.request import Request
 from gregor.cluster.controller import ControllerError, changed_broker_configs
 from gregor.cluster.metadata_image import DEFAULT_BROKER_CONFIGS
@@ -21,6 +24,7 @@ from gregor.config import (
     ConfigDef,
     ConfigError,
     ConfigSource,
+    ConfigType,
     TopicConfig,
     format_value,
     is_key_store_config,
@@ -101,11 +105,12 @@ def _describe_cluster_default(broker: Broker, keys: tuple[str, ...] | None) -> l
 
 def _denied(broker: Broker, request: Request, resource: Any, operation: Operation
             ) -> tuple[ErrorCode, str] | None:
-    """Topic configs need the operation on the topic, broker configs on the cluster."""
+    """Topic configs need the operation on the topic, broker (and logger) configs on the
+    cluster."""
     if resource.resource_type == TOPIC_RESOURCE:
         if not topic_allowed(broker, request, operation, resource.resource_name):
             return ErrorCode.topic_authorization_failed, "Authorization failed."
-    elif resource.resource_type == BROKER_RESOURCE and not allowed(
+    elif resource.resource_type in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE) and not allowed(
             broker, request, operation, ResourceType.CLUSTER):
         return ErrorCode.cluster_authorization_failed, "Authorization failed."
     return None
@@ -139,6 +144,14 @@ async def handle_describe(broker: Broker, request: Request):
                 error, message = ErrorCode.invalid_request, "unknown broker"
             else:
                 entries = _describe_broker_configs(broker, keys)
+        elif resource.resource_type == BROKER_LOGGER_RESOURCE:
+            if resource.resource_name != str(broker.broker_id):
+                error, message = ErrorCode.invalid_request, _unexpected_broker(broker, resource)
+            else:
+                entries = [ConfigEntry(name, level, False,
+                                       ConfigSource.DYNAMIC_BROKER_LOGGER_CONFIG,
+                                       ConfigType.STRING, "", ())
+                           for name, level in logger_configs.describe(keys)]
         else:
             error, message = ErrorCode.invalid_request, "unsupported resource type"
         configs = tuple(build(
@@ -198,6 +211,12 @@ async def _alter(broker: Broker, request: Request, key: ApiKey, incremental: boo
                 await _alter_topic(broker, resource, incremental, request.body.validate_only)
             elif resource.resource_type == BROKER_RESOURCE:
                 await _alter_broker(broker, resource, incremental, request.body.validate_only)
+            elif resource.resource_type == BROKER_LOGGER_RESOURCE and incremental:
+                if resource.resource_name != str(broker.broker_id):
+                    raise ControllerError(ErrorCode.invalid_request,
+                                          _unexpected_broker(broker, resource))
+                logger_configs.alter(((c.config_operation, c.name, c.value)
+                                      for c in resource.configs), request.body.validate_only)
             else:
                 raise ControllerError(ErrorCode.invalid_request,
                                       "only topic and broker configs can be altered")
@@ -269,6 +288,11 @@ def _check_key_stores(broker: Broker, entity: str, configs: Mapping[str, str]) -
             except ConfigError as exc:
                 raise ControllerError(ErrorCode.invalid_config,
                                       f"listener {listener.name}: {exc}") from None
+
+
+def _unexpected_broker(broker: Broker, resource: Any) -> str:
+    return (f"Unexpected broker id, expected {broker.broker_id}, but received "
+            f"{resource.resource_name}")
 
 
 async def handle_incremental_alter(broker: Broker, request: Request):

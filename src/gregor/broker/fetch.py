@@ -58,12 +58,14 @@ Wanted = tuple[str, Any, bool]
 class _Read:
     """One pass over the partitions a fetch reads: their answers, in order."""
 
-    __slots__ = ("answers", "total", "urgent")
+    __slots__ = ("answers", "total", "urgent", "held")
 
     def __init__(self) -> None:
         self.answers: list[tuple[str, FetchedPartition, int]] = []
         self.total = 0
         self.urgent = False  # an error or a diverging epoch: answered at once
+        # Partitions sent nothing for the leader's replication throttle: read again.
+        self.held: set[TopicPartition] = set()
 
 
 def _read(broker: Broker, request: Request, parts: Iterable[Wanted], replica_id: int
@@ -85,15 +87,32 @@ def _read(broker: Broker, request: Request, parts: Iterable[Wanted], replica_id:
                     wanted.partition, ErrorCode.topic_authorization_failed, -1, -1, -1, None),
                     0))
                 continue
-        answer, size = _read_partition(broker, topic, wanted, budget, replica_id,
-                                       first=result.total == 0, record_fetch=record,
-                                       read_committed=read_committed)
+        throttled = replica_id >= 0 and _throttled(broker, topic, wanted.partition, replica_id)
+        held = throttled and broker.replica_manager.leader_quota.exceeded()
+        if held:
+            result.held.add((topic, wanted.partition))
+        answer, size = _read_partition(broker, topic, wanted, 0 if held else budget,
+                                       replica_id, first=result.total == 0 and not held,
+                                       record_fetch=record, read_committed=read_committed)
+        if throttled and size:
+            broker.replica_manager.leader_quota.record(size)
         budget -= size
         result.total += size
         result.urgent = result.urgent or answer.error_code != ErrorCode.none or (
             answer.diverging_epoch is not None)
         result.answers.append((topic, answer, size))
     return result
+
+
+def _throttled(broker: Broker, topic: str, index: int, replica_id: int) -> bool:
+    """Whether the leader's replication throttle applies to this follower's fetch of the
+    partition: a throttled replica, the follower out of its ISR (looked up only while
+    a throttle rate is set)."""
+    if not broker.replica_manager.leader_quota.limited:
+        return False
+    partition = broker.replica_manager.get(topic, index)
+    return (partition is not None and partition.leader_throttled
+            and replica_id not in partition.isr)
 
 
 def _refusal(partition: Partition, wanted, replica_id: int) -> ErrorCode | None:
@@ -213,12 +232,13 @@ async def _full_fetch(broker: Broker, request: Request, replica_id: int,
         # As in Kafka, min_bytes <= 0 asks for an immediate answer, even an empty one.
         if result.total >= body.min_bytes or result.urgent or remaining <= 0 or not watched:
             break
+        remaining = _until_unheld(broker, result, remaining)
         if session is None:
             await broker.replica_manager.wait_for_data(watched, remaining)
         else:
             await _wait(session, remaining)
     if session is not None:
-        session.marked.clear()
+        session.marked = dict.fromkeys(result.held)  # held back: read at the next fetch
         for topic, answer, _ in result.answers:
             _answered(session, (topic, answer.index), answer)
     return _respond(broker, request, replica_id, result,
@@ -253,7 +273,7 @@ async def _incremental_fetch(broker: Broker, request: Request, replica_id: int,
         remaining = deadline - time.monotonic()
         if result.total >= body.min_bytes or result.urgent or remaining <= 0:
             break
-        await _wait(session, remaining)
+        await _wait(session, _until_unheld(broker, result, remaining))
     starved = result.total >= body.max_bytes
     news = _Read()
     for (topic, answer, size), tp in zip(result.answers, candidates, strict=True):
@@ -270,6 +290,9 @@ async def _incremental_fetch(broker: Broker, request: Request, replica_id: int,
         # Kafka).
         if not size and not starved:
             session.marked.pop(tp, None)
+    # Held back by the throttle: read again at the next fetch, as the fetcher will not
+    # name them (it was sent nothing).
+    session.marked.update(dict.fromkeys(result.held))
     return _respond(broker, request, replica_id, news, session.id)
 
 
@@ -278,6 +301,14 @@ def _answered(session: FetchSession, tp: TopicPartition, answer: FetchedPartitio
     if cached is not None:
         cached.answered(answer.high_watermark, answer.last_stable_offset,
                         answer.log_start_offset)
+
+
+def _until_unheld(broker: Broker, result: _Read, remaining: float) -> float:
+    """How long a fetch waits before reading again: until the leader's throttle would
+    let a partition it held back through, if sooner than its deadline."""
+    if not result.held:
+        return remaining
+    return min(remaining, max(broker.replica_manager.leader_quota.delay_s(), 0.01))
 
 
 async def _wait(session: FetchSession, timeout: float) -> None:

@@ -13,8 +13,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gregor.cli.cluster_metadata import ConnectionWatch
-from gregor.cli.errors import CliError
+from confluent_kafka.admin import AdminClient, ClusterMetadata
+
+from gregor.cli.cluster_metadata import ConnectionWatch, cluster_metadata
+from gregor.cli.errors import CliError, kafka_error_text
 from gregor.config import parse_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -74,3 +76,16 @@ def _command_config(path: str | None) -> dict[str, str]:
         return parse_properties(Path(path).read_text())
     except OSError as exc:
         raise CliError(f"--command-config {path}: {exc.strerror}") from None
+
+
+def described_cluster(args: argparse.Namespace, timeout_s: float) -> tuple[ClusterMetadata, Any]:
+    """Every topic's metadata and DescribeCluster's answer (brokers with their racks, the
+    controller), with the command's client settings; CliError if either fails."""
+    config, watch = client_config(args)
+    admin = AdminClient(config)
+    metadata = cluster_metadata(admin, watch)
+    try:
+        described = admin.describe_cluster(request_timeout=timeout_s).result()
+    except Exception as exc:  # KafkaException, or a timeout of the future
+        raise CliError(f"cannot describe the cluster: {kafka_error_text(exc)}") from None
+    return metadata, described

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import argparse
 
-from confluent_kafka.admin import AdminClient, ClusterMetadata
+from confluent_kafka.admin import ClusterMetadata
 
-from gregor.cli.client_config import add_client_arguments, client_config
-from gregor.cli.cluster_metadata import cluster_metadata
-from gregor.cli.errors import CliError, kafka_error_text
+from gregor.cli import reassign_cmd
+from gregor.cli.client_config import add_client_arguments, described_cluster
 from gregor.cli.topics_cmd import partition_row
 
 _DESCRIBE_TIMEOUT_S = 10.0
@@ -27,16 +26,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                          "and offline partitions")
     add_client_arguments(describe)
     describe.set_defaults(run=run_describe)
+    reassign_cmd.add_actions(actions)
 
 
 def run_describe(args: argparse.Namespace) -> int:
-    config, watch = client_config(args)
-    admin = AdminClient(config)
-    metadata = cluster_metadata(admin, watch)
-    try:
-        described = admin.describe_cluster(request_timeout=_DESCRIBE_TIMEOUT_S).result()
-    except Exception as exc:  # KafkaException, or a timeout of the future
-        raise CliError(f"cannot describe the cluster: {kafka_error_text(exc)}") from None
+    metadata, described = described_cluster(args, _DESCRIBE_TIMEOUT_S)
     controller = described.controller.id if described.controller is not None else -1
     print(f"ClusterId: {described.cluster_id}\tController: {controller}")
     for node in sorted(described.nodes, key=lambda n: n.id):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import struct
 import time
 from dataclasses import dataclass
@@ -26,15 +25,13 @@ from kio.schema.describe_producers.v0 import request as producers_request
 from kio.schema.metadata.v1 import request as metadata_request
 from kio.static.primitive import i32
 
+from gregor.cli import wire
 from gregor.cli.client_config import BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP
 from gregor.cli.errors import CliError
 from gregor.cli.groups_cmd import print_table
 from gregor.protocol.api_keys import ApiKey
-from gregor.protocol.codec import decode_response, encode_request
 from gregor.protocol.errors import ErrorCode
 
-_SIZE = struct.Struct(">i")
-_TIMEOUT_S = 15.0
 _CLIENT_ID = "gregor-transactions"
 _TRANSACTION_KEY_TYPE = 1
 
@@ -73,30 +70,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _request(addresses: str, api_key: ApiKey, version: int, body: Any,
              raw: bool = False) -> Any:
-    """The decoded answer (with ``raw``, the response frame as it came) of the first of
-    ``addresses`` (comma-separated, as a bootstrap list) that answers."""
-    failures = []
-    for address in addresses.split(","):
-        host, _, port = address.strip().rpartition(":")
-        try:
-            with socket.create_connection((host, int(port)), timeout=_TIMEOUT_S) as sock:
-                sock.sendall(encode_request(api_key, version, 1, _CLIENT_ID, body))
-                (size,) = _SIZE.unpack(_read(sock, 4))
-                frame = _read(sock, size)
-                return frame if raw else decode_response(api_key, version, frame)[1]
-        except (OSError, ValueError) as exc:
-            failures.append(f"{address}: {exc or type(exc).__name__}")
-    raise CliError(f"{api_key.name} failed: {'; '.join(failures)}")
-
-
-def _read(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        data += chunk
-    return data
+    return wire.request(addresses, api_key, version, body, _CLIENT_ID, raw=raw)
 
 
 def _schema(api_key: ApiKey, version: int) -> Any:

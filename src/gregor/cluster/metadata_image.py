@@ -14,7 +14,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from gregor.cluster.partition_state import PartitionState
+from gregor.cluster.partition_state import PartitionState, Reassignment
 from gregor.cluster.znodes import BrokerRegistration
 from gregor.security.acls import AclBinding, Operation, PatternType, Permission, ResourceType
 from gregor.security.quota_entities import QuotaConfigs
@@ -56,6 +56,10 @@ class MetadataImage:
     client_quotas: QuotaConfigs = field(default_factory=QuotaConfigs)
     # The ACLs every broker enforces (Kafka's /kafka-acl and /kafka-acl-extended).
     acls: set[AclBinding] = field(default_factory=set)
+    # Partitions being reassigned (a cluster only), as their topics' nodes say: what the
+    # controller drives and ListPartitionReassignments lists, without a walk of every
+    # partition.
+    reassigning: dict[tuple[str, int], Reassignment] = field(default_factory=dict)
 
     @classmethod
     def load(cls, log_dir: Path) -> MetadataImage:

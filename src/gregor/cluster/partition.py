@@ -32,7 +32,7 @@ import enum
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gregor.cluster.partition_state import PartitionState
 from gregor.protocol.errors import ErrorCode
@@ -92,6 +92,10 @@ class Partition:
         self.pending_isr: PartitionState | None = None
         # Where this broker's leadership began in its log (-1 when following).
         self.leader_epoch_start_offset = -1
+        # Whether this replica's replication counts against the leader's or the
+        # follower's throttle while out of the ISR (the topic's throttled replicas).
+        self.leader_throttled = False
+        self.follower_throttled = False
         if self.is_leader:
             self._become_leader(new_leader=True)
 
@@ -154,8 +158,16 @@ class Partition:
         if state.leader_epoch < self.state.leader_epoch:
             return StateChange.NONE
         if state.leader_epoch == self.state.leader_epoch:
-            if state.partition_epoch <= self.state.partition_epoch:
+            if state.partition_epoch < self.state.partition_epoch:
                 return StateChange.NONE
+            if state.partition_epoch == self.state.partition_epoch:
+                if state.replicas == self.state.replicas:
+                    return StateChange.NONE
+                # Only the replica set (a reassignment): an ISR change in flight stands.
+                self.state = replace(self.state, replicas=state.replicas)
+                if self.is_leader:
+                    self._sync_followers()
+                return StateChange.ISR
             self.state = state
             self.pending_isr = None
             if self.is_leader:
@@ -334,7 +346,8 @@ class Partition:
                 or written.partition_epoch < self.state.partition_epoch):
             return False
         log.info("%s: ISR %s -> %s", self.name, list(self.state.isr), list(written.isr))
-        self.state = written
+        # The replica set may have changed while the change was asked (a reassignment).
+        self.state = replace(written, replicas=self.state.replicas)
         self.pending_isr = None
         return self.maybe_increment_high_watermark()
 

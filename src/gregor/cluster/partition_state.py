@@ -35,3 +35,19 @@ class PartitionState:
     def with_isr(self, isr: tuple[int, ...]) -> PartitionState:
         """The same leadership with another ISR: what a leader asks the controller for."""
         return replace(self, isr=isr)
+
+
+@dataclass(frozen=True, slots=True)
+class Reassignment:
+    """A partition being moved (KIP-455): until the target replicas are in sync, its
+    replica set is the target's and the original's together; ``adding`` are the
+    target's new ones, ``removing`` the original's that leave at the end."""
+
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+    def target(self, replicas: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(r for r in replicas if r not in self.removing)
+
+    def original(self, replicas: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(r for r in replicas if r not in self.adding)

@@ -45,6 +45,7 @@ from kio.schema.fetch.v12 import request as fetch_request
 from gregor.cluster.broker_channel import BrokerChannel, ChannelError
 from gregor.cluster.fetch_session_handler import FetchSessionHandler, FetchState
 from gregor.cluster.partition import Partition
+from gregor.cluster.replication_quota import ReplicationQuota
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build
 from gregor.protocol.errors import ErrorCode
@@ -126,8 +127,12 @@ def fetcher_id(tp: TopicPartition, fetchers: int) -> int:
 class ReplicaFetcher:
     def __init__(self, leader_id: int, settings: FetcherSettings,
                  address: Callable[[int], tuple[str, int] | None],
-                 appended: Callable[[Partition], None]) -> None:
+                 appended: Callable[[Partition], None],
+                 quota: ReplicationQuota | None = None) -> None:
         self.leader_id = leader_id
+        # The follower's replication throttle: its throttled replicas out of the ISR
+        # are left out of fetches while it is exceeded.
+        self.quota = quota or ReplicationQuota()
         self.settings = settings
         self.channel = BrokerChannel(leader_id, address, settings.timeout_s,
                                      settings.source_address, settings.security)
@@ -197,9 +202,20 @@ class ReplicaFetcher:
         if not self.delayed:
             return
         now = time.monotonic()
+        held = self.quota.delay_s()
         for tp in [tp for tp, until in self.delayed.items() if until <= now]:
+            if held and self._throttled(tp):
+                self.delayed[tp] = now + held
+                continue
             del self.delayed[tp]
             self.session.mark(tp)
+
+    def _throttled(self, tp: TopicPartition) -> bool:
+        """A throttled replica of this follower, out of the ISR (while a rate is set)."""
+        if not self.quota.limited:
+            return False
+        partition = self.targets[tp].partition
+        return partition.follower_throttled and self.settings.broker_id not in partition.isr
 
     def _current(self, tp: TopicPartition, target: _Target) -> bool:
         partition = target.partition
@@ -285,6 +301,12 @@ class ReplicaFetcher:
                 flush = target.partition.log.pending_flush
                 if flush is not None and not flush.done():
                     flushes.append(flush)
+        held = self.quota.delay_s()
+        if held:
+            until = time.monotonic() + held
+            for tp in [tp for tp in self.targets if tp not in delayed and self._throttled(tp)]:
+                self.delayed[tp] = until
+                self.session.forget(tp)
         # An fsync flush.messages or flush.ms made due is done before the next fetch tells
         # the leader these records are here, as Kafka's follower appends (and flushes)
         # before it fetches again.
@@ -323,6 +345,8 @@ class ReplicaFetcher:
             self._delay([tp])
             return
         if data.records:
+            if self.quota.limited and self._throttled(tp):
+                self.quota.record(len(data.records))
             try:
                 partition.log.append_as_follower(data.records)
             except LogAppendError as exc:

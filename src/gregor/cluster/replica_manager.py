@@ -31,6 +31,7 @@ from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
 from gregor.cluster.partition import Partition, StateChange
 from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.replica_fetcher import FetcherSettings, ReplicaFetcher, fetcher_id
+from gregor.cluster.replication_quota import ReplicationQuota, throttles
 from gregor.config import BrokerConfig, TopicConfig
 from gregor.protocol.errors import ErrorCode
 from gregor.security.inter_broker import ChannelSecurity
@@ -75,6 +76,10 @@ class ReplicaManager:
             timeout_s=config["replica.socket.timeout.ms"] / 1000,
             source_address=config.source_address, security=channel_security)
         self._tasks: set[asyncio.Task] = set()
+        # Replication throttles (a reassignment's): what leaders send, followers fetch.
+        self.leader_quota = ReplicationQuota(clock)
+        self.follower_quota = ReplicationQuota(clock)
+        self._set_quota_bounds()
         # ISR changes of partitions led here, for metrics (Kafka's IsrShrinks/ExpandsPerSec).
         self.isr_shrinks = 0
         self.isr_expands = 0
@@ -97,6 +102,7 @@ class ReplicaManager:
                               high_watermark=self.log_manager.high_watermarks.get(tp, 0),
                               clock=self.clock, replica_lag_time_max_s=self._lag_max_s,
                               isr_eligible=self._isr_eligible)
+        self._set_throttles(partition, self.topic_config(topic))
         self.partitions[tp] = partition
         return partition
 
@@ -132,7 +138,7 @@ class ReplicaManager:
         fetcher = self.fetchers.get(key)
         if fetcher is None:
             fetcher = ReplicaFetcher(leader_id, self._fetcher_settings, self._broker_address,
-                                     self._follower_appended)
+                                     self._follower_appended, self.follower_quota)
             self.fetchers[key] = fetcher
         return fetcher
 
@@ -168,14 +174,30 @@ class ReplicaManager:
         """Dynamic broker configs changed: they are the topics' defaults, so every log
         takes its topic's configs again, as Kafka reconfigures its logs."""
         self.config.set_dynamic(*image.dynamic_broker_configs(self.broker_id))
+        self._set_quota_bounds()
         for topic in image.topics.values():
             self.update_config(topic)
+
+    def _set_throttles(self, partition: Partition, config: TopicConfig) -> None:
+        """Whether this broker's replica of the partition is throttled, as leader and as
+        follower (read once per config change, not per fetch)."""
+        partition.leader_throttled = throttles(
+            config["leader.replication.throttled.replicas"], partition.index, self.broker_id)
+        partition.follower_throttled = throttles(
+            config["follower.replication.throttled.replicas"], partition.index, self.broker_id)
+
+    def _set_quota_bounds(self) -> None:
+        self.leader_quota.set_bound(
+            self.config.broker_value("leader.replication.throttled.rate")[0])
+        self.follower_quota.set_bound(
+            self.config.broker_value("follower.replication.throttled.rate")[0])
 
     def update_config(self, topic: TopicMetadata) -> None:
         config = self.topic_config(topic)
         for (name, index), partition in self.partitions.items():
             if name == topic.name:
                 partition.log.config_changed(config)
+                self._set_throttles(partition, config)
                 # min.insync.replicas may have changed what acks=all waits for.
                 if partition.maybe_increment_high_watermark():
                     self.notify((name, index))

@@ -137,6 +137,9 @@ class ZkClusterAdmin:
         if found is None:
             raise ControllerError(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
         stored = znodes.TopicAssignment.decode(found[0])
+        if stored.reassigning:
+            raise ControllerError(ErrorCode.reassignment_in_progress,
+                                  f"topic {name!r} has partitions being reassigned")
         if len(stored.replicas) != current:
             raise ControllerError(ErrorCode.reassignment_in_progress,
                                   f"topic {name!r} is being changed by another request")

@@ -31,6 +31,7 @@ from kazoo.exceptions import NodeExistsError
 from gregor.cluster import election, znodes
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
 from gregor.cluster.partition_state import PartitionState
+from gregor.cluster.reassignment import Reassignments
 from gregor.cluster.zk_metadata import ZkMetadataCache
 from gregor.cluster.zookeeper import (
     Check,
@@ -96,6 +97,8 @@ class ZkController:
         # Leaderships this broker moved as controller, for metrics (Kafka's ControllerStats).
         self.leader_elections = 0
         self.unclean_leader_elections = 0
+        # Partition reassignments (KIP-455), carried on in each pass.
+        self.reassignments = Reassignments(self, self._write_states)
 
     @property
     def is_active(self) -> bool:
@@ -194,6 +197,7 @@ class ZkController:
                 changed.append(change)
         await self._create_states(created)
         await self._write_changes(changed)
+        await self.reassignments.reconcile(live, {(c.topic, c.index) for c in changed})
         if time.monotonic() >= self._next_prune:
             self._next_prune = time.monotonic() + _PRUNE_INTERVAL_S
             await self._prune_state_changes()
@@ -345,6 +349,11 @@ class ZkController:
             return False
         self._written(change, logging.INFO)
         return True
+
+    async def _write_states(self, changes: list[tuple[str, int, PartitionState,
+                                                      PartitionState]]) -> list[bool]:
+        """``_write_changes`` for ``cluster.reassignment``, which decides its own."""
+        return await self._write_changes([_Change(*change) for change in changes])
 
     def _change(self, topic: str, index: int, state: PartitionState) -> znodes.StateChange:
         known = self.image.topics.get(topic)

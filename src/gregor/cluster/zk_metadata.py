@@ -29,7 +29,7 @@ from kazoo.exceptions import KazooException
 
 from gregor.cluster import znodes
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
-from gregor.cluster.partition_state import NO_LEADER, PartitionState
+from gregor.cluster.partition_state import NO_LEADER, PartitionState, Reassignment
 from gregor.cluster.zookeeper import ZooKeeperSession
 
 log = logging.getLogger(__name__)
@@ -208,6 +208,7 @@ class ZkMetadataCache:
             znodes.TOPICS, self._spawn("topics", self._refresh_topics)) or [])
         for name in sorted(set(self.image.topics) - names):
             topic = self.image.topics.pop(name)
+            self._set_reassigning(name, {})
             self._early_changes = {tp: change for tp, change in self._early_changes.items()
                                    if tp[0] != name}
             log.info("topic %s deleted", name)
@@ -234,8 +235,10 @@ class ZkMetadataCache:
             created = True
         else:
             created = len(assignment.replicas) > len(topic.partitions)
+        self._set_reassigning(name, assignment.reassigning)
         for index, replicas in enumerate(assignment.replicas):
             if index < len(topic.partitions):
+                self._set_replicas(topic, index, replicas)
                 continue
             # Not led by anyone until the controller writes its first state.
             topic.partitions.append(PartitionState(leader=NO_LEADER, leader_epoch=-1, isr=(),
@@ -248,6 +251,24 @@ class ZkMetadataCache:
             # Read together: ZooKeeper answers pipelined reads in one stream.
             await asyncio.gather(*(self._read_partition(name, index)
                                    for index in range(len(topic.partitions))))
+
+    def _set_replicas(self, topic: TopicMetadata, index: int, replicas: tuple[int, ...]) -> None:
+        """A partition's replica set changed (a reassignment): its state carries the new
+        one, so brokers added start to follow and brokers removed stop."""
+        current = topic.partitions[index]
+        if current.replicas != replicas:
+            log.info("%s-%d: replicas %s -> %s", topic.name, index, list(current.replicas),
+                     list(replicas))
+            topic.partitions[index] = replace(current, replicas=replicas)
+            self.listeners.partition_changed(topic, index, topic.partitions[index])
+
+    def _set_reassigning(self, name: str, reassigning: dict[int, Reassignment]) -> None:
+        ongoing = self.image.reassigning
+        for key in [key for key in ongoing if key[0] == name]:
+            if key[1] not in reassigning:
+                del ongoing[key]
+        for index, reassignment in reassigning.items():
+            ongoing[name, index] = reassignment
 
     async def _read_config(self, name: str) -> dict[str, str]:
         found = await self.zk.get(znodes.topic_config_path(name),

@@ -18,6 +18,8 @@ state readable with the usual ZooKeeper tools and familiar to Kafka operators:
   ``/isr_change_notification``, with the controller relaying the states by RPC).
 - ``/config/topics/<topic>``: topic config overrides.
 - ``/admin/delete_topics/<topic>``: pending deletions, carried out by the controller.
+- ``/admin/reassign_partitions``: reassignments asked for the pre-KIP-455 way (tools
+  still write it); the controller starts them, and deletes the node once all are done.
 - ``/admin/controlled_shutdown/<id>``: ephemeral, a broker asking to be drained before
   it stops (where Kafka sends ControlledShutdown to the controller); every broker
   watches it, since a leader must neither wait for nor re-admit such a broker.
@@ -31,10 +33,10 @@ import base64
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from gregor.cluster.partition_state import PartitionState
+from gregor.cluster.partition_state import PartitionState, Reassignment
 from gregor.cluster.zookeeper import Create
 
 T = TypeVar("T")
@@ -46,6 +48,7 @@ CONTROLLER_EPOCH = "/controller_epoch"
 TOPIC_CONFIGS = "/config/topics"
 BROKER_CONFIGS = "/config/brokers"  # <default> and each broker's id: dynamic configs
 DELETE_TOPICS = "/admin/delete_topics"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 STATE_CHANGES = "/partition_state_changes"
 STATE_CHANGE_PREFIX = f"{STATE_CHANGES}/change-"
@@ -167,22 +170,46 @@ def parse_kafka_uuid(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class TopicAssignment:
+    """A topic's ``/brokers/topics/<topic>`` node: each partition's replica set and, while
+    one is being reassigned (KIP-455), the replicas it is adding and removing, in
+    Kafka's layout, so that a new controller resumes a reassignment in progress."""
+
     topic_id: str  # str(uuid.UUID), as TopicMetadata keeps it
     replicas: tuple[tuple[int, ...], ...]  # per partition, in assignment (preference) order
+    reassigning: dict[int, Reassignment] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         return _dump({
             "version": 3, "topic_id": kafka_uuid(self.topic_id),
             "partitions": {str(i): list(r) for i, r in enumerate(self.replicas)},
-            "adding_replicas": {}, "removing_replicas": {},
+            "adding_replicas": {str(i): list(r.adding) for i, r in self.reassigning.items()
+                                if r.adding},
+            "removing_replicas": {str(i): list(r.removing)
+                                  for i, r in self.reassigning.items() if r.removing},
         })
 
     @classmethod
     def decode(cls, data: bytes) -> TopicAssignment:
         raw = _load(data)
         partitions = raw["partitions"]
+        adding = raw.get("adding_replicas") or {}
+        removing = raw.get("removing_replicas") or {}
         return cls(parse_kafka_uuid(raw["topic_id"]),
-                   tuple(tuple(partitions[str(i)]) for i in range(len(partitions))))
+                   tuple(tuple(partitions[str(i)]) for i in range(len(partitions))),
+                   {int(i): Reassignment(tuple(adding.get(i, ())), tuple(removing.get(i, ())))
+                    for i in sorted(set(adding) | set(removing), key=int)})
+
+
+def encode_legacy_reassignment(targets: dict[tuple[str, int], tuple[int, ...]]) -> bytes:
+    """``/admin/reassign_partitions`` as kafka-reassign-partitions.sh wrote it before 2.4."""
+    return _dump({"version": 1, "partitions": [
+        {"topic": topic, "partition": index, "replicas": list(replicas)}
+        for (topic, index), replicas in targets.items()]})
+
+
+def decode_legacy_reassignment(data: bytes) -> dict[tuple[str, int], tuple[int, ...]]:
+    return {(str(p["topic"]), int(p["partition"])): tuple(int(r) for r in p["replicas"])
+            for p in _load(data).get("partitions", [])}
 
 
 def encode_partition_state(state: PartitionState) -> bytes:
