@@ -8,8 +8,9 @@ ZooKeeper sessions for tens of seconds. As Kafka's AlterPartition request carrie
 many partitions, the changes that gather while a write is in flight go in the
 next one: one multi-op of up to ``znodes.STATE_WRITES_PER_MULTI`` conditioned
 state writes and one change node. ZooKeeper refuses a multi-op as a whole when one
-of its states changed meanwhile (the controller wrote it), and names the first state
-it refused: that one is answered as refused and the rest sent again without it.
+of its states changed meanwhile (the controller wrote it): the versions of the
+batch's states are then read together, the stale ones answered as refused and the
+rest sent again.
 """
 
 from __future__ import annotations
@@ -66,9 +67,9 @@ class ZkIsrWrites:
             self._writer = None
 
     async def _write_chunk(self, chunk: list[_Pending]) -> None:
-        """One multi-op writing every state of ``chunk``. ZooKeeper names the first state
-        it refused (its partition epoch is stale): that one is answered None and the
-        others are sent again without it."""
+        """One multi-op writing every state of ``chunk``. Refused, the states' versions
+        are read together: those that moved (stale) are answered None and the others
+        sent again."""
         try:
             while chunk:
                 written = [replace(p.state, partition_epoch=p.state.partition_epoch + 1)
@@ -81,15 +82,20 @@ class ZkIsrWrites:
                     for p, state in zip(chunk, written, strict=True)]))
                 try:
                     await self.zk.multi(ops)
-                except TransactionFailed as exc:
-                    if not 0 <= exc.index < len(chunk):
+                except TransactionFailed:
+                    versions = await self.zk.versions(
+                        [znodes.partition_state_path(*p.tp) for p in chunk])
+                    stale = [p for p, v in zip(chunk, versions, strict=True)
+                             if v != p.state.partition_epoch]
+                    if not stale:
                         raise
-                    refused = chunk.pop(exc.index)
-                    topic, index = refused.tp
-                    log.info("%s-%d: ISR change to %s refused: partition epoch %d is stale",
-                             topic, index, list(refused.state.isr),
-                             refused.state.partition_epoch)
-                    _settle(refused.done, None)
+                    for refused in stale:
+                        topic, index = refused.tp
+                        log.info("%s-%d: ISR change to %s refused: partition epoch %d is "
+                                 "stale", topic, index, list(refused.state.isr),
+                                 refused.state.partition_epoch)
+                        _settle(refused.done, None)
+                    chunk = [p for p in chunk if not p.done.done()]
                     continue
                 for pending, state in zip(chunk, written, strict=True):
                     _settle(pending.done, state)

@@ -54,14 +54,7 @@ class ZooKeeperError(Exception):
 
 
 class TransactionFailed(ZooKeeperError):
-    """A multi-op was refused as a whole: a check or a version did not match.
-    ``index`` is the position of the op that was refused (ZooKeeper stops at the
-    first), so a batch can be sent again without it."""
-
-    def __init__(self, message: str, cause: BaseException | None = None,
-                 index: int = -1) -> None:
-        super().__init__(message, cause)
-        self.index = index
+    """A multi-op was refused as a whole: a check or a version did not match."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +219,12 @@ class ZooKeeperSession:
     async def exists(self, path: str, watch: Watch | None = None) -> ZnodeStat | None:
         return await self._await(lambda: self._client.exists_async(path, self._watcher(watch)))
 
+    async def versions(self, paths: Sequence[str]) -> list[int]:
+        """Each node's version (-1 for one that does not exist), asked together: kazoo
+        pipelines them, so a batch costs about one round trip."""
+        stats = await asyncio.gather(*(self.exists(path) for path in paths))
+        return [-1 if stat is None else stat.version for stat in stats]
+
     async def children(self, path: str, watch: Watch | None = None) -> list[str] | None:
         """The node's children, or None if it does not exist."""
         try:
@@ -283,7 +282,7 @@ class ZooKeeperSession:
             index, cause = (causes or failures)[0]
             op = ops[index]
             raise TransactionFailed(f"{type(op).__name__} {op.path}: {type(cause).__name__}",
-                                    cause, index)
+                                    cause)
         return results
 
 
