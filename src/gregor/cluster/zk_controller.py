@@ -267,8 +267,9 @@ class ZkController:
             ops.append(Create(f"{znodes.partitions_path(topic)}/{index}", b""))
             ops.append(Create(znodes.partition_state_path(topic, index),
                               znodes.encode_partition_state(state)))
-        ops.append(znodes.state_change_node([self._change(topic, index, replace(
-            state, partition_epoch=0)) for topic, index, state in chunk]))
+        firsts = [self._change(topic, index, replace(state, partition_epoch=0))
+                  for topic, index, state in chunk]
+        ops.append(znodes.state_change_node(firsts))
         try:
             await self.zk.multi(ops)
         except TransactionFailed as exc:
@@ -278,23 +279,25 @@ class ZkController:
             for topic, index, state in chunk:
                 await self._create_state(topic, index, state)
             return
+        self.cache.apply_written(firsts)
         (first_topic, first, _), (last_topic, last, _) = chunk[0], chunk[-1]
         log.info("first states of %d partition(s) written, %s-%d to %s-%d", len(chunk),
                  first_topic, first, last_topic, last)
 
     async def _create_state(self, topic: str, index: int, state: PartitionState) -> None:
         await self.zk.ensure(f"{znodes.partitions_path(topic)}/{index}")
+        first = self._change(topic, index, replace(state, partition_epoch=0))
         try:
             await self.zk.multi([
                 Check(znodes.CONTROLLER_EPOCH, self._epoch_version),
                 Create(znodes.partition_state_path(topic, index),
                        znodes.encode_partition_state(state)),
-                znodes.state_change_node([self._change(topic, index, replace(
-                    state, partition_epoch=0))]),
+                znodes.state_change_node([first]),
             ])
         except TransactionFailed as exc:
             self._check_fenced(exc)  # else it exists already: the cache is catching up
             return
+        self.cache.apply_written([first])
         log.info("%s-%d: led by %d, ISR %s", topic, index, state.leader, list(state.isr))
 
     async def _write_changes(self, changes: list[_Change]) -> list[bool]:
@@ -333,6 +336,7 @@ class ZkController:
             written = dict(zip(map(id, current), await self._write_chunk(current),
                                strict=True)) if current else {}
             return [written.get(id(change), False) for change in chunk]
+        self.cache.apply_written(self._state_changes(chunk))
         for change in chunk:
             self._written(change)
         moved = sum(c.after.leader != c.before.leader for c in chunk)
@@ -354,6 +358,7 @@ class ZkController:
             # A leader changed the ISR meanwhile: decided again on the newer state.
             self._check_fenced(exc)
             return False
+        self.cache.apply_written(self._state_changes([change]))
         self._written(change, logging.INFO)
         return True
 
@@ -366,12 +371,14 @@ class ZkController:
         known = self.image.topics.get(topic)
         return znodes.StateChange(topic, "" if known is None else known.topic_id, index, state)
 
+    def _state_changes(self, changes: list[_Change]) -> list[znodes.StateChange]:
+        """``changes`` as written: each state with the version its znode takes, one past
+        the version the write is conditioned on."""
+        return [self._change(c.topic, c.index, replace(
+            c.after, partition_epoch=c.before.partition_epoch + 1)) for c in changes]
+
     def _change_node(self, changes: list[_Change]) -> Create:
-        """The change node of a write of ``changes``: each state with the version its
-        znode takes, one past the version the write is conditioned on."""
-        return znodes.state_change_node([self._change(
-            c.topic, c.index, replace(c.after, partition_epoch=c.before.partition_epoch + 1))
-            for c in changes])
+        return znodes.state_change_node(self._state_changes(changes))
 
     def _written(self, change: _Change, level: int = logging.DEBUG) -> None:
         """Count and log a written state: those of a batch at DEBUG (at 10,000

@@ -319,6 +319,16 @@ class ZkMetadataCache:
             # may hold thousands.
             log.info("applied %d partition state(s) from %d change node(s)", applied, len(new))
 
+    def apply_written(self, changes: list[znodes.StateChange]) -> None:
+        """States this broker (the controller) has just written: applied now rather than
+        when their change node is read back (thousands of states a batch, behind the
+        controller's other work), so that its own metadata answers, which clients and
+        brokers waiting for a controlled shutdown read, show them at once. The change
+        node read later finds them applied."""
+        for change in changes:
+            self._apply_change(change)
+        self._changed.set()
+
     def _replicas(self, name: str, index: int) -> tuple[int, ...]:
         topic = self.image.topics.get(name)
         return topic.partitions[index].replicas if (
