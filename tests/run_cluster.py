@@ -32,13 +32,14 @@ def started_by(data: Path) -> list[psutil.Process]:
 
 
 class RunningCluster:
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, *args: str) -> None:
+        """The script started in ``work`` with ``args`` (e.g. ``--secure``)."""
         self.host = f"{loopback_block()}.1"
         self.data = work / "data"
         self.bootstrap = ",".join(f"{self.host}:{port}" for port in (9092, 9093, 9094))
         env = {**os.environ, "GREGOR_CLUSTER_HOST": self.host,
                "GREGOR_CLUSTER_DATA": str(self.data)}
-        self.process = subprocess.Popen([str(SCRIPT)], env=env, stdout=subprocess.PIPE,
+        self.process = subprocess.Popen([str(SCRIPT), *args], env=env, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True)
         self.output: list[str] = []
 
@@ -60,9 +61,8 @@ class RunningCluster:
         return self.process.returncode
 
 
-def running_cluster(tmp_path: Path) -> Iterator[RunningCluster]:
-    """The script started in ``tmp_path``; whatever it left running is killed after."""
-    cluster = RunningCluster(tmp_path)
+def running_cluster(cluster: RunningCluster) -> Iterator[RunningCluster]:
+    """A fixture's body: ``cluster``, then whatever it left running is killed."""
     try:
         yield cluster
     finally:

@@ -26,7 +26,7 @@ RECORDS = 300
 
 @pytest.fixture
 def running(tmp_path: Path) -> Iterator[RunningCluster]:
-    yield from running_cluster(tmp_path)
+    yield from running_cluster(RunningCluster(tmp_path))
 
 
 def test_the_cluster_replicates_and_stops_cleanly(running: RunningCluster) -> None:

@@ -29,7 +29,7 @@ REFRESH_S = 0.5
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCluster]:
-    yield from running_cluster(tmp_path_factory.mktemp("run-cluster"))
+    yield from running_cluster(RunningCluster(tmp_path_factory.mktemp("run-cluster")))
 
 
 def _shown(browser: Chrome, selector: str) -> str | None:
