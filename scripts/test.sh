@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything the tests need, check lint and types, and run the whole suite.
 # pytest runs in two workers (pytest-xdist; tests/conftest.py hands each worker whole
-# modules, and all of tests/spark and tests/console, so shared things start once).
+# modules, all of tests/console, and the standalone Spark cluster's modules together, so
+# shared things start once; the slowest units first).
 # Extra arguments go to pytest (e.g. -k produce -x; -n 0 runs in one process).
 set -euo pipefail
 cd "$(dirname "$0")/.."

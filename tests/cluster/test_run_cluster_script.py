@@ -3,100 +3,38 @@ brokers, a topic replicated three times takes records and gives them back
 (confluent-kafka), and SIGTERM (as Ctrl-C) stops every process it started, cleanly; with
 ``--secure``, the same over SASL_SSL with the client settings it writes.
 
-It runs on a loopback address and in a data directory of its own
-(GREGOR_CLUSTER_HOST, GREGOR_CLUSTER_DATA), so the script's fixed ports do not meet a
-cluster someone runs on 127.0.0.1 or another test's.
+It runs on a loopback address and in a data directory of its own (tests/run_cluster.py).
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from network import loopback_block
+from run_cluster import WAIT_S, RunningCluster, running_cluster, started_by
 
 from gregor.storage.log_manager import CLEAN_SHUTDOWN_FILE
 
 pytestmark = pytest.mark.timeout(240)
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "run-cluster.sh"
-WAIT_S = 60.0
 RECORDS = 300
-
-
-def _started_by(data: Path) -> list[psutil.Process]:
-    """Live processes naming the cluster's data directory on their command line: the
-    brokers, ``gregor zookeeper start`` and its JVM."""
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        try:
-            if any(str(data) in arg for arg in process.info["cmdline"] or ()):
-                found.append(process)
-        except psutil.NoSuchProcess:
-            continue
-    return [p for p in found if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-
-
-class RunningCluster:
-    def __init__(self, work: Path, *args: str) -> None:
-        self.host = f"{loopback_block()}.1"
-        self.data = work / "data"
-        self.bootstrap = ",".join(f"{self.host}:{port}" for port in (9092, 9093, 9094))
-        env = {**os.environ, "GREGOR_CLUSTER_HOST": self.host,
-               "GREGOR_CLUSTER_DATA": str(self.data)}
-        self.process = subprocess.Popen([str(SCRIPT), *args], env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True)
-        self.output: list[str] = []
-
-    def wait_ready(self) -> None:
-        """Read the script's output up to its "cluster ready" line."""
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.output.append(line)
-            if line.startswith("cluster ready"):
-                return
-        raise AssertionError("run-cluster.sh ended before the cluster was ready:\n"
-                             + "".join(self.output))
-
-    def stop(self) -> int:
-        """SIGTERM, as Ctrl-C: the script's exit status, once it is gone."""
-        self.process.send_signal(signal.SIGTERM)
-        rest, _ = self.process.communicate(timeout=WAIT_S)
-        self.output.append(rest)
-        return self.process.returncode
 
 
 @pytest.fixture
 def running(tmp_path: Path) -> Iterator[RunningCluster]:
-    yield from _running(RunningCluster(tmp_path))
+    yield from running_cluster(RunningCluster(tmp_path))
 
 
 @pytest.fixture
 def running_secure(tmp_path: Path) -> Iterator[RunningCluster]:
-    yield from _running(RunningCluster(tmp_path, "--secure"))
-
-
-def _running(cluster: RunningCluster) -> Iterator[RunningCluster]:
-    try:
-        yield cluster
-    finally:
-        if cluster.process.poll() is None:
-            cluster.process.send_signal(signal.SIGTERM)
-            try:
-                cluster.process.wait(WAIT_S)
-            except subprocess.TimeoutExpired:
-                cluster.process.kill()
-        for leftover in _started_by(cluster.data):
-            leftover.kill()
+    yield from running_cluster(RunningCluster(tmp_path, "--secure"))
 
 
 def test_the_cluster_replicates_and_stops_cleanly(running: RunningCluster) -> None:
@@ -136,7 +74,7 @@ def test_the_cluster_replicates_and_stops_cleanly(running: RunningCluster) -> No
 
 
     assert running.stop() == 128 + signal.SIGTERM, "".join(running.output)
-    assert _started_by(running.data) == []
+    assert started_by(running.data) == []
     for broker in (1, 2, 3):
         assert (running.data / f"broker-{broker}" / CLEAN_SHUTDOWN_FILE).exists()
         assert f"broker {broker} stopped cleanly" in (
@@ -174,4 +112,4 @@ def test_a_secure_cluster_serves_sasl_ssl_with_the_settings_it_prints(
             AdminClient({**refused, "log_level": 0}).list_topics(timeout=3)
     del producer, admin
     assert running.stop() == 128 + signal.SIGTERM, "".join(running.output)
-    assert _started_by(running.data) == []
+    assert started_by(running.data) == []

@@ -139,11 +139,14 @@ class ClusterAdmin:
         ``metrics.listener`` (DescribeConfigs of the broker, as Kafka exposes any broker
         config), a wildcard host taken as the broker's own address. Brokers without
         one or with port 0 (the port it chose is not in its config), and those that do
-        not answer, are left out."""
+        not answer, are left out. One call per broker, all sent at once: librdkafka
+        refuses a call naming two brokers (_CONFLICT), which left a cluster with none."""
         metadata = self.metadata()
-        futures = self.admin.describe_configs(
-            [ConfigResource(ResourceType.BROKER, str(b)) for b in metadata.brokers],
-            request_timeout=CALL_TIMEOUT_S)
+        futures: dict[ConfigResource, Any] = {}
+        for broker in metadata.brokers:
+            futures.update(self.admin.describe_configs(
+                [ConfigResource(ResourceType.BROKER, str(broker))],
+                request_timeout=CALL_TIMEOUT_S))
         urls = []
         for resource, future in futures.items():
             try:
