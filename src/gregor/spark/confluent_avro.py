@@ -87,10 +87,12 @@ def spark_type(schema: Any, named: dict[str, Any] | None = None) -> T.DataType:
     return spark_type(kind, named)
 
 
-def from_confluent_avro(column: Column | str, registry_url: str, subject: str) -> Column:
+def from_confluent_avro(column: Column | str, registry_url: str, subject: str,
+                        jvm: bool | None = None) -> Column:
     """A struct column of the values of ``column`` (binary, in Confluent's framing), in
     the shape of ``subject``'s latest schema (a record). A null, or a value not in the
-    framing, gives a null."""
+    framing, gives a null. ``jvm``: decode in the JVM (True; the session must have
+    gregor's jar) or in Python (False); by default the JVM whenever it can."""
     client = SchemaRegistryClient({"url": registry_url})
     reader_texts = schema_texts(client, client.get_latest_version(subject).schema)
     named: dict[str, Any] = {}
@@ -98,7 +100,11 @@ def from_confluent_avro(column: Column | str, registry_url: str, subject: str) -
     if not isinstance(struct, T.StructType):
         raise ValueError(f"{subject}'s latest schema is not a record")
     spark = SparkSession.getActiveSession()
-    if spark is not None and jvm_source_loaded(spark):
+    if jvm is None:
+        jvm = spark is not None and jvm_source_loaded(spark)
+    if jvm:
+        if spark is None:
+            raise ValueError("decoding in the JVM needs an active SparkSession")
         name = f"gregor_from_confluent_avro_{abs(hash(struct.json()))}"
         spark.udf.registerJavaFunction(name, JVM_DECODER, struct)
         return F.call_function(name, column, F.lit(registry_url),
