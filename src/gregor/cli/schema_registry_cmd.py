@@ -35,6 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        from gregor.client.connection import client_security
         from gregor.schemas.api import create_app
         from gregor.schemas.forwarding import forward_to_primary
         from gregor.schemas.primary_election import PrimaryElection
@@ -61,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config, _ = client_config(args)
+    try:
+        security = client_security(config)
+    except (ValueError, OSError) as exc:
+        raise CliError(f"the registry's client security settings: {exc}") from None
     state = RegistryState()
     changed = threading.Condition(threading.RLock())
     topic = SchemaTopic(config, state, changed, args.topic)
@@ -70,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     url = f"http://{shown}:{bound_port}"
     # Instances elect the one that writes; the others forward writes to it.
     election = PrimaryElection(args.bootstrap_server, args.advertised_url or url,
-                               on_elected=topic.catch_up, group_id=args.group_id)
+                               on_elected=topic.catch_up, group_id=args.group_id,
+                               security=security)
     election.start()
     try:
         app, direct = create_app(SchemaRegistry(state, changed, topic),
