@@ -61,8 +61,8 @@ def fill_topic(bootstrap: str, registry_url: str, records: int) -> tuple[str, in
     subject = f"{topic}-value"
     schema_id = SchemaRegistryClient({"url": registry_url}).register_schema(
         subject, Schema(json.dumps(SALE), "AVRO"))
-    AdminClient({"bootstrap.servers": bootstrap}).create_topics(
-        [NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its futures need it
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
                          "batch.size": 1 << 20})
     parsed = fastavro.schema.parse_schema(SALE)

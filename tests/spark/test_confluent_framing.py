@@ -8,10 +8,8 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
-from collections.abc import Iterator
 
 import fastavro.schema
-import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
@@ -37,13 +35,6 @@ V1 = {"type": "record", "name": "Sale", "fields": [
     {"name": "tags", "type": {"type": "array", "items": "string"}}]}
 V2 = {**V1, "fields": [*V1["fields"],
                        {"name": "note", "type": ["null", "string"], "default": None}]}
-
-
-@pytest.fixture(scope="module")
-def registry(broker: BrokerProcess) -> Iterator[RegistryProcess]:
-    process = RegistryProcess(broker.bootstrap).start()
-    yield process
-    process.stop()
 
 
 def test_spark_types_of_avro() -> None:

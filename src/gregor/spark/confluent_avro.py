@@ -107,8 +107,9 @@ def from_confluent_avro(column: Column | str, registry_url: str, subject: str,
             raise ValueError("decoding in the JVM needs an active SparkSession")
         name = f"gregor_from_confluent_avro_{abs(hash(struct.json()))}"
         spark.udf.registerJavaFunction(name, JVM_DECODER, struct)
-        return F.call_function(name, column, F.lit(registry_url),
-                               F.lit(json.dumps(reader_texts)))
+        # Binary literals: the JVM side finds its reading by the array's identity.
+        return F.call_function(name, column, F.lit(bytearray(registry_url.encode())),
+                               F.lit(bytearray(json.dumps(reader_texts).encode())))
     names = [field.name for field in struct.fields]
 
     @pandas_udf(struct)  # type: ignore[call-overload]  # pyspark's stubs omit StructType
