@@ -8,12 +8,10 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
-from collections.abc import Iterator
 
 import fastavro.schema
-import pytest
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -26,6 +24,8 @@ from gregor.schemas.process import RegistryProcess
 from gregor.spark.confluent_avro import from_confluent_avro, spark_type, to_confluent_avro
 from gregor.spark.confluent_json import from_confluent_json, to_confluent_json
 
+JVM_DECODER_NAME = "gregor_from_confluent_avro"
+
 V1 = {"type": "record", "name": "Sale", "fields": [
     {"name": "sku", "type": "string"},
     {"name": "quantity", "type": "int"},
@@ -35,13 +35,6 @@ V1 = {"type": "record", "name": "Sale", "fields": [
     {"name": "tags", "type": {"type": "array", "items": "string"}}]}
 V2 = {**V1, "fields": [*V1["fields"],
                        {"name": "note", "type": ["null", "string"], "default": None}]}
-
-
-@pytest.fixture(scope="module")
-def registry(broker: BrokerProcess) -> Iterator[RegistryProcess]:
-    process = RegistryProcess(broker.bootstrap).start()
-    yield process
-    process.stop()
 
 
 def test_spark_types_of_avro() -> None:
@@ -80,6 +73,49 @@ def test_framed_values_become_typed_columns(spark: SparkSession, broker: BrokerP
         {**old, "note": None},  # written with v1: the field v2 added takes its default
         {**old, "sku": "b-2", "tags": [], "note": "late"}]
     assert rows[2] == dict.fromkeys(rows[0])
+
+
+ADDRESS = {"type": "record", "name": "Address", "namespace": "shop",
+           "fields": [{"name": "city", "type": "string"}, {"name": "zip", "type": "string"}]}
+CUSTOMER = {"type": "record", "name": "Customer", "namespace": "shop",
+            "fields": [{"name": "name", "type": "string"},
+                       {"name": "home", "type": "shop.Address"},
+                       {"name": "since", "type": {"type": "long",
+                                                  "logicalType": "timestamp-millis"}},
+                       {"name": "visits", "type": {"type": "map", "values": "int"}}]}
+
+
+def test_a_schema_with_references_reads_in_the_jvm(spark: SparkSession, broker: BrokerProcess,
+                                                   registry: RegistryProcess,
+                                                   topic_name: str) -> None:
+    """A value schema that references another subject's (Confluent's schema references)
+    decodes with it, in the JVM (gregor's jar is on the test session's classpath): the
+    plan calls the JVM decoder, not a Python UDF."""
+    client = SchemaRegistryClient({"url": registry.url})
+    client.register_schema(f"{topic_name}-address", Schema(json.dumps(ADDRESS), "AVRO"))
+    reference = SchemaReference("shop.Address", f"{topic_name}-address", 1)
+    customer = Schema(json.dumps(CUSTOMER), "AVRO", [reference])
+    client.register_schema(f"{topic_name}-value", customer)
+    serialize = AvroSerializer(client, customer, conf={"auto.register.schemas": False,
+                                                       "use.latest.version": True})
+    since = datetime.datetime(2026, 11, 29, 3, 0, tzinfo=datetime.UTC)
+    value = {"name": "Ada", "home": {"city": "Lyon", "zip": "69001"}, "since": since,
+             "visits": {"shop-1": 3}}
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(topic_name, value=serialize(
+        value, SerializationContext(topic_name, MessageField.VALUE)))
+    assert producer.flush(20) == 0
+
+    frame = (spark.read.format("gregor").option("kafka.bootstrap.servers", broker.bootstrap)
+             .option("subscribe", topic_name).load()
+             .select(from_confluent_avro("value", registry.url, f"{topic_name}-value")
+                     .alias("c"))
+             .select("c.*"))
+    assert JVM_DECODER_NAME in frame._jdf.queryExecution().analyzed().toString()
+    [row] = frame.collect()
+    got = row.asDict(recursive=True)
+    assert got["since"].astimezone(datetime.UTC) == since
+    assert {**got, "since": since} == value
 
 
 def test_typed_columns_become_framed_values(spark: SparkSession, broker: BrokerProcess,

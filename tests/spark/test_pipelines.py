@@ -16,6 +16,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -28,6 +31,7 @@ from gregor.pipelines.generators import (
     publish,
     retail_events,
 )
+from gregor.schemas.process import RegistryProcess
 
 MINUTE = 60_000
 T0 = (int(time.time()) // 3600 - 2) * 3_600_000
@@ -441,12 +445,16 @@ def test_warehouse_stream_replayed_batch_adds_nothing(spark: SparkSession, broke
 # -- monitoring ------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("alerts_as", ["json", "avro"])
 def test_monitoring_flags_windows_short_of_what_producers_sent(
-    spark: SparkSession, broker: Any, tmp_path: Path
+    spark: SparkSession, broker: Any, registry: RegistryProcess, tmp_path: Path, alerts_as: str
 ) -> None:
+    """With a schema registry, the alerts are Avro in Confluent's framing, read back
+    by confluent-kafka's AvroDeserializer with the schema the pipeline registered."""
     topics = retail_topics()
     settings = monitoring.MonitoringSettings(
-        (topics.sales, topics.shipments), unique("producer-reports"), unique("alerts"))
+        (topics.sales, topics.shipments), unique("producer-reports"), unique("alerts"),
+        registry_url=registry.url if alerts_as == "avro" else None)
     create_topics(broker.bootstrap, topics.sales, topics.shipments, settings.reports_topic,
                   settings.alerts_topic)
     config = {"bootstrap.servers": broker.bootstrap}
@@ -462,8 +470,20 @@ def test_monitoring_flags_windows_short_of_what_producers_sent(
     run_to_completion([monitoring.start(spark, broker.bootstrap, tmp_path / "checkpoint",
                                         settings, available_now=True)])
 
-    alerts = read_json(spark, broker.bootstrap, settings.alerts_topic)
     received = sent[topics.sales, lossy_window]
-    assert [(a["topic"], epoch_ms(a["window"]["start"]), epoch_ms(a["window"]["end"]),
-             a["sent"], a["received"], a["status"]) for a in alerts] == [
-        (topics.sales, lossy_window, lossy_window + MINUTE, received + 5, received, "loss")]
+    expected = [(topics.sales, lossy_window, lossy_window + MINUTE, received + 5, received,
+                 "loss")]
+    if alerts_as == "json":
+        alerts = read_json(spark, broker.bootstrap, settings.alerts_topic)
+        assert [(a["topic"], epoch_ms(a["window"]["start"]), epoch_ms(a["window"]["end"]),
+                 a["sent"], a["received"], a["status"]) for a in alerts] == expected
+        return
+    values = [row.value for row in spark.read.format("gregor")
+              .option("kafka.bootstrap.servers", broker.bootstrap)
+              .option("subscribe", settings.alerts_topic).load().collect()]
+    deserialize = AvroDeserializer(SchemaRegistryClient({"url": registry.url}))
+    context = SerializationContext(settings.alerts_topic, MessageField.VALUE)
+    alerts = [deserialize(bytes(value), context) for value in values]
+    assert [(a["topic"], int(a["window"]["start"].timestamp() * 1000),
+             int(a["window"]["end"].timestamp() * 1000), a["sent"], a["received"],
+             a["status"]) for a in alerts] == expected

@@ -26,12 +26,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.functions import col, udf
 from pyspark.sql.types import BinaryType
 
+from gregor.client.connection import BrokerConnection
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.record_codec import decode_records
 from gregor.spark import exactly_once_sink
 from gregor.spark.exactly_once_sink import AlreadyDecided, PreparedTransaction
 from gregor.spark.options import parse_sink_options
-from gregor.spark.partition_leader import FetchSettings, LeaderConnection
+from gregor.spark.partition_leader import FetchSettings
 from gregor.spark.record_encoder import BatchBuilder
 from gregor.spark.session import build_session
 from gregor.spark.sink_commit_log import BatchDecision, log_topic, write_decision
@@ -411,19 +412,19 @@ def test_commits_are_all_sent_before_any_answer_is_awaited(broker: Any, monkeypa
     txns = [open_transaction(broker.bootstrap, sink, f"{prefix}-{n}", [b"%d" % n])
             for n in range(3)]
     calls: list[str] = []
-    send, receive = LeaderConnection.send, LeaderConnection.receive
+    send, receive = BrokerConnection.send, BrokerConnection.receive
 
-    def spied_send(self: LeaderConnection, api_key: int, *args: Any) -> None:
+    def spied_send(self: BrokerConnection, api_key: int, *args: Any) -> None:
         calls.append(f"send {ApiKey(api_key).name}")
         send(self, api_key, *args)
 
-    def spied_receive(self: LeaderConnection) -> Any:
+    def spied_receive(self: BrokerConnection) -> Any:
         answer = receive(self)
         calls.append(f"receive {type(answer).__name__}")
         return answer
 
-    monkeypatch.setattr(LeaderConnection, "send", spied_send)
-    monkeypatch.setattr(LeaderConnection, "receive", spied_receive)
+    monkeypatch.setattr(BrokerConnection, "send", spied_send)
+    monkeypatch.setattr(BrokerConnection, "receive", spied_receive)
     end_transactions(settings, txns, commit=True)
     ends = [c for c in calls if "END_TXN" in c or "EndTxn" in c]
     assert ends == ["send END_TXN"] * 3 + ["receive EndTxnResponse"] * 3, calls
@@ -441,14 +442,14 @@ def test_ending_and_fencing_share_one_connection_per_coordinator(broker: Any,
     txns = [open_transaction(broker.bootstrap, sink, f"{prefix}-{n}", [b"%d" % n])
             for n in range(4)]
     opened: list[tuple[str, int]] = []
-    init = LeaderConnection.__init__
+    init = BrokerConnection.__init__
 
-    def counted_init(self: LeaderConnection, address: tuple[str, int],
+    def counted_init(self: BrokerConnection, address: tuple[str, int],
                      settings: FetchSettings) -> None:
         opened.append(address)
         init(self, address, settings)
 
-    monkeypatch.setattr(LeaderConnection, "__init__", counted_init)
+    monkeypatch.setattr(BrokerConnection, "__init__", counted_init)
     fence(settings, [t.transactional_id for t in txns[:2]], 60_000)
     assert len(opened) == 2, opened  # the bootstrap server, the one coordinator
     opened.clear()

@@ -62,6 +62,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                      help="process what the topics hold now, then exit")
     run.add_argument("--max-offsets-per-trigger", type=int, help="records per micro-batch")
     run.add_argument("--topics", help="monitoring: comma-separated topics to watch")
+    run.add_argument("--schema-registry", metavar="URL",
+                     help="monitoring: write alerts as Avro in Confluent's framing, their "
+                          "schema in this registry (default: JSON)")
     run.add_argument("--topic", help="warehouse: the topic to load")
     run.add_argument("--from", dest="start", type=parse_time,
                      help="warehouse batch: first timestamp (ISO 8601, UTC if no offset)")
@@ -235,7 +238,8 @@ def _start_queries(args: argparse.Namespace, spark: SparkSession) -> list[Stream
     if args.name == "activity":
         return activity.start(spark, args.bootstrap_server, args.checkpoint, **common)
     if args.name == "monitoring":
-        settings = monitoring.MonitoringSettings(tuple(args.topics.split(",")))
+        settings = monitoring.MonitoringSettings(tuple(args.topics.split(",")),
+                                                 registry_url=args.schema_registry)
         return [monitoring.start(spark, args.bootstrap_server, args.checkpoint, settings,
                                  **common)]
     return [warehouse.start_streaming(spark, args.bootstrap_server, args.topic, args.output,

@@ -35,13 +35,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        import uvicorn
-
+        from gregor.client.connection import client_security
         from gregor.schemas.api import create_app
         from gregor.schemas.forwarding import forward_to_primary
         from gregor.schemas.primary_election import PrimaryElection
         from gregor.schemas.registry import SchemaRegistry
         from gregor.schemas.schema_topic import SchemaTopic
+        from gregor.schemas.serving import serve
         from gregor.schemas.state import RegistryState
     except ImportError as exc:
         raise CliError(f"the schema registry needs the 'schemas' extra ({exc}): "
@@ -56,13 +56,16 @@ def run(args: argparse.Namespace) -> int:
             (host, int(port)), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
     except OSError as exc:
         raise CliError(f"cannot listen on {args.listen}: {exc.strerror}") from None
-    # Inherited by every accepted connection: uvicorn writes an answer's head and body
-    # apart, and with Nagle's algorithm the body of an answer on a kept-alive connection
-    # waited for the client's delayed ACK, 40 ms a call.
+    # Inherited by every accepted connection: with Nagle's algorithm a small answer on a
+    # kept-alive connection could wait for the client's delayed ACK, 40 ms a call.
     listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config, _ = client_config(args)
+    try:
+        security = client_security(config)
+    except (ValueError, OSError) as exc:
+        raise CliError(f"the registry's client security settings: {exc}") from None
     state = RegistryState()
     changed = threading.Condition(threading.RLock())
     topic = SchemaTopic(config, state, changed, args.topic)
@@ -72,16 +75,15 @@ def run(args: argparse.Namespace) -> int:
     url = f"http://{shown}:{bound_port}"
     # Instances elect the one that writes; the others forward writes to it.
     election = PrimaryElection(args.bootstrap_server, args.advertised_url or url,
-                               on_elected=topic.catch_up, group_id=args.group_id)
+                               on_elected=topic.catch_up, group_id=args.group_id,
+                               security=security)
     election.start()
     try:
-        app = create_app(SchemaRegistry(state, changed, topic),
-                         forward_to_primary(election, topic.catch_up))
+        app, direct = create_app(SchemaRegistry(state, changed, topic),
+                                 forward_to_primary(election, topic.catch_up))
         print(f"gregor schema registry for {args.bootstrap_server} on {url}/ "
               "(Ctrl-C stops it)", flush=True)
-        uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2,
-                                      loop="uvloop", http="httptools")
-                       ).run(sockets=[listener])
+        serve(app, listener, direct)
     finally:
         election.close()
         topic.close()

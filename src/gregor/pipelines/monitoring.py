@@ -9,10 +9,16 @@ streaming state, so counts survive restarts. Whenever a window's sums change and
 records arrived than were sent, an alert ``{topic, window: {start, end}, sent, received,
 status}`` is written: ``lag`` while the window ended less than ``grace`` ago (records may
 still be on their way), ``loss`` after that. Delivery of alerts is at-least-once.
+
+Alerts are JSON, or, given a schema registry (``registry_url``), typed records in
+Confluent's framing: Avro of :data:`ALERT_SCHEMA`, registered under the subject
+``<alerts topic>-value`` when the query starts, which confluent-kafka's
+``AvroDeserializer`` (or ``from_confluent_avro`` in Spark) reads as they are.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +29,24 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StringType, StructType
 
 from gregor.pipelines.generators import REPORT_WINDOW_MS
-from gregor.pipelines.topic_io import ensure_topics, read_stream, with_trigger, write_json
+from gregor.pipelines.topic_io import (
+    ensure_topics,
+    read_stream,
+    with_trigger,
+    write_avro,
+    write_json,
+)
+
+_MILLIS = {"type": "long", "logicalType": "timestamp-millis"}
+ALERT_SCHEMA = {"type": "record", "name": "Alert", "namespace": "gregor.monitoring", "fields": [
+    {"name": "topic", "type": "string"},
+    {"name": "window", "type": {"type": "record", "name": "Window", "fields": [
+        {"name": "start", "type": _MILLIS}, {"name": "end", "type": _MILLIS}]}},
+    {"name": "sent", "type": "long"},
+    {"name": "received", "type": "long"},
+    {"name": "status", "type": {"type": "enum", "name": "Status",
+                                "symbols": ["lag", "loss"]}}]}
+"""An alert as Avro, when alerts go through a schema registry."""
 
 REPORT_SCHEMA = (
     StructType().add("topic", StringType()).add("window_start", LongType()).add("sent", LongType())
@@ -38,6 +61,8 @@ class MonitoringSettings:
     grace_ms: int = 2 * 60_000
     watermark: str = "30 minutes"
     """How late a record or report may come and still be counted in its window."""
+    registry_url: str | None = None
+    """A schema registry: alerts are then Avro in Confluent's framing, not JSON."""
 
 
 def window_counts(raw: DataFrame, settings: MonitoringSettings) -> DataFrame:
@@ -77,10 +102,20 @@ def start(spark: SparkSession, bootstrap: str, checkpoint: Path, settings: Monit
           available_now: bool = False, max_offsets: int | None = None) -> StreamingQuery:
     ensure_topics(bootstrap, [settings.alerts_topic])
     raw = read_stream(spark, bootstrap, [*settings.topics, settings.reports_topic], max_offsets)
+    subject = f"{settings.alerts_topic}-value"
+    if settings.registry_url is not None:
+        from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+        SchemaRegistryClient({"url": settings.registry_url}).register_schema(
+            subject, Schema(json.dumps(ALERT_SCHEMA), "AVRO"))
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         found = alerts(batch, settings.grace_ms, int(time.time() * 1000))
-        write_json(found, bootstrap, settings.alerts_topic, F.col("topic"))
+        if settings.registry_url is None:
+            write_json(found, bootstrap, settings.alerts_topic, F.col("topic"))
+        else:
+            write_avro(found, bootstrap, settings.alerts_topic, F.col("topic"),
+                       settings.registry_url, subject)
 
     writer = (window_counts(raw, settings).writeStream.outputMode("update")
               .foreachBatch(write_batch).option("checkpointLocation", str(checkpoint)))

@@ -48,9 +48,23 @@ def write_json(df: DataFrame, bootstrap: str, topic: str, key: Column) -> None:
     Used from foreachBatch: a micro-batch replayed after a failure writes its records
     again, so delivery is at-least-once, as with Spark's Kafka sink.
     """
+    _append(as_records(df, key), bootstrap, topic)
+
+
+def write_avro(df: DataFrame, bootstrap: str, topic: str, key: Column, registry_url: str,
+               subject: str) -> None:
+    """Append the rows of a batch DataFrame to ``topic`` as Avro records in Confluent's
+    framing, written with ``subject``'s latest schema (its fields the columns' names),
+    keyed by ``key`` as text; at-least-once, as :func:`write_json`."""
+    from gregor.spark.confluent_avro import to_confluent_avro
+
+    value = to_confluent_avro(F.struct(*df.columns), registry_url, subject)
+    _append(df.select(key.cast("string").alias("key"), value.alias("value")), bootstrap, topic)
+
+
+def _append(records: DataFrame, bootstrap: str, topic: str) -> None:
     (
-        as_records(df, key)
-        .write.format("gregor")
+        records.write.format("gregor")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", topic)
         .mode("append")

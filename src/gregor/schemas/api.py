@@ -8,6 +8,7 @@ functions, which starlette runs in its thread pool: a write waits for the topic.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ from starlette.routing import Route
 from gregor.schemas import errors
 from gregor.schemas.registry import SchemaRegistry, SchemaRequest
 from gregor.schemas.schema_types import SCHEMA_TYPES, Reference
+from gregor.schemas.serving import DirectAnswer
 from gregor.schemas.state import StoredSchema, SubjectVersion
 
 MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -31,6 +33,14 @@ Handler = Callable[[Request, bytes], Any]
 
 def _answer(body: Any, status: int = 200) -> JSONResponse:
     return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE)
+
+
+def _result(result: Any) -> Response:
+    return result if isinstance(result, Response) else _answer(result)
+
+
+def _error(error: errors.RegistryError) -> Response:
+    return _answer({"error_code": error.code, "message": error.message}, error.status)
 
 
 def _flag(request: Request, name: str) -> bool:
@@ -98,37 +108,67 @@ def _json_field(body: bytes, name: str) -> object:
     return data.get(name) if isinstance(data, dict) else None
 
 
-def create_app(registry: SchemaRegistry, forward: Forward | None = None) -> Starlette:
-    """The API over ``registry``; writes go through ``forward`` first, when given."""
+def create_app(registry: SchemaRegistry, forward: Forward | None = None,
+               ) -> tuple[Starlette, DirectAnswer]:
+    """The API over ``registry`` (writes go through ``forward`` first, when given),
+    and the answers of its calls that serializers make for the records they write and
+    read (``GET /schemas/ids/{id}``, ``POST /subjects/{s}``), given on the spot when
+    they need neither a thread nor another instance (see :mod:`.serving`)."""
 
     routes: list[Route] = []
+    direct: list[tuple[str, re.Pattern[str], Callable[[Request, bytes], Response | None]]] = []
 
-    def endpoint(handler: Handler, writes: bool, parses: bool,
-                 ) -> Callable[[Request], Awaitable[Response]]:
+    def endpoint(handler: Handler, writes: bool, parses: bool | Callable[[Request, bytes], bool],
+                 ) -> tuple[Callable[[Request], Awaitable[Response]],
+                            Callable[[Request, bytes], Response | None]]:
+        def now(request: Request, body: bytes) -> Response | None:
+            """The answer, unless it is a write or parses a schema: a write waits for
+            the topic, a parse takes CPU, and neither may hold up the event loop.
+            Reads are lookups in memory, answered here."""
+            try:
+                if writes or (parses(request, body) if callable(parses) else parses):
+                    return None
+                return _result(handler(request, body))
+            except errors.RegistryError as exc:
+                return _error(exc)
+
         async def answer(request: Request) -> Response:
             body = await request.body()
+            answered = now(request, body)
+            if answered is not None:
+                return answered
             try:
                 if writes and forward is not None:
                     forwarded = await forward(request, body)
                     if forwarded is not None:
                         return forwarded
-                if writes or parses:
-                    # A write waits for the topic, a schema's parse takes CPU: neither
-                    # holds up the event loop. Reads are lookups in memory, answered here.
-                    result = await run_in_threadpool(handler, request, body)
-                else:
-                    result = handler(request, body)
+                return _result(await run_in_threadpool(handler, request, body))
             except errors.RegistryError as exc:
-                return _answer({"error_code": exc.code, "message": exc.message}, exc.status)
-            return result if isinstance(result, Response) else _answer(result)
-        return answer
+                return _error(exc)
+        return answer, now
 
-    def add(path: str, methods: list[str], writes: bool = False, parses: bool = False,
+    def add(path: str, methods: list[str], writes: bool = False,
+            parses: bool | Callable[[Request, bytes], bool] = False, hot: bool = False,
             ) -> Callable[[Handler], Handler]:
+        """``hot``: answered on the spot too, when it can be."""
         def register(handler: Handler) -> Handler:
-            routes.append(Route(path, endpoint(handler, writes, parses), methods=methods))
+            answer, now = endpoint(handler, writes, parses)
+            routes.append(Route(path, answer, methods=methods))
+            if hot:
+                # A path parameter is one path segment, as Starlette's own.
+                pattern = re.compile(re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path))
+                direct.extend((method, pattern, now) for method in methods)
             return handler
         return register
+
+    def answer_directly(method: str, path: str, query: bytes, body: bytes) -> Response | None:
+        for wanted, pattern, now in direct:
+            found = pattern.fullmatch(path)
+            if found is not None and method == wanted:
+                return now(Request({"type": "http", "method": method, "path": path,
+                                    "query_string": query, "headers": [],
+                                    "path_params": found.groupdict()}), body)
+        return None
 
     @add("/", ["GET"])
     def root(request: Request, body: bytes) -> Any:
@@ -144,11 +184,20 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None) -> Star
                                       _flag(request, "deleted"), _flag(request, "latestOnly"))
         return [_version_body(v, v.schema.text) for v in found]
 
-    @add("/schemas/ids/{schema_id}", ["GET"])
+    id_answers: dict[int, tuple[StoredSchema, Response]] = {}
+    """Each id's answer, encoded once: an id's schema never changes (though a permanent
+    delete may remove it, and the state then knows it no more)."""
+
+    @add("/schemas/ids/{schema_id}", ["GET"], hot=True)
     def schema_by_id(request: Request, body: bytes) -> Any:
         found = registry.schema(_schema_id(request))
-        return _schema_body(found, registry.text_in_format(
-            found, request.query_params.get("format")))
+        text = registry.text_in_format(found, request.query_params.get("format"))
+        if text is not found.text:
+            return _schema_body(found, text)
+        cached = id_answers.get(found.schema_id)
+        if cached is None or cached[0] is not found:
+            cached = id_answers[found.schema_id] = (found, _answer(_schema_body(found, text)))
+        return cached[1]
 
     @add("/schemas/ids/{schema_id}/schema", ["GET"])
     def raw_schema_by_id(request: Request, body: bytes) -> Any:
@@ -170,7 +219,10 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None) -> Star
             _flag(request, "deleted"), request.query_params.get("subjectPrefix", ""),
             _flag(request, "deleted_only")))
 
-    @add("/subjects/{subject}", ["POST"], parses=True)
+    def lookup_parses(request: Request, body: bytes) -> bool:
+        return not registry.parsed_already(_parse_request(body), _flag(request, "normalize"))
+
+    @add("/subjects/{subject}", ["POST"], parses=lookup_parses, hot=True)
     def lookup(request: Request, body: bytes) -> Any:
         found = registry.lookup(request.path_params["subject"], _parse_request(body),
                                 _flag(request, "normalize"), _flag(request, "deleted"))
@@ -289,4 +341,4 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None) -> Star
     def delete_subject_mode(request: Request, body: bytes) -> Any:
         return {"mode": registry.delete_mode(request.path_params["subject"])}
 
-    return Starlette(routes=routes)
+    return Starlette(routes=routes), answer_directly

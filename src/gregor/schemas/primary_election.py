@@ -7,9 +7,9 @@ cluster, and a primary that dies stops heartbeating: the coordinator evicts it a
 the session timeout and the survivors rejoin and name another. A new primary first
 reads ``_schemas`` to its end, so that its next id is above every id written.
 
-The member speaks the group protocol itself (kio requests over the blocking
-connection the Spark source's executors use), since librdkafka's consumer groups
-admit only the "consumer" protocol type.
+The member speaks the group protocol itself (kio requests over gregor's blocking
+client connection, with the TLS and SASL settings of the registry's other Kafka
+clients), since librdkafka's consumer groups admit only the "consumer" protocol type.
 """
 
 from __future__ import annotations
@@ -30,16 +30,17 @@ from kio.schema.join_group.v5 import request as join_group_request
 from kio.schema.leave_group.v3 import request as leave_group_request
 from kio.schema.sync_group.v3 import request as sync_group_request
 
-from gregor.protocol.api_keys import ApiKey
-from gregor.protocol.codec import build
-from gregor.protocol.errors import ErrorCode
-from gregor.spark.partition_leader import (
-    FetchSettings,
-    LeaderConnection,
-    LeaderUnavailable,
+from gregor.client.connection import (
+    BrokerConnection,
+    BrokerUnavailable,
+    ClientSettings,
     bootstrap_connection,
     parse_bootstrap,
 )
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.codec import build
+from gregor.protocol.errors import ErrorCode
+from gregor.security.inter_broker import ChannelSecurity
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,11 @@ class PrimaryElection:
     writes as the primary."""
 
     def __init__(self, bootstrap: str, url: str, on_elected: Callable[[], None],
-                 group_id: str = GROUP_ID) -> None:
-        self.settings = FetchSettings(parse_bootstrap(bootstrap), client_id="gregor-schemas")
+                 group_id: str = GROUP_ID, security: ChannelSecurity | None = None) -> None:
+        """``security``: the TLS and SASL the registry's Kafka clients use (see
+        :func:`gregor.client.connection.client_security`)."""
+        self.settings = ClientSettings(parse_bootstrap(bootstrap), client_id="gregor-schemas",
+                                       security=security)
         self.url = url
         self.on_elected = on_elected
         self.group_id = group_id
@@ -75,7 +79,7 @@ class PrimaryElection:
         self.changed = threading.Condition()
         self.primary: Primary | None = None
         self._stop = threading.Event()
-        self._coordinator: LeaderConnection | None = None
+        self._coordinator: BrokerConnection | None = None
         self._thread = threading.Thread(target=self._run, name="primary-election",
                                         daemon=True)
 
@@ -101,7 +105,7 @@ class PrimaryElection:
         self._stop.set()
         self._thread.join()
         if self._coordinator is not None and self.member_id:
-            with contextlib.suppress(LeaderUnavailable):
+            with contextlib.suppress(BrokerUnavailable):
                 self._coordinator.request(ApiKey.LEAVE_GROUP, 3, build(
                     leave_group_request.LeaveGroupRequest, group_id=self.group_id,
                     members=(build(leave_group_request.MemberIdentity,
@@ -114,7 +118,7 @@ class PrimaryElection:
                 self._join_and_sync()
                 while not self._stop.wait(HEARTBEAT_S) and self._heartbeat():
                     pass
-            except LeaderUnavailable as exc:
+            except BrokerUnavailable as exc:
                 log.info("schema registry group: %s; finding the coordinator again", exc)
                 self._disconnect()
                 self._stop.wait(_RETRY_S)
@@ -196,7 +200,7 @@ class PrimaryElection:
     def _retry(self, error: ErrorCode) -> None:
         if error in (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
                      ErrorCode.coordinator_load_in_progress):
-            raise LeaderUnavailable(f"group coordinator: {error.name}")
+            raise BrokerUnavailable(f"group coordinator: {error.name}")
         log.info("schema registry group: %s, retrying", error.name)
         time.sleep(_RETRY_S)
 
@@ -210,8 +214,8 @@ class PrimaryElection:
             finally:
                 connection.close()
             if ErrorCode(found.error_code) != ErrorCode.none:
-                raise LeaderUnavailable(f"FindCoordinator: {ErrorCode(found.error_code).name}")
-            self._coordinator = LeaderConnection((found.host, int(found.port)), self.settings)
+                raise BrokerUnavailable(f"FindCoordinator: {ErrorCode(found.error_code).name}")
+            self._coordinator = BrokerConnection((found.host, int(found.port)), self.settings)
         return self._coordinator.request(api_key, version, body)
 
     def _disconnect(self) -> None:

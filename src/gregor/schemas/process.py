@@ -25,6 +25,8 @@ class RegistryProcess:
 
     bootstrap: str
     listen: str = "127.0.0.1:0"
+    options: tuple[str, ...] = ()
+    """More command-line arguments, e.g. ``("-X", "security.protocol=SASL_SSL")``."""
     url: str = ""
     process: subprocess.Popen | None = None
     # Read all along: a full pipe would block the registry's next write.
@@ -35,7 +37,7 @@ class RegistryProcess:
         its end and listens; a restart asks for the same port again."""
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gregor.cli.main", "schema-registry",
-             "--bootstrap-server", self.bootstrap, "--listen", self.listen],
+             "--bootstrap-server", self.bootstrap, "--listen", self.listen, *self.options],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert self.process.stdout is not None
         line = self.process.stdout.readline()

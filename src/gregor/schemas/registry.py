@@ -27,6 +27,8 @@ from gregor.schemas.state import RegistryState, StoredSchema, SubjectVersion
 MODES = ("READWRITE", "READONLY", "IMPORT")
 DEFAULT_MODE = "READWRITE"
 _MAX_VERSION = 2**31 - 1
+ASKED_IDENTITIES = 10_000
+"""How many schemas asked for by lookups keep their parsed identity."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,12 @@ class SchemaRegistry:
         self._ids: dict[tuple[str, str, tuple[Reference, ...]], int] = {}
         """Schema identities (as stored and normalized) -> the id they were given."""
         self._indexed: set[int] = set()
+        self._stored_identities: dict[tuple[int, bool], tuple[str, str, tuple[Reference, ...]]] = {}
+        """(schema id, normalize) -> its identity: a stored schema never changes."""
+        self._asked_identities: dict[tuple[str, str, bool], tuple[str, str, tuple[()]]] = {}
+        """(type, text, normalize) of a schema without references that a request gave ->
+        its identity, the last :data:`ASKED_IDENTITIES` of them."""
+        self._asking = threading.Lock()
 
     # ----------------------------------------------------------------- reads
 
@@ -130,13 +138,16 @@ class SchemaRegistry:
 
     def lookup(self, subject: str, request: SchemaRequest, normalize: bool,
                deleted: bool = False) -> SubjectVersion:
-        new = self._parse(request)
+        """The subject's (latest) version holding ``request``'s schema. A serializer
+        asks this for every schema it writes with (``auto.register.schemas=false``),
+        so the identity of a schema asked for before is not parsed again
+        (:meth:`parsed_already`)."""
+        identity = self._request_identity(request, normalize)
         with self.changed:
             versions = [v for v in self.state.subjects.get(subject, {}).values()
                         if deleted or not v.deleted]
         if not versions:
             raise errors.subject_not_found(subject)
-        identity = self._identity(request.schema_type, new, request.references, normalize)
         for version in reversed(versions):
             if self._identity_of(version.schema, normalize) == identity:
                 return version
@@ -350,8 +361,36 @@ class SchemaRegistry:
 
     def _identity_of(self, schema: StoredSchema, normalize: bool,
                      ) -> tuple[str, str, tuple[Reference, ...]]:
-        return self._identity(schema.schema_type, self._parsed_of(schema), schema.references,
-                              normalize)
+        key = (schema.schema_id, normalize)
+        found = self._stored_identities.get(key)
+        if found is None:
+            found = self._identity(schema.schema_type, self._parsed_of(schema),
+                                   schema.references, normalize)
+            self._stored_identities[key] = found
+        return found
+
+    def parsed_already(self, request: SchemaRequest, normalize: bool) -> bool:
+        """Whether :meth:`lookup` answers ``request`` without parsing it: a schema
+        without references asked for recently. (One with references is parsed each
+        time: parsing checks that what it references is still there.)"""
+        return (request.schema_type, request.text, normalize) in self._asked_identities
+
+    def _request_identity(self, request: SchemaRequest, normalize: bool,
+                          ) -> tuple[str, str, tuple[Reference, ...]]:
+        if request.references:
+            return self._identity(request.schema_type, self._parse(request),
+                                  request.references, normalize)
+        key = (request.schema_type, request.text, normalize)
+        found = self._asked_identities.get(key)
+        if found is None:
+            identity = self._identity(request.schema_type, self._parse(request), (), normalize)
+            found = (identity[0], identity[1], ())
+            with self._asking:
+                if len(self._asked_identities) >= ASKED_IDENTITIES:
+                    # The oldest goes (dicts keep insertion order); parsed again if asked.
+                    del self._asked_identities[next(iter(self._asked_identities))]
+                self._asked_identities[key] = found
+        return found
 
     def _id_for(self, identity: tuple[str, str, tuple[Reference, ...]],
                 wanted: int | None) -> int:

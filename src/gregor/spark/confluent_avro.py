@@ -3,11 +3,18 @@ columns, ``from_confluent_avro(col("value"), registry_url, subject)``, and struc
 columns into such values, ``to_confluent_avro(col("sale"), registry_url, subject)``.
 
 Spark's own ``from_avro`` knows neither the 5-byte header nor a registry, and its
-spark-avro module is not among PySpark's jars, so decoding runs in Python: a pandas UDF
-in which fastavro reads each value with its writer's schema (found by the id in its
-header) and resolves it into the subject's latest schema, the reader's, whose shape
-the column takes. Records written with older versions read as the latest one (new
-fields take their defaults), as Avro's schema resolution defines it.
+spark-avro module is not among PySpark's jars. Each value is read with its writer's
+schema (found by the id in its header) and resolved into the subject's latest schema,
+the reader's, whose shape the column takes: records written with older versions read
+as the latest one (new fields take their defaults), as Avro's schema resolution
+defines it. Schemas that reference others (Confluent's schema references) are read
+with the schemas they reference.
+
+Decoding runs in the JVM when the session has gregor's jar (``io.gregor.spark.avro.
+ConfluentAvroDecoder``, Apache Avro's Java library, which PySpark ships): the records
+never go through Python. Without it, a pandas UDF decodes them with fastavro, several
+times slower (``python -m bench.spark_avro_bench`` measures both against the plain
+source).
 """
 
 from __future__ import annotations
@@ -20,12 +27,14 @@ from typing import Any
 import fastavro
 import fastavro.schema
 import pandas as pd
-from confluent_kafka.schema_registry import SchemaRegistryClient
-from pyspark.sql import Column
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from pyspark.sql import Column, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.functions import pandas_udf
 
 from gregor.schemas.framed_values import HEADER_SIZE, MAGIC, schema_id_of
+from gregor.spark import jvm_source_loaded
 
 _PRIMITIVES: dict[str, T.DataType] = {
     "null": T.NullType(), "boolean": T.BooleanType(), "int": T.IntegerType(),
@@ -36,9 +45,10 @@ _LOGICAL: dict[str, T.DataType] = {
     "date": T.DateType(), "timestamp-millis": T.TimestampType(),
     "timestamp-micros": T.TimestampType(), "uuid": T.StringType(),
 }
-_readers: dict[tuple[str, str], Callable[[bytes | None], dict[str, Any] | None]] = {}
+JVM_DECODER = "io.gregor.spark.avro.ConfluentAvroDecoder"
+_readers: dict[tuple[str, tuple[str, ...]], Callable[[bytes | None], dict[str, Any] | None]] = {}
 """Per Python worker: one reader per (registry, reader schema), writer schemas cached."""
-_writers: dict[str, Any] = {}
+_writers: dict[tuple[str, ...], Any] = {}
 """Per Python worker: the parsed schemas values are written with."""
 
 
@@ -77,20 +87,34 @@ def spark_type(schema: Any, named: dict[str, Any] | None = None) -> T.DataType:
     return spark_type(kind, named)
 
 
-def from_confluent_avro(column: Column | str, registry_url: str, subject: str) -> Column:
+def from_confluent_avro(column: Column | str, registry_url: str, subject: str,
+                        jvm: bool | None = None) -> Column:
     """A struct column of the values of ``column`` (binary, in Confluent's framing), in
     the shape of ``subject``'s latest schema (a record). A null, or a value not in the
-    framing, gives a null."""
-    latest = SchemaRegistryClient({"url": registry_url}).get_latest_version(subject)
-    reader_text = latest.schema.schema_str or ""
-    struct = spark_type(fastavro.schema.parse_schema(json.loads(reader_text)))
+    framing, gives a null. ``jvm``: decode in the JVM (True; the session must have
+    gregor's jar) or in Python (False); by default the JVM whenever it can."""
+    client = SchemaRegistryClient({"url": registry_url})
+    reader_texts = schema_texts(client, client.get_latest_version(subject).schema)
+    named: dict[str, Any] = {}
+    struct = spark_type(_parse(reader_texts, named), named)
     if not isinstance(struct, T.StructType):
         raise ValueError(f"{subject}'s latest schema is not a record")
+    spark = SparkSession.getActiveSession()
+    if jvm is None:
+        jvm = spark is not None and jvm_source_loaded(spark)
+    if jvm:
+        if spark is None:
+            raise ValueError("decoding in the JVM needs an active SparkSession")
+        name = f"gregor_from_confluent_avro_{abs(hash(struct.json()))}"
+        spark.udf.registerJavaFunction(name, JVM_DECODER, struct)
+        # Binary literals: the JVM side finds its reading by the array's identity.
+        return F.call_function(name, column, F.lit(bytearray(registry_url.encode())),
+                               F.lit(bytearray(json.dumps(reader_texts).encode())))
     names = [field.name for field in struct.fields]
 
     @pandas_udf(struct)  # type: ignore[call-overload]  # pyspark's stubs omit StructType
     def decode(values: pd.Series) -> pd.DataFrame:
-        read = _reader(registry_url, reader_text)
+        read = _reader(registry_url, tuple(reader_texts))
         empty = dict.fromkeys(names)
         return pd.DataFrame.from_records([read(value) or empty for value in values],
                                          columns=names)
@@ -98,18 +122,50 @@ def from_confluent_avro(column: Column | str, registry_url: str, subject: str) -
     return decode(column)
 
 
+def schema_texts(client: SchemaRegistryClient, schema: Schema) -> list[str]:
+    """The texts of ``schema`` and of the schemas it references (recursively), those
+    referenced first: the order in which a parser learns the names each one uses."""
+    texts: list[str] = []
+    seen: set[tuple[str, int]] = set()
+
+    def add(references: list[Any]) -> None:
+        for reference in references:
+            key = (reference.subject, int(reference.version))
+            if key in seen:
+                continue
+            seen.add(key)
+            found = client.get_version(reference.subject, int(reference.version)).schema
+            add(list(found.references or ()))
+            texts.append(found.schema_str or "null")
+
+    add(list(schema.references or ()))
+    texts.append(schema.schema_str or "null")
+    return texts
+
+
+def _parse(texts: list[str] | tuple[str, ...], named: dict[str, Any] | None = None) -> Any:
+    """The last of ``texts`` parsed by fastavro after those it references (their named
+    types gathered in ``named``)."""
+    named = {} if named is None else named
+    parsed = None
+    for text in texts:
+        parsed = fastavro.schema.parse_schema(json.loads(text), named_schemas=named)
+    return parsed
+
+
 def to_confluent_avro(column: Column | str, registry_url: str, subject: str) -> Column:
     """A binary column of the structs of ``column`` in Confluent's framing, written
     with ``subject``'s latest schema (found now, on the driver, as confluent-kafka's
     serializer does with ``use.latest.version``): what any Confluent deserializer
     reads. A null struct gives a null value."""
-    latest = SchemaRegistryClient({"url": registry_url}).get_latest_version(subject)
+    client = SchemaRegistryClient({"url": registry_url})
+    latest = client.get_latest_version(subject)
     header = bytes([MAGIC]) + int(latest.schema_id or 0).to_bytes(4, "big")
-    writer_text = latest.schema.schema_str or ""
+    writer_texts = tuple(schema_texts(client, latest.schema))
 
     @pandas_udf(T.BinaryType())  # type: ignore[call-overload]
     def encode(rows: pd.DataFrame) -> pd.Series:
-        writer = _writer_schema(writer_text)
+        writer = _writer_schema(writer_texts)
         encoded: list[bytes | None] = []
         for row in rows.to_dict("records"):
             if all(value is None for value in row.values()):
@@ -124,18 +180,18 @@ def to_confluent_avro(column: Column | str, registry_url: str, subject: str) -> 
     return encode(column)
 
 
-def _writer_schema(text: str) -> Any:
-    if text not in _writers:
-        _writers[text] = fastavro.schema.parse_schema(json.loads(text))
-    return _writers[text]
+def _writer_schema(texts: tuple[str, ...]) -> Any:
+    if texts not in _writers:
+        _writers[texts] = _parse(texts)
+    return _writers[texts]
 
 
-def _reader(registry_url: str, reader_text: str,
+def _reader(registry_url: str, reader_texts: tuple[str, ...],
             ) -> Callable[[bytes | None], dict[str, Any] | None]:
-    key = (registry_url, reader_text)
+    key = (registry_url, reader_texts)
     if key not in _readers:
         client = SchemaRegistryClient({"url": registry_url})
-        reader_schema = fastavro.schema.parse_schema(json.loads(reader_text))
+        reader_schema = _parse(reader_texts)
         # id -> (writer schema, reader schema or None when they are the same: fastavro
         # then skips resolution, a third of the time per record)
         writers: dict[int, tuple[Any, Any]] = {}
@@ -145,10 +201,9 @@ def _reader(registry_url: str, reader_text: str,
             if value is None or schema_id is None:
                 return None
             if schema_id not in writers:
-                text = client.get_schema(schema_id).schema_str or "null"
-                writers[schema_id] = (
-                    fastavro.schema.parse_schema(json.loads(text)),
-                    None if json.loads(text) == json.loads(reader_text) else reader_schema)
+                texts = tuple(schema_texts(client, client.get_schema(schema_id)))
+                writers[schema_id] = (_parse(texts),
+                                      None if texts == reader_texts else reader_schema)
             writer, resolved_into = writers[schema_id]
             record = fastavro.schemaless_reader(io.BytesIO(value[HEADER_SIZE:]), writer,
                                                 resolved_into)

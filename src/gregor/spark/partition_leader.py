@@ -5,16 +5,14 @@ Executors read record batches as the broker stores them, so they speak the proto
 themselves (requests and responses encoded by kio through :mod:`gregor.protocol.codec`)
 rather than through a consumer library that hands out one object per record.  A task
 reads one partition, one request at a time, except that the next Fetch may be sent
-before the answer to the previous one has been used (:meth:`LeaderConnection.send`).
+before the answer to the previous one has been used (:meth:`BrokerConnection.send`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import socket
 import struct
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,8 +21,15 @@ from kio.schema.fetch.v12 import request as fetch_request
 from kio.schema.list_offsets.v7 import request as list_offsets_request
 from kio.schema.metadata.v12 import request as metadata_request
 
+from gregor.client.connection import (
+    BrokerConnection,
+    BrokerUnavailable,
+    ClientSettings,
+    bootstrap_connection,
+    parse_bootstrap,
+)
 from gregor.protocol.api_keys import ApiKey
-from gregor.protocol.codec import build, decode_response, encode_request
+from gregor.protocol.codec import build
 from gregor.protocol.errors import ErrorCode
 
 FETCH_VERSION = 12
@@ -35,24 +40,18 @@ READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 _SIZE = struct.Struct(">i")
 
 
-class LeaderUnavailable(Exception):
-    """No connection to the partition's leader right now; metadata may say another one."""
-
-
 @dataclass(frozen=True)
-class FetchSettings:
+class FetchSettings(ClientSettings):
     """The consumer settings a Fetch uses, named as in Kafka's clients (``kafka.`` options);
     the defaults are librdkafka's, except the larger per-partition size, which lets one
     request carry a good share of a micro-batch."""
 
-    bootstrap: tuple[tuple[str, int], ...]
     client_id: str = "gregor-spark"
     max_wait_ms: int = 500
     min_bytes: int = 1
     max_bytes: int = 52_428_800
     partition_max_bytes: int = 8 << 20
     isolation_level: int = READ_UNCOMMITTED
-    socket_timeout_ms: int = 60_000
     retry_backoff_ms: int = 100
 
     @classmethod
@@ -94,79 +93,6 @@ class FetchSettings:
         )
 
 
-def parse_bootstrap(servers: str) -> tuple[tuple[str, int], ...]:
-    """``host:port`` pairs from a bootstrap list (``PLAINTEXT://`` prefixes and IPv6
-    brackets allowed, as in Kafka's clients)."""
-    addresses = []
-    for item in servers.split(","):
-        item = item.strip().rsplit("://", 1)[-1]
-        if not item:
-            continue
-        host, sep, port = item.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError(f"bootstrap server {item!r} is not host:port")
-        addresses.append((host.strip("[]"), int(port)))
-    if not addresses:
-        raise ValueError(f"no bootstrap server in {servers!r}")
-    return tuple(addresses)
-
-
-class LeaderConnection:
-    """One blocking connection; requests may be pipelined, answers come back in order."""
-
-    def __init__(self, address: tuple[str, int], settings: FetchSettings) -> None:
-        self._client_id = settings.client_id
-        try:
-            self._socket = socket.create_connection(
-                address, timeout=settings.socket_timeout_ms / 1000)
-        except OSError as exc:
-            raise LeaderUnavailable(f"cannot connect to {address[0]}:{address[1]}: {exc}") \
-                from exc
-        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._correlation_id = 0
-        self._in_flight: deque[tuple[int, int, int]] = deque()
-
-    def send(self, api_key: int, version: int, body: Any) -> None:
-        self._correlation_id += 1
-        frame = encode_request(api_key, version, self._correlation_id, self._client_id, body)
-        try:
-            self._socket.sendall(frame)
-        except OSError as exc:
-            raise LeaderUnavailable(f"sending a request failed: {exc}") from exc
-        self._in_flight.append((api_key, version, self._correlation_id))
-
-    def receive(self) -> Any:
-        """The answer to the oldest request sent."""
-        api_key, version, expected = self._in_flight.popleft()
-        try:
-            (size,) = _SIZE.unpack(self._read(_SIZE.size))
-            frame = self._read(size)
-        except OSError as exc:
-            raise LeaderUnavailable(f"reading an answer failed: {exc}") from exc
-        correlation_id, body = decode_response(api_key, version, memoryview(frame).toreadonly())
-        if correlation_id != expected:
-            raise LeaderUnavailable(f"answer {correlation_id} to request {expected}")
-        return body
-
-    def request(self, api_key: int, version: int, body: Any) -> Any:
-        self.send(api_key, version, body)
-        return self.receive()
-
-    def close(self) -> None:
-        self._socket.close()
-
-    def _read(self, size: int) -> bytearray:
-        buf = bytearray(size)
-        view = memoryview(buf)
-        got = 0
-        while got < size:
-            n = self._socket.recv_into(view[got:])
-            if n == 0:
-                raise OSError("connection closed by the broker")
-            got += n
-        return buf
-
-
 class PartitionLeader:
     """The connection to one partition's current leader, found (again) through metadata
     whenever the caller says the last one is gone or no longer leads."""
@@ -176,10 +102,10 @@ class PartitionLeader:
         self.partition = partition
         self.settings = settings
         self.epoch = -1
-        self._connection: LeaderConnection | None = None
+        self._connection: BrokerConnection | None = None
 
     @property
-    def connection(self) -> LeaderConnection:
+    def connection(self) -> BrokerConnection:
         if self._connection is None:
             self._connection = self._connect()
         return self._connection
@@ -214,7 +140,7 @@ class PartitionLeader:
                     if answer.error_code != ErrorCode.none:
                         return _with_error(data, answer.error_code)
                     return data
-        raise LeaderUnavailable(f"the fetch answer has no {self.topic}-{self.partition} "
+        raise BrokerUnavailable(f"the fetch answer has no {self.topic}-{self.partition} "
                                 f"({ErrorCode(answer.error_code).name})")
 
     def list_offset(self, timestamp: int) -> int:
@@ -230,22 +156,22 @@ class PartitionLeader:
         answer = self.connection.request(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, body)
         found = answer.topics[0].partitions[0]
         if found.error_code != ErrorCode.none:
-            raise LeaderUnavailable(f"{self.topic}-{self.partition}: ListOffsets answered "
+            raise BrokerUnavailable(f"{self.topic}-{self.partition}: ListOffsets answered "
                                     f"{ErrorCode(found.error_code).name}")
         return int(found.offset)
 
     def close(self) -> None:
         self.forget()
 
-    def _connect(self) -> LeaderConnection:
+    def _connect(self) -> BrokerConnection:
         connection = bootstrap_connection(self.settings)
         try:
             leader = self._leader(connection)
         finally:
             connection.close()
-        return LeaderConnection(leader, self.settings)
+        return BrokerConnection(leader, self.settings)
 
-    def _leader(self, connection: LeaderConnection) -> tuple[str, int]:
+    def _leader(self, connection: BrokerConnection) -> tuple[str, int]:
         answer = connection.request(ApiKey.METADATA, METADATA_VERSION,
                                     metadata_body([self.topic], create=False))
         brokers = {b.node_id: (b.host, int(b.port)) for b in answer.brokers}
@@ -253,24 +179,13 @@ class PartitionLeader:
             if topic.name != self.topic:
                 continue
             if topic.error_code != ErrorCode.none:
-                raise LeaderUnavailable(
+                raise BrokerUnavailable(
                     f"{self.topic}: metadata says {ErrorCode(topic.error_code).name}")
             for p in topic.partitions:
                 if p.partition_index == self.partition and p.leader_id in brokers:
                     self.epoch = int(p.leader_epoch)
                     return brokers[p.leader_id]
-        raise LeaderUnavailable(f"{self.topic}-{self.partition} has no live leader in metadata")
-
-
-def bootstrap_connection(settings: FetchSettings) -> LeaderConnection:
-    """A connection to the first bootstrap server that accepts one."""
-    failures = []
-    for address in settings.bootstrap:
-        try:
-            return LeaderConnection(address, settings)
-        except LeaderUnavailable as exc:
-            failures.append(str(exc))
-    raise LeaderUnavailable("no bootstrap server answered: " + "; ".join(failures))
+        raise BrokerUnavailable(f"{self.topic}-{self.partition} has no live leader in metadata")
 
 
 def metadata_body(topics: Sequence[str], create: bool) -> Any:

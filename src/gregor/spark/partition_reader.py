@@ -23,12 +23,13 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from gregor.client.connection import BrokerUnavailable
 from gregor.protocol.compression import CompressionType, decompress
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.record_batch import HEADER_SIZE, BatchHeader, validate_batch
 from gregor.protocol.record_codec import iter_batches
 from gregor.spark.aborted_transactions import AbortedTransactions
-from gregor.spark.partition_leader import READ_COMMITTED, LeaderUnavailable, PartitionLeader
+from gregor.spark.partition_leader import READ_COMMITTED, PartitionLeader
 from gregor.spark.partition_range import PartitionRange, report_data_loss
 from gregor.spark.record_columns import ChunkBuilder
 
@@ -108,7 +109,7 @@ class _RangeReader:
                 leader.send_fetch(self.position)
             self._in_flight = False
             data = leader.receive_fetch()
-        except LeaderUnavailable as exc:
+        except BrokerUnavailable as exc:
             self._in_flight = False
             self._retry_later(str(exc))
             return None
@@ -148,7 +149,7 @@ class _RangeReader:
             try:
                 self._leader.send_fetch(self.position)
                 self._in_flight = True
-            except LeaderUnavailable as exc:
+            except BrokerUnavailable as exc:
                 self._retry_later(str(exc))
         return [
             (view[HEADER_SIZE:] if header.compression == CompressionType.NONE
@@ -180,7 +181,7 @@ class _RangeReader:
         try:
             low = self._leader.list_offset(EARLIEST_TIMESTAMP)
             high = self._leader.list_offset(LATEST_TIMESTAMP)
-        except LeaderUnavailable as exc:
+        except BrokerUnavailable as exc:
             self._retry_later(str(exc))
             return
         report_data_loss(

@@ -22,11 +22,12 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.produce.v9 import request as produce_request
 
+from gregor.client.connection import BrokerUnavailable
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.record_codec import Record, decode_records, encode_batch, iter_batches
-from gregor.spark.partition_leader import FetchSettings, LeaderUnavailable, PartitionLeader
+from gregor.spark.partition_leader import FetchSettings, PartitionLeader
 from gregor.spark.transactional_producer import (
     ACKS_ALL,
     PRODUCE_TIMEOUT,
@@ -79,13 +80,13 @@ def last_decision(settings: FetchSettings, topic: str) -> BatchDecision | None:
         leader.send_fetch(end - 1)
         data = leader.receive_fetch()
         if data.error_code != ErrorCode.none:
-            raise LeaderUnavailable(f"{topic}: Fetch answered {ErrorCode(data.error_code).name}")
+            raise BrokerUnavailable(f"{topic}: Fetch answered {ErrorCode(data.error_code).name}")
         records = [r for batch in iter_batches(data.records or b"")
                    for r in decode_records(batch)[1]]
     finally:
         leader.close()
     if not records or records[-1].value is None:
-        raise LeaderUnavailable(f"{topic}: no record at offset {end - 1}")
+        raise BrokerUnavailable(f"{topic}: no record at offset {end - 1}")
     return BatchDecision.decode(records[-1].value)
 
 

@@ -27,17 +27,11 @@ from kio.schema.find_coordinator.v3 import request as find_coordinator_request
 from kio.schema.init_producer_id.v4 import request as init_producer_id_request
 from kio.schema.produce.v9 import request as produce_request
 
+from gregor.client.connection import BrokerConnection, BrokerUnavailable, bootstrap_connection
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build
 from gregor.protocol.errors import ErrorCode
-from gregor.spark.partition_leader import (
-    METADATA_VERSION,
-    FetchSettings,
-    LeaderConnection,
-    LeaderUnavailable,
-    bootstrap_connection,
-    metadata_body,
-)
+from gregor.spark.partition_leader import METADATA_VERSION, FetchSettings, metadata_body
 from gregor.spark.record_encoder import BatchBuilder
 
 log = logging.getLogger(__name__)
@@ -102,11 +96,11 @@ class Coordinators:
 
     def __init__(self, settings: FetchSettings) -> None:
         self.settings = settings
-        self._bootstrap: LeaderConnection | None = None
-        self._connections: dict[tuple[str, int], LeaderConnection] = {}
+        self._bootstrap: BrokerConnection | None = None
+        self._connections: dict[tuple[str, int], BrokerConnection] = {}
 
-    def find(self, transactional_id: str) -> LeaderConnection:
-        """The connection to the id's coordinator; raises :class:`LeaderUnavailable`."""
+    def find(self, transactional_id: str) -> BrokerConnection:
+        """The connection to the id's coordinator; raises :class:`BrokerUnavailable`."""
         body = build(find_coordinator_request.FindCoordinatorRequest,
                      key=transactional_id, key_type=TRANSACTION_KEY_TYPE)
         if self._bootstrap is None:
@@ -114,20 +108,20 @@ class Coordinators:
         try:
             answer = self._bootstrap.request(ApiKey.FIND_COORDINATOR, FIND_COORDINATOR_VERSION,
                                              body)
-        except LeaderUnavailable:
+        except BrokerUnavailable:
             self._bootstrap.close()
             self._bootstrap = None
             raise
         if answer.error_code != ErrorCode.none:
-            raise LeaderUnavailable(f"FindCoordinator({transactional_id}): "
+            raise BrokerUnavailable(f"FindCoordinator({transactional_id}): "
                                     f"{ErrorCode(answer.error_code).name}")
         address = (answer.host, int(answer.port))
         connection = self._connections.get(address)
         if connection is None:
-            connection = self._connections[address] = LeaderConnection(address, self.settings)
+            connection = self._connections[address] = BrokerConnection(address, self.settings)
         return connection
 
-    def drop(self, connection: LeaderConnection) -> None:
+    def drop(self, connection: BrokerConnection) -> None:
         """A connection that failed: closed for everyone, opened again by the next find."""
         connection.close()
         self._connections = {a: c for a, c in self._connections.items() if c is not connection}
@@ -149,7 +143,7 @@ class TransactionCoordinatorClient:
         self.transactional_id = transactional_id
         self._own = coordinators is None
         self.coordinators = coordinators or Coordinators(settings)
-        self._connection: LeaderConnection | None = None
+        self._connection: BrokerConnection | None = None
 
     def request(self, api_key: ApiKey, version: int, body: Any,
                 error_of: Any = lambda answer: answer.error_code) -> Any:
@@ -157,7 +151,7 @@ class TransactionCoordinatorClient:
         for _ in range(RETRIES):
             try:
                 answer = self._coordinator().request(api_key, version, body)
-            except LeaderUnavailable:
+            except BrokerUnavailable:
                 self._drop()
                 time.sleep(self.settings.retry_backoff_ms / 1000)
                 continue
@@ -171,22 +165,22 @@ class TransactionCoordinatorClient:
                                 f"after {RETRIES} attempts")
 
     def connect(self) -> None:
-        """Find the coordinator and connect, once; raises :class:`LeaderUnavailable`."""
+        """Find the coordinator and connect, once; raises :class:`BrokerUnavailable`."""
         self._coordinator()
 
     def send(self, api_key: ApiKey, version: int, body: Any) -> None:
         """Send once, without waiting for the answer (:meth:`receive`); raises
-        :class:`LeaderUnavailable` if the coordinator cannot be found or reached."""
+        :class:`BrokerUnavailable` if the coordinator cannot be found or reached."""
         self._coordinator().send(api_key, version, body)
 
     def receive(self) -> Any:
         """The answer to what :meth:`send` sent (answers on a shared connection come in
-        the order of the sends); on :class:`LeaderUnavailable` the connection is
+        the order of the sends); on :class:`BrokerUnavailable` the connection is
         dropped, so that :meth:`request` starts afresh."""
         assert self._connection is not None, "receive() without send()"
         try:
             return self._connection.receive()
-        except LeaderUnavailable:
+        except BrokerUnavailable:
             self._drop()
             raise
 
@@ -200,7 +194,7 @@ class TransactionCoordinatorClient:
             self.coordinators.drop(self._connection)
             self._connection = None
 
-    def _coordinator(self) -> LeaderConnection:
+    def _coordinator(self) -> BrokerConnection:
         if self._connection is None:
             self._connection = self.coordinators.find(self.transactional_id)
         return self._connection
@@ -231,14 +225,14 @@ def end_transactions(settings: FetchSettings, transactions: Iterable[Transaction
     failures = []
     try:
         for _, client, _ in ending:
-            with contextlib.suppress(LeaderUnavailable):  # found again when it is sent
+            with contextlib.suppress(BrokerUnavailable):  # found again when it is sent
                 client.connect()
         sent = []
         for _, client, body in ending:
             try:
                 client.send(ApiKey.END_TXN, END_TXN_VERSION, body)
                 sent.append(True)
-            except LeaderUnavailable:
+            except BrokerUnavailable:
                 sent.append(False)
         # Every answer read before any retry: a retry's request on a shared connection
         # would otherwise read an answer meant for another id.
@@ -246,7 +240,7 @@ def end_transactions(settings: FetchSettings, transactions: Iterable[Transaction
         for (_, client, _), was_sent in zip(ending, sent, strict=True):
             try:
                 answers.append(client.receive() if was_sent else None)
-            except LeaderUnavailable:
+            except BrokerUnavailable:
                 answers.append(None)
         for (txn, client, body), answer in zip(ending, answers, strict=True):
             try:
@@ -294,7 +288,7 @@ def fence(settings: FetchSettings, transactional_ids: Iterable[str], timeout_ms:
             try:
                 init_producer_id(TransactionCoordinatorClient(
                     settings, transactional_id, coordinators), timeout_ms)
-            except (TransactionFailed, LeaderUnavailable) as exc:
+            except (TransactionFailed, BrokerUnavailable) as exc:
                 log.warning("could not abort the transaction of %s (%s): it ends at its "
                             "timeout", transactional_id, exc)
     finally:
@@ -329,7 +323,7 @@ def topic_exists(settings: FetchSettings, topic: str) -> bool:
     (found,) = _metadata(settings, [topic], create=False).topics
     error = ErrorCode(found.error_code)
     if error not in (ErrorCode.none, ErrorCode.unknown_topic_or_partition):
-        raise LeaderUnavailable(f"metadata of {topic}: {error.name}")
+        raise BrokerUnavailable(f"metadata of {topic}: {error.name}")
     return error == ErrorCode.none
 
 
@@ -402,7 +396,7 @@ class TransactionalProducer:
         self.transaction = init_producer_id(self.coordinator, timeout_ms)
         self._leaders: dict[str, list[tuple[str, int]]] = {}
         self._partitions: dict[tuple[str, int], _Partition] = {}
-        self._connections: dict[tuple[str, int], LeaderConnection] = {}
+        self._connections: dict[tuple[str, int], BrokerConnection] = {}
         self._in_flight: dict[tuple[str, int], int] = {}
         self.records = 0
 
@@ -540,7 +534,7 @@ class TransactionalProducer:
         while self._in_flight.get(leader, 0) >= MAX_IN_FLIGHT:
             self._receive(leader)
         if leader not in self._connections:
-            self._connections[leader] = LeaderConnection(leader, self.settings)
+            self._connections[leader] = BrokerConnection(leader, self.settings)
         self._connections[leader].send(ApiKey.PRODUCE, PRODUCE_VERSION, body)
         self._in_flight[leader] = self._in_flight.get(leader, 0) + 1
 
