@@ -271,7 +271,7 @@ class ZkController:
                   for topic, index, state in chunk]
         ops.append(znodes.state_change_node(firsts))
         try:
-            await self.zk.multi(ops)
+            written = await self.zk.multi(ops)
         except TransactionFailed as exc:
             self._check_fenced(exc)
             # Some exist already (an earlier controller's partial work, or the cache
@@ -279,7 +279,7 @@ class ZkController:
             for topic, index, state in chunk:
                 await self._create_state(topic, index, state)
             return
-        self.cache.apply_written(firsts)
+        self.cache.apply_written(firsts, written[-1])
         (first_topic, first, _), (last_topic, last, _) = chunk[0], chunk[-1]
         log.info("first states of %d partition(s) written, %s-%d to %s-%d", len(chunk),
                  first_topic, first, last_topic, last)
@@ -288,7 +288,7 @@ class ZkController:
         await self.zk.ensure(f"{znodes.partitions_path(topic)}/{index}")
         first = self._change(topic, index, replace(state, partition_epoch=0))
         try:
-            await self.zk.multi([
+            written = await self.zk.multi([
                 Check(znodes.CONTROLLER_EPOCH, self._epoch_version),
                 Create(znodes.partition_state_path(topic, index),
                        znodes.encode_partition_state(state)),
@@ -297,7 +297,7 @@ class ZkController:
         except TransactionFailed as exc:
             self._check_fenced(exc)  # else it exists already: the cache is catching up
             return
-        self.cache.apply_written([first])
+        self.cache.apply_written([first], written[-1])
         log.info("%s-%d: led by %d, ISR %s", topic, index, state.leader, list(state.isr))
 
     async def _write_changes(self, changes: list[_Change]) -> list[bool]:
@@ -324,7 +324,7 @@ class ZkController:
                    for c in chunk)
         ops.append(self._change_node(chunk))
         try:
-            await self.zk.multi(ops)
+            written = await self.zk.multi(ops)
         except TransactionFailed as exc:
             self._check_fenced(exc)
             versions = await self.zk.versions(
@@ -333,10 +333,10 @@ class ZkController:
                        if v == c.before.partition_epoch]
             if len(current) == len(chunk):  # refused for another reason
                 return [await self._write_one(change) for change in chunk]
-            written = dict(zip(map(id, current), await self._write_chunk(current),
+            retried = dict(zip(map(id, current), await self._write_chunk(current),
                                strict=True)) if current else {}
-            return [written.get(id(change), False) for change in chunk]
-        self.cache.apply_written(self._state_changes(chunk))
+            return [retried.get(id(change), False) for change in chunk]
+        self.cache.apply_written(self._state_changes(chunk), written[-1])
         for change in chunk:
             self._written(change)
         moved = sum(c.after.leader != c.before.leader for c in chunk)
@@ -347,7 +347,7 @@ class ZkController:
     async def _write_one(self, change: _Change) -> bool:
         """Write one partition's new state; False if it changed meanwhile (decide again)."""
         try:
-            await self.zk.multi([
+            written = await self.zk.multi([
                 Check(znodes.CONTROLLER_EPOCH, self._epoch_version),
                 SetData(znodes.partition_state_path(change.topic, change.index),
                         znodes.encode_partition_state(change.after),
@@ -358,7 +358,7 @@ class ZkController:
             # A leader changed the ISR meanwhile: decided again on the newer state.
             self._check_fenced(exc)
             return False
-        self.cache.apply_written(self._state_changes([change]))
+        self.cache.apply_written(self._state_changes([change]), written[-1])
         self._written(change, logging.INFO)
         return True
 

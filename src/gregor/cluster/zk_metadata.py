@@ -319,12 +319,13 @@ class ZkMetadataCache:
             # may hold thousands.
             log.info("applied %d partition state(s) from %d change node(s)", applied, len(new))
 
-    def apply_written(self, changes: list[znodes.StateChange]) -> None:
-        """States this broker (the controller) has just written: applied now rather than
-        when their change node is read back (thousands of states a batch, behind the
-        controller's other work), so that its own metadata answers, which clients and
-        brokers waiting for a controlled shutdown read, show them at once. The change
-        node read later finds them applied."""
+    def apply_written(self, changes: list[znodes.StateChange], node: str) -> None:
+        """States this broker (the controller) has just written with the change node
+        ``node``: applied now rather than when the node is read back (thousands of
+        states a batch, behind the controller's other work), so that its own metadata
+        answers, which clients and brokers waiting for a controlled shutdown read, show
+        them at once; and the node is not read back at all."""
+        self._seen_changes.add(node.rsplit("/", 1)[-1])
         for change in changes:
             self._apply_change(change)
         self._changed.set()
