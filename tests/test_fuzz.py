@@ -92,6 +92,8 @@ def _seed_value(field: dataclasses.Field, hint: Any, topic: str, records: bytes)
         return datetime.timedelta(0)
     if kind in ("int8", "int16", "int32", "int64"):
         return 0
+    if kind == "float64":  # a client quota's value (AlterClientQuotas)
+        return 1.0
     raise AssertionError(f"no seed value for {field.name} ({kind})")
 
 

@@ -43,9 +43,13 @@ class RegistryProcess:
         line = self.process.stdout.readline()
         found = re.search(r"on (http://(\S+))/ ", line)
         if found is None:
-            self.process.kill()
-            raise RuntimeError(f"schema registry did not start: {line}"
-                               f"{self.process.stdout.read()}")
+            # Its last words (a traceback being printed) first: killed at once, it lost them.
+            try:
+                rest, _ = self.process.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                rest, _ = self.process.communicate()
+            raise RuntimeError(f"schema registry did not start: {line}{rest}")
         self.url, self.listen = found.group(1), found.group(2)
         threading.Thread(target=self.output.extend, args=(self.process.stdout,),
                          name="registry-output", daemon=True).start()
