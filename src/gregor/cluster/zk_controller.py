@@ -279,7 +279,7 @@ class ZkController:
             for topic, index, state in chunk:
                 await self._create_state(topic, index, state)
             return
-        self.cache.apply_written(firsts, written[-1])
+        await self.cache.apply_written(firsts, written[-1])
         (first_topic, first, _), (last_topic, last, _) = chunk[0], chunk[-1]
         log.info("first states of %d partition(s) written, %s-%d to %s-%d", len(chunk),
                  first_topic, first, last_topic, last)
@@ -297,7 +297,7 @@ class ZkController:
         except TransactionFailed as exc:
             self._check_fenced(exc)  # else it exists already: the cache is catching up
             return
-        self.cache.apply_written([first], written[-1])
+        await self.cache.apply_written([first], written[-1])
         log.info("%s-%d: led by %d, ISR %s", topic, index, state.leader, list(state.isr))
 
     async def _write_changes(self, changes: list[_Change]) -> list[bool]:
@@ -336,7 +336,7 @@ class ZkController:
             retried = dict(zip(map(id, current), await self._write_chunk(current),
                                strict=True)) if current else {}
             return [retried.get(id(change), False) for change in chunk]
-        self.cache.apply_written(self._state_changes(chunk), written[-1])
+        await self.cache.apply_written(self._state_changes(chunk), written[-1])
         for change in chunk:
             self._written(change)
         moved = sum(c.after.leader != c.before.leader for c in chunk)
@@ -358,7 +358,7 @@ class ZkController:
             # A leader changed the ISR meanwhile: decided again on the newer state.
             self._check_fenced(exc)
             return False
-        self.cache.apply_written(self._state_changes([change]), written[-1])
+        await self.cache.apply_written(self._state_changes([change]), written[-1])
         self._written(change, logging.INFO)
         return True
 

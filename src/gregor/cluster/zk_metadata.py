@@ -55,6 +55,8 @@ class MetadataListeners:
 
 # How often a wait_until condition is asked again while the image keeps changing.
 _RECHECK_S = 0.02
+# Partition states applied between two turns of the event loop.
+_APPLY_SLICE = 50
 # The serialization key of every refresh of the dynamic broker configs.
 _BROKER_CONFIGS_KEY = "broker-configs"
 
@@ -311,24 +313,34 @@ class ZkMetadataCache:
         applied = 0
         for data in found:
             if data is not None:
-                for change in znodes.decode_state_changes(data[0], self._replicas):
-                    self._apply_change(change)
-                    applied += 1
+                changes = znodes.decode_state_changes(data[0], self._replicas)
+                await self._apply_changes(changes)
+                applied += len(changes)
         if applied:
             # One line, not one a partition (those are at DEBUG): a controller's batch
             # may hold thousands.
             log.info("applied %d partition state(s) from %d change node(s)", applied, len(new))
 
-    def apply_written(self, changes: list[znodes.StateChange], node: str) -> None:
+    async def apply_written(self, changes: list[znodes.StateChange], node: str) -> None:
         """States this broker (the controller) has just written with the change node
         ``node``: applied now rather than when the node is read back (thousands of
         states a batch, behind the controller's other work), so that its own metadata
         answers, which clients and brokers waiting for a controlled shutdown read, show
         them at once; and the node is not read back at all."""
         self._seen_changes.add(node.rsplit("/", 1)[-1])
-        for change in changes:
-            self._apply_change(change)
+        await self._apply_changes(changes)
         self._changed.set()
+
+    async def _apply_changes(self, changes: list[znodes.StateChange]) -> None:
+        """Apply ``changes``, letting the event loop serve others every
+        ``_APPLY_SLICE``: a new partition opens its log here, a few milliseconds on a
+        busy disk, and 10,000 of them at once held the loop for half a minute, longer
+        than replica.lag.time.max.ms, so that this broker's followers, unserved, fell
+        out of every ISR it leads."""
+        for done, change in enumerate(changes, start=1):
+            self._apply_change(change)
+            if done % _APPLY_SLICE == 0:
+                await asyncio.sleep(0)
 
     def _replicas(self, name: str, index: int) -> tuple[int, ...]:
         topic = self.image.topics.get(name)
