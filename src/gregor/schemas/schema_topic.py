@@ -66,12 +66,19 @@ class SchemaTopic:
         partition's high watermark now): a new primary must have seen every id."""
         # Asked of an admin client: the reader's consumer blocks in consume meanwhile.
         partition = TopicPartition(self.topic, 0)
-        futures = self._admin.list_offsets({partition: OffsetSpec.latest()},
-                                           request_timeout=self.timeout)
-        try:
-            end = futures[partition].result(self.timeout).offset
-        except KafkaException as exc:
-            raise errors.store_error(f"reading the end of {self.topic}: {exc}") from None
+        deadline = time.monotonic() + self.timeout
+        while True:
+            futures = self._admin.list_offsets({partition: OffsetSpec.latest()},
+                                               request_timeout=self.timeout)
+            try:
+                end = futures[partition].result(self.timeout).offset
+                break
+            except KafkaException as exc:
+                # A topic just created: its leader may not have opened it yet
+                # (UNKNOWN_TOPIC_OR_PARTITION, retriable as in Kafka).
+                if not exc.args[0].retriable() or time.monotonic() > deadline:
+                    raise errors.store_error(f"reading the end of {self.topic}: {exc}") from None
+                time.sleep(0.1)
         self._wait_applied(end)
 
     def write(self, key: bytes, value: bytes | None) -> None:
