@@ -304,6 +304,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("follower.replication.throttled.rate", ConfigType.LONG, _MAX_LONG,
                   "bytes/s a follower fetches of throttled replicas (changes while running)",
                   minimum=0),
+        ConfigDef("replica.alter.log.dirs.io.max.bytes.per.second", ConfigType.LONG, _MAX_LONG,
+                  "bytes/s copied by moves between this broker's log directories (changes "
+                  "while running)", minimum=0),
         ConfigDef("replica.fetch.max.bytes", ConfigType.INT, 1024 * 1024,
                   "bytes a follower asks for per partition and fetch", minimum=0),
         ConfigDef("replica.fetch.response.max.bytes", ConfigType.INT, 10 * 1024 * 1024,
@@ -420,7 +423,8 @@ for _topic_def in TOPIC_CONFIGS.values():
 # one broker or as the cluster's default): the topics' defaults, Kafka's DynamicLogConfig.
 # Replication throttles (a reassignment's) are dynamic too, as in Kafka.
 REPLICATION_THROTTLES = ("leader.replication.throttled.rate",
-                         "follower.replication.throttled.rate")
+                         "follower.replication.throttled.rate",
+                         "replica.alter.log.dirs.io.max.bytes.per.second")
 DYNAMIC_BROKER_CONFIGS = frozenset(
     d.broker_synonym for d in TOPIC_CONFIGS.values() if d.broker_synonym) | frozenset(
     REPLICATION_THROTTLES)
@@ -572,6 +576,11 @@ class BrokerConfig:
     @property
     def log_dir(self) -> Path:
         return Path(self.values["log.dirs"][0])
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        """Every directory of ``log.dirs`` (JBOD), each holding its own partitions."""
+        return [Path(path) for path in self.values["log.dirs"]]
 
     @property
     def source_address(self) -> str | None:

@@ -24,6 +24,7 @@ from gregor.broker.router import Router
 from gregor.broker.shutdown import CLOSE_BOUND_S, StopSignals, shutdown_bound_s
 from gregor.cluster.acl_store import AclStore, ImageAcls
 from gregor.cluster.controller import ClusterAdmin, SingleNodeController
+from gregor.cluster.log_dir_events import LogDirFailureNotifier
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
 from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.replica_manager import ReplicaManager
@@ -62,7 +63,7 @@ class Broker:
         self.config = config
         self.broker_id = config.node_id
         config.log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_manager = LogManager(config.log_dir)
+        self.log_manager = LogManager(config.log_dirs)
         self.log_flusher = LogFlusher()
         self.log_manager.segment_flusher = self.log_flusher.segment_rolled
         self.log_manager.active_segment_flusher = self.log_flusher.segment_due
@@ -79,6 +80,9 @@ class Broker:
                 alter_isr=self.cluster.admin.alter_isr, isr_eligible=self.cluster.isr_eligible,
                 channel_security=channel_security)
             self.controller = self.cluster.admin
+            # Partitions lost with a failed log directory, told to the controller.
+            self.log_dir_failures = LogDirFailureNotifier(self.cluster.zk, self.broker_id)
+            self.replica_manager.on_offline = self.log_dir_failures.report
         else:
             self.image = MetadataImage.load(config.log_dir)
             self.replica_manager = ReplicaManager(config, self.log_manager)
@@ -147,6 +151,8 @@ class Broker:
             else:
                 for index, state in enumerate(topic.partitions):
                     self._partition_changed(topic, index, state)
+        if self.log_manager.futures:  # moves between log directories a stop interrupted
+            self.replica_manager.moves.resume()
 
     def _partition_changed(self, topic: TopicMetadata, index: int, state: PartitionState) -> None:
         """Follow the controller's decision for one partition: lead, follow, or drop it."""
@@ -190,6 +196,7 @@ class Broker:
         endpoints = self._endpoints()
         if self.cluster is not None:
             await self.cluster.register(endpoints)
+            self.log_dir_failures.registered()
         else:
             # Alone, the broker is the cluster's only live broker and its controller.
             self.image.brokers = {self.broker_id: BrokerRegistration(

@@ -136,7 +136,8 @@ def _read_partition(broker: Broker, topic: str, wanted, budget: int, replica_id:
                     ) -> tuple[FetchedPartition, int]:
     partition = broker.replica_manager.get(topic, wanted.partition)
     if partition is None:
-        return FetchedPartition(wanted.partition, ErrorCode.unknown_topic_or_partition,
+        return FetchedPartition(wanted.partition,
+                                broker.replica_manager.missing_error(topic, wanted.partition),
                                 -1, -1, -1, None), 0
     start = partition.log_start_offset
     error = _refusal(partition, wanted, replica_id)

@@ -66,7 +66,7 @@ async def handle(broker: Broker, request: Request):
             if not described:
                 error = ErrorCode.topic_authorization_failed
             elif partition is None:
-                error = ErrorCode.unknown_topic_or_partition
+                error = broker.replica_manager.missing_error(topic.name, query.partition_index)
             elif 0 <= requested_epoch != partition.leader_epoch:
                 error = (ErrorCode.fenced_leader_epoch
                          if requested_epoch < partition.leader_epoch

@@ -1,12 +1,14 @@
-"""DescribeLogDirs and AlterReplicaLogDirs: the partitions this broker keeps in its log
-directory, each with its size on disk, as ``kafka-log-dirs.sh --describe`` and admin
-clients' ``describe_log_dirs`` ask for them (the only way a Kafka client learns a topic's
-size), and moves between directories, as ``kafka-reassign-partitions.sh`` asks for them.
+"""DescribeLogDirs and AlterReplicaLogDirs: each of this broker's log directories with
+the partitions it keeps there and their sizes on disk, as ``kafka-log-dirs.sh
+--describe`` and admin clients' ``describe_log_dirs`` ask for them (the only way a
+Kafka client learns a topic's size), and moves between directories, as
+``kafka-reassign-partitions.sh`` asks for them with a plan's ``log_dirs``.
 
-gregor keeps every partition in one directory, the first of ``log.dirs``, so a replica
-only ever "moves" to where it is, and none is a "future" one. The offset lag is Kafka's
-for a current replica: how far the log end lags the high watermark, which it never does
-here but for a follower truncated below it.
+As in Kafka: an offline directory (KIP-112) is answered KAFKA_STORAGE_ERROR; a replica
+moving shows twice, in its current directory and, as a *future* replica, in its
+destination, whose offset lag is how far the copy is behind the current log; a current
+replica's lag is how far its log end is below the high watermark (only for a follower
+truncated below it).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
 from gregor.security.acls import Operation, ResourceType
+from gregor.storage.log_manager import LogDir
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -35,59 +38,65 @@ async def handle_describe(broker: Broker, request: Request):
     if not allowed(broker, request, Operation.DESCRIBE, ResourceType.CLUSTER):
         return build(response_schema(_KEY, version), throttle_time=datetime.timedelta(0),
                      error_code=ErrorCode.cluster_authorization_failed, results=())
-    hosted = broker.replica_manager.partitions
+    manager = broker.log_manager
     asked = request.body.topics
-    if asked is None:
-        wanted = list(hosted)
-    else:  # what is asked and hosted here, as Kafka leaves out the rest
-        wanted = [(t.topic, index) for t in asked for index in t.partitions
-                  if (t.topic, index) in hosted]
+    wanted = None if asked is None else {(t.topic, index) for t in asked
+                                         for index in t.partitions}
+    results = tuple(_describe_dir(broker, d, version, wanted) for d in manager.dirs.values())
+    return build(response_schema(_KEY, version), throttle_time=datetime.timedelta(0),
+                 error_code=ErrorCode.none, results=results)
+
+
+def _describe_dir(broker: Broker, d: LogDir, version: int,
+                  wanted: set[tuple[str, int]] | None):
+    result_cls = nested(_KEY, version, "DescribeLogDirsResult")
+    if not d.online:
+        return build(result_cls, error_code=ErrorCode.kafka_storage_error, log_dir=str(d.path),
+                     topics=(), total_bytes=-1, usable_bytes=-1)
+    manager, hosted = broker.log_manager, broker.replica_manager.partitions
     by_topic: defaultdict[str, list] = defaultdict(list)
     partition_cls = nested(_KEY, version, "DescribeLogDirsPartition")
-    for tp in sorted(set(wanted)):
-        partition = hosted[tp]
-        log = partition.log
-        by_topic[tp[0]].append(build(
-            partition_cls, partition_index=tp[1], partition_size=log.size,
-            offset_lag=max(0, partition.high_watermark - log.log_end_offset),
-            is_future_key=False))
+    for logs, future in ((manager.logs, False), (manager.futures, True)):
+        for tp, lg in sorted(logs.items()):
+            if manager.dir_of(lg) != d.path or (wanted is not None and tp not in wanted):
+                continue
+            partition = hosted.get(tp)
+            if partition is None:
+                lag = -1
+            elif future:
+                lag = max(0, partition.log_end_offset - lg.log_end_offset)
+            else:
+                lag = max(0, partition.high_watermark - lg.log_end_offset)
+            by_topic[tp[0]].append(build(partition_cls, partition_index=tp[1],
+                                         partition_size=lg.size, offset_lag=lag,
+                                         is_future_key=future))
     topic_cls = nested(_KEY, version, "DescribeLogDirsTopic")
-    log_dir = _log_dir(broker)
-    disk = os.statvfs(log_dir)
-    result = build(nested(_KEY, version, "DescribeLogDirsResult"), error_code=ErrorCode.none,
-                   log_dir=str(log_dir),
-                   topics=tuple(build(topic_cls, name=name, partitions=tuple(partitions))
-                                for name, partitions in by_topic.items()),
-                   total_bytes=disk.f_blocks * disk.f_frsize,
-                   usable_bytes=disk.f_bavail * disk.f_frsize)
-    return build(response_schema(_KEY, version), throttle_time=datetime.timedelta(0),
-                 error_code=ErrorCode.none, results=(result,))
+    try:
+        disk = os.statvfs(d.path)
+        total, usable = disk.f_blocks * disk.f_frsize, disk.f_bavail * disk.f_frsize
+    except OSError:
+        total = usable = -1
+    return build(result_cls, error_code=ErrorCode.none, log_dir=str(d.path),
+                 topics=tuple(build(topic_cls, name=name, partitions=tuple(partitions))
+                              for name, partitions in by_topic.items()),
+                 total_bytes=total, usable_bytes=usable)
 
 
 async def handle_alter(broker: Broker, request: Request):
-    """As Kafka: an unknown directory is LOG_DIR_NOT_FOUND, a partition not hosted here
-    REPLICA_NOT_AVAILABLE, and one already in the directory asked for stays there."""
+    """Each partition's answer is ``ReplicaManager.alter_log_dir``'s, Kafka's rules."""
     key, version = ApiKey.ALTER_REPLICA_LOG_DIRS, request.version
-    log_dir, hosted = _log_dir(broker), broker.replica_manager.partitions
     by_topic: defaultdict[str, list] = defaultdict(list)
     partition_cls = nested(key, version, "AlterReplicaLogDirPartitionResult")
     may_alter = allowed(broker, request, Operation.ALTER, ResourceType.CLUSTER)
     for moved in request.body.dirs:
-        known = Path(moved.path).resolve() == log_dir
+        destination = Path(moved.path).resolve()
         for topic in moved.topics:
             for index in topic.partitions:
-                error = (ErrorCode.cluster_authorization_failed if not may_alter
-                         else ErrorCode.log_dir_not_found if not known
-                         else ErrorCode.none if (topic.name, index) in hosted
-                         else ErrorCode.replica_not_available)
+                error = (broker.replica_manager.alter_log_dir((topic.name, index), destination)
+                         if may_alter else ErrorCode.cluster_authorization_failed)
                 by_topic[topic.name].append(build(partition_cls, partition_index=index,
                                                   error_code=error))
     topic_cls = nested(key, version, "AlterReplicaLogDirTopicResult")
     return build(response_schema(key, version), throttle_time=datetime.timedelta(0),
                  results=tuple(build(topic_cls, topic_name=name, partitions=tuple(results))
                                for name, results in by_topic.items()))
-
-
-def _log_dir(broker: Broker) -> Path:
-    """The log directory as both APIs name it: its absolute path."""
-    return broker.config.log_dir.resolve()

@@ -105,7 +105,8 @@ class BrokerProcess:
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError(f"broker on {self.data_dir} is already running")
         args = [sys.executable, "-m", "gregor.cli.main", "broker", "start",
-                "--log-dirs", str(self.data_dir),
+                # Several directories (JBOD) when the overrides name them.
+                "--log-dirs", self.overrides.get("log.dirs", str(self.data_dir)),
                 "--listeners", self._listeners_arg(),
                 "--ready-file", str(self.ready_file)]
         if self.config_file is not None:

@@ -76,7 +76,8 @@ def _append(broker: Broker, request: Request, topic: str, data, verified: _Verif
         return _PartitionResult(ErrorCode.topic_authorization_failed), None, -1
     partition = broker.replica_manager.get(topic, data.index)
     if partition is None or metadata is None:
-        return _PartitionResult(ErrorCode.unknown_topic_or_partition), None, -1
+        return _PartitionResult(broker.replica_manager.missing_error(topic, data.index)
+                                ), None, -1
     if metadata.internal:
         # As in Kafka, internal topics (__consumer_offsets) are written by the broker
         # only: a client's record there could corrupt every group's state.
@@ -96,6 +97,9 @@ def _append(broker: Broker, request: Request, topic: str, data, verified: _Verif
     except LogAppendError as exc:
         broker.log_rejection(request, topic, data.index, exc)
         return _PartitionResult(exc.error, str(exc), record_errors=exc.record_errors), None, -1
+    except OSError as exc:  # its log directory failed (KIP-112)
+        broker.replica_manager.storage_failed(partition, exc)
+        return _PartitionResult(ErrorCode.kafka_storage_error, str(exc)), None, -1
     metrics = broker.metrics
     if result.duplicate:
         if metrics is not None:

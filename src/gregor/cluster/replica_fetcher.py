@@ -128,8 +128,11 @@ class ReplicaFetcher:
     def __init__(self, leader_id: int, settings: FetcherSettings,
                  address: Callable[[int], tuple[str, int] | None],
                  appended: Callable[[Partition], None],
-                 quota: ReplicationQuota | None = None) -> None:
+                 quota: ReplicationQuota | None = None,
+                 storage_failed: Callable[[Partition, OSError], None] | None = None) -> None:
         self.leader_id = leader_id
+        # Told of an IO error appending to a partition's log (its directory fails).
+        self._storage_failed = storage_failed
         # The follower's replication throttle: its throttled replicas out of the ISR
         # are left out of fetches while it is exceeded.
         self.quota = quota or ReplicationQuota()
@@ -296,6 +299,8 @@ class ReplicaFetcher:
                         or self.session.sent_epoch(tp) != target.epoch:
                     continue
                 self._apply(target, data)
+                if tp not in self.targets:
+                    continue  # its log directory failed as it was appended to
                 if tp not in delayed:
                     self.session.mark(tp)  # appended, truncated or moved its log start
                 flush = target.partition.log.pending_flush
@@ -354,6 +359,11 @@ class ReplicaFetcher:
                            f"{partition.name}: cannot append what leader {self.leader_id} "
                            f"sent: {exc}")
                 self._delay([tp])
+                return
+            except OSError as exc:
+                if self._storage_failed is None:
+                    raise
+                self._storage_failed(partition, exc)
                 return
         if data.log_start_offset > partition.log_start_offset:
             partition.log.advance_log_start_offset(data.log_start_offset)

@@ -14,6 +14,11 @@ In a cluster it applies the controller's partition states (lead, follow, stop),
 runs the fetchers that copy leaders' logs to this broker, and, as leader, the
 periodic ISR shrink check. ISR changes go to the cluster through ``alter_isr``;
 alone, there is no one to change it with, and the ISR is this broker.
+
+With several log directories it moves replicas between them (AlterReplicaLogDirs),
+and when one fails (KIP-112) the partitions it held go offline here only: they are
+answered KAFKA_STORAGE_ERROR, never opened again in another directory, and
+``on_offline`` tells the cluster, whose controller moves their leadership elsewhere.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from gregor.cluster.delayed_produce import DelayedProducePurgatory
 from gregor.cluster.fetch_sessions import FetchSessionCache
+from gregor.cluster.log_dir_moves import LogDirMoves
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
 from gregor.cluster.partition import Partition, StateChange
 from gregor.cluster.partition_state import PartitionState
@@ -79,10 +86,18 @@ class ReplicaManager:
         # Replication throttles (a reassignment's): what leaders send, followers fetch.
         self.leader_quota = ReplicationQuota(clock)
         self.follower_quota = ReplicationQuota(clock)
+        log_manager.on_dir_failure = self._dir_failed
+        self.moves = LogDirMoves(log_manager, self.partitions.get, ReplicationQuota(clock))
         self._set_quota_bounds()
         # ISR changes of partitions led here, for metrics (Kafka's IsrShrinks/ExpandsPerSec).
         self.isr_shrinks = 0
         self.isr_expands = 0
+        # Partitions whose log directory failed (Kafka's HostedPartition.Offline), and
+        # who to tell about them (the cluster, given every offline partition here).
+        self.offline: set[TopicPartition] = set()
+        self.on_offline: Callable[[list[TopicPartition]], None] | None = None
+        # The partition epoch of each offline partition's state last reported.
+        self._reported: dict[TopicPartition, int] = {}
 
     def topic_config(self, topic: TopicMetadata) -> TopicConfig:
         return TopicConfig(self.config, topic.configs)
@@ -115,9 +130,17 @@ class ReplicaManager:
         if self.broker_id not in state.replicas:
             self.remove_partition(topic.name, index)
             return
+        if tp in self.offline:
+            self._offline_state(tp, state)
+            return
         partition = self.partitions.get(tp)
         if partition is None:
-            partition = self._open(topic, index, state)
+            try:
+                partition = self._open(topic, index, state)
+            except OSError:  # its directory failed as the log was made (and went offline)
+                self.offline.add(tp)
+                self._offline_state(tp, state)
+                return
             change = StateChange.LEADER_EPOCH
         else:
             change = partition.update_state(state)
@@ -138,7 +161,8 @@ class ReplicaManager:
         fetcher = self.fetchers.get(key)
         if fetcher is None:
             fetcher = ReplicaFetcher(leader_id, self._fetcher_settings, self._broker_address,
-                                     self._follower_appended, self.follower_quota)
+                                     self._follower_appended, self.follower_quota,
+                                     self.storage_failed)
             self.fetchers[key] = fetcher
         return fetcher
 
@@ -160,6 +184,8 @@ class ReplicaManager:
     def remove_partition(self, topic: str, index: int) -> None:
         """This broker no longer hosts the partition: stop it and delete its log."""
         tp = (topic, index)
+        self.offline.discard(tp)
+        self._reported.pop(tp, None)
         if self.partitions.pop(tp, None) is None:
             return
         self._stop_fetching(tp)
@@ -167,8 +193,69 @@ class ReplicaManager:
         self._partition_changed(tp)
 
     def remove_topic(self, topic: str) -> None:
-        for tp in [tp for tp in self.partitions if tp[0] == topic]:
+        for tp in [tp for tp in (*self.partitions, *self.offline) if tp[0] == topic]:
             self.remove_partition(*tp)
+
+    # ----------------------------------------------------------- log directories
+    def alter_log_dir(self, tp: TopicPartition, destination: Path) -> ErrorCode:
+        """AlterReplicaLogDirs for one partition, as Kafka's alterReplicaLogDirs: an
+        unknown directory is LOG_DIR_NOT_FOUND, an offline one (or an offline replica)
+        KAFKA_STORAGE_ERROR; a partition not hosted yet is REPLICA_NOT_AVAILABLE, and
+        will be created in the directory when it comes; a move to another directory
+        than the one under way replaces it."""
+        found = self.log_manager.dirs.get(destination)
+        if found is None:
+            return ErrorCode.log_dir_not_found
+        if not found.online or tp in self.offline:
+            return ErrorCode.kafka_storage_error
+        if self.moves.destination(tp) not in (None, destination):
+            self.log_manager.abandon_future(tp)
+        self.log_manager.preferred_dirs[tp] = destination
+        partition = self.partitions.get(tp)
+        if partition is None:
+            return ErrorCode.replica_not_available
+        self.log_manager.preferred_dirs.pop(tp, None)
+        if self.log_manager.dir_of(partition.log) == destination:
+            return ErrorCode.none
+        if self.log_manager.offline_dirs:
+            # As Kafka: no future log while a directory is offline, which may hold one.
+            return ErrorCode.kafka_storage_error
+        try:
+            self.moves.start(tp, destination)
+        except OSError:
+            return ErrorCode.kafka_storage_error
+        return ErrorCode.none
+
+    def storage_failed(self, partition: Partition, exc: OSError) -> None:
+        """An IO error on a partition's log: its directory fails."""
+        self.log_manager.dir_failed(self.log_manager.dir_of(partition.log), exc)
+
+    def _dir_failed(self, path: Path, lost: list[TopicPartition],
+                    lost_futures: list[TopicPartition]) -> None:
+        """A log directory failed: its partitions go offline here (the others serve on),
+        and the cluster is told."""
+        for tp in lost:
+            self.partitions.pop(tp, None)
+            self.offline.add(tp)
+            self._stop_fetching(tp)
+            # Produces waiting on it are answered, fetches woken.
+            self._partition_changed(tp)
+        log.error("stopped serving %d partition(s) and %d move(s) of failed log directory "
+                  "%s", len(lost), len(lost_futures), path)
+        self._report_offline()
+
+    def _offline_state(self, tp: TopicPartition, state: PartitionState) -> None:
+        """A state for a partition offline here: if it still counts on this replica
+        (as leader or in the ISR), the controller did not hear of it yet (a new
+        controller, a failure at start): tell it again, once per state."""
+        if ((state.leader == self.broker_id or self.broker_id in state.isr)
+                and self._reported.get(tp) != state.partition_epoch):
+            self._reported[tp] = state.partition_epoch
+            self._report_offline()
+
+    def _report_offline(self) -> None:
+        if self.on_offline is not None and self.offline:
+            self.on_offline(sorted(self.offline))
 
     def broker_configs_changed(self, image: MetadataImage) -> None:
         """Dynamic broker configs changed: they are the topics' defaults, so every log
@@ -191,6 +278,8 @@ class ReplicaManager:
             self.config.broker_value("leader.replication.throttled.rate")[0])
         self.follower_quota.set_bound(
             self.config.broker_value("follower.replication.throttled.rate")[0])
+        self.moves.quota.set_bound(
+            self.config.broker_value("replica.alter.log.dirs.io.max.bytes.per.second")[0])
 
     def update_config(self, topic: TopicMetadata) -> None:
         config = self.topic_config(topic)
@@ -205,6 +294,13 @@ class ReplicaManager:
 
     def get(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get((topic, partition))
+
+    def missing_error(self, topic: str, partition: int) -> ErrorCode:
+        """How a request for a partition not served here is answered: KAFKA_STORAGE_ERROR
+        if its log directory failed (clients refresh their metadata and go to the new
+        leader), else UNKNOWN_TOPIC_OR_PARTITION."""
+        return (ErrorCode.kafka_storage_error if (topic, partition) in self.offline
+                else ErrorCode.unknown_topic_or_partition)
 
     def high_watermarks(self) -> dict[TopicPartition, int]:
         return {tp: p.high_watermark for tp, p in self.partitions.items()}
@@ -315,6 +411,7 @@ class ReplicaManager:
             self.shrink_isrs()
 
     async def stop(self) -> None:
+        await self.moves.stop()
         fetchers = list(self.fetchers.values())
         self.fetchers.clear()
         for fetcher in fetchers:

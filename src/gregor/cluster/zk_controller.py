@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from kazoo.exceptions import NodeExistsError
 
 from gregor.cluster import election, znodes
+from gregor.cluster.log_dir_events import LogDirEvents
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
 from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.reassignment import Reassignments
@@ -99,6 +100,8 @@ class ZkController:
         self.unclean_leader_elections = 0
         # Partition reassignments (KIP-455), carried on in each pass.
         self.reassignments = Reassignments(self, self._write_states)
+        # Replicas offline on live brokers whose log directory failed (KIP-112).
+        self.log_dir_events = LogDirEvents(zk, image, self.changed)
 
     @property
     def is_active(self) -> bool:
@@ -178,6 +181,7 @@ class ZkController:
         if everything:
             await self._watch_shutdowns()
             await self._delete_requested_topics()
+            await self.log_dir_events.collect()
         live = await self._registered_brokers()
         eligible = live - self.shutting_down
         created: list[tuple[str, int, PartitionState]] = []
@@ -192,7 +196,9 @@ class ZkController:
             if unclean is None:
                 unclean = unclean_allowed[topic.name] = TopicConfig(
                     self.config, topic.configs)["unclean.leader.election.enable"]
-            change = self._decide(topic.name, index, state, live, eligible, unclean)
+            offline = self.log_dir_events.offline_brokers(topic.name, index)
+            change = self._decide(topic.name, index, state, live - offline,
+                                  eligible - offline, unclean)
             if change is not None:
                 changed.append(change)
         await self._create_states(created)

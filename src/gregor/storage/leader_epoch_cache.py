@@ -86,6 +86,13 @@ class LeaderEpochFileCache:
         with self._store_lock:
             self._deleted = True
 
+    def copy_from(self, other: LeaderEpochFileCache) -> None:
+        """Take another log's epochs (a replica moved to another directory: its copy
+        has the epochs its batches carry, not those assigned at a log end never
+        written after)."""
+        self.epochs, self.start_offsets = list(other.epochs), list(other.start_offsets)
+        self._write()
+
     @property
     def latest_epoch(self) -> int:
         return self.epochs[-1] if self.epochs else -1

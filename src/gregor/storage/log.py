@@ -133,6 +133,9 @@ class Log:
         # for; the last one handed over is what an append that made it due must wait for.
         self.active_segment_flusher: ActiveSegmentFlusher | None = None
         self.pending_flush: asyncio.Future[None] | None = None
+        # The lowest log end a truncation left since a replica mover last looked (its
+        # copy in another directory must drop what this log dropped); None if none.
+        self.truncated_to: int | None = None
         self._last_flush_ms = int(time.time() * 1000)
         if fresh:
             # A directory made just now holds nothing to load, repair or replay: a
@@ -672,6 +675,8 @@ class Log:
         self._log_start_offset_moved()
 
     def _after_tail_removed(self) -> None:
+        end = self.log_end_offset
+        self.truncated_to = end if self.truncated_to is None else min(self.truncated_to, end)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.producer_state.truncate_snapshots_after(self.log_end_offset)
         self._rebuild_producer_state()
