@@ -95,6 +95,18 @@ def test_a_failed_log_directory_takes_only_its_replicas_offline(
         assert other.error_code == ErrorCode.none
         assert {p.partition_index for t in other.topics if t.name == "t"
                 for p in t.partitions} == kept
+        # Restarted with the directory still unusable, broker 1 does not make the lost
+        # replicas again, empty, in the other one: they stay offline, out of the ISR.
+        cluster.brokers[1].kill()
+        cluster.brokers[1].start()
+        cluster.wait_everywhere(lambda m: {b.node_id for b in m.brokers} == {1, 2, 3},
+                                "broker 1 to be back")
+        cluster.wait_for(lambda m: all(1 in m.topics["t"].partitions[i].isrs for i in kept),
+                         "broker 1 back in the ISR of what it kept")
+        assert all(1 not in p.isrs for i, p in cluster.metadata().topics["t"].partitions.items()
+                   if i in lost)
+        survivor = dirs[0] if failing == dirs[1] else dirs[1]
+        assert not [i for i in lost if (survivor / f"t-{i}").exists()]
         # The controller read and removed Kafka's event node.
         zk = KazooClient(zookeeper.connect + cluster.chroot)
         zk.start(TIMEOUT)

@@ -62,7 +62,7 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.broker_id = config.node_id
-        config.log_dir.mkdir(parents=True, exist_ok=True)
+        # Each directory is made (or found unusable, and offline) by the LogManager.
         self.log_manager = LogManager(config.log_dirs)
         self.log_flusher = LogFlusher()
         self.log_manager.segment_flusher = self.log_flusher.segment_rolled
@@ -227,7 +227,7 @@ class Broker:
             self._tasks.append(asyncio.create_task(cleaner.run(
                 self.config["log.cleaner.backoff.ms"])))
         log.info("broker %d started; advertising %s:%d; data in %s", self.broker_id, host, port,
-                 self.config.log_dir)
+                 ", ".join(map(str, self.config.log_dirs)))
 
     async def _bind(self) -> None:
         """Bind every listener without accepting yet (connections are refused until

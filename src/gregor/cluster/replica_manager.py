@@ -134,6 +134,10 @@ class ReplicaManager:
             self._offline_state(tp, state)
             return
         partition = self.partitions.get(tp)
+        if partition is None and self._lost_with_a_dir(tp):
+            self.offline.add(tp)
+            self._offline_state(tp, state)
+            return
         if partition is None:
             try:
                 partition = self._open(topic, index, state)
@@ -244,10 +248,20 @@ class ReplicaManager:
                   "%s", len(lost), len(lost_futures), path)
         self._report_offline()
 
+    def _lost_with_a_dir(self, tp: TopicPartition) -> bool:
+        """Whether a partition with no log here may have had one in a directory that is
+        offline (it failed, or was unusable at start). As Kafka refuses to create such
+        a log, it is not made again, empty, elsewhere (an empty replica in the ISR could
+        be elected, and the old one would be a duplicate once the directory is back):
+        it goes offline and the controller moves on without it. Kafka still creates the
+        replicas its controller marks as new; partition states in ZooKeeper do not say
+        which are, so while a directory is offline this broker takes no new replica."""
+        return bool(self.log_manager.offline_dirs) and tp not in self.log_manager.logs
+
     def _offline_state(self, tp: TopicPartition, state: PartitionState) -> None:
         """A state for a partition offline here: if it still counts on this replica
         (as leader or in the ISR), the controller did not hear of it yet (a new
-        controller, a failure at start): tell it again, once per state."""
+        controller, a failure at start, a new partition): tell it, once per state."""
         if ((state.leader == self.broker_id or self.broker_id in state.isr)
                 and self._reported.get(tp) != state.partition_epoch):
             self._reported[tp] = state.partition_epoch

@@ -90,9 +90,9 @@ class LogManager:
             self.dirs[path.resolve()] = self._open_dir(path.resolve())
         if not any(d.online for d in self.dirs.values()):
             raise OSError(f"no usable log directory among {[str(p) for p in paths]}")
-        # The first directory holds what is not a partition's (the metadata file alone,
-        # the cleaner's checkpoint).
-        self.log_dir = paths[0].resolve()
+        # The first usable directory holds what is not a partition's (the cleaner's
+        # checkpoint).
+        self.log_dir = self.online_dirs[0].path
         self.logs: dict[TopicPartition, Log] = {}
         # Replicas moving to another directory (AlterReplicaLogDirs): their copies there.
         self.futures: dict[TopicPartition, Log] = {}
