@@ -14,12 +14,23 @@ from pathlib import Path
 
 import kafka.errors
 import pytest
-from clients import TIMEOUT, confluent_consume, confluent_consumer
+from clients import (
+    PRODUCE_VERSION,
+    TIMEOUT,
+    WireConnection,
+    confluent_consume,
+    confluent_consumer,
+    make_batch,
+    produce_request,
+    versioned_request,
+)
 from confluent_kafka import Producer, TopicPartition
 from kafka import TopicPartitionReplica
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from gregor.broker.process import BrokerProcess
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
 
 # Low enough that a move of a few megabytes is seen under way.
 _MOVE_RATE = 400_000
@@ -162,3 +173,33 @@ def test_a_partition_in_two_directories_stops_the_start(jbod: BrokerProcess,
     shutil.copytree(found, other / "twice-0")
     with pytest.raises(RuntimeError, match="Duplicate log directories for twice-0"):
         jbod.start()
+
+
+def test_a_directory_unusable_at_start_leaves_only_its_partitions_offline(
+        jbod: BrokerProcess, dirs: tuple[Path, Path]) -> None:
+    """Its partitions are answered KAFKA_STORAGE_ERROR, not made again empty in the
+    other directory; the other directory's serve; DescribeLogDirs shows it offline."""
+    admin = _admin(jbod)
+    try:
+        admin.create_topics([NewTopic("halves", 2, 1)])
+    finally:
+        admin.close()
+    jbod.stop()
+    lost = dirs[1] if (dirs[1] / "halves-1").exists() else dirs[0]
+    kept_index = 0 if (lost / "halves-1").exists() else 1
+    shutil.rmtree(lost)
+    lost.write_text("an unmounted disk\n")
+    jbod.start()
+    with WireConnection(jbod.bootstrap) as connection:
+        errors = {}
+        for index in (0, 1):
+            answer = connection.request(ApiKey.PRODUCE, PRODUCE_VERSION, produce_request(
+                "halves", index, make_batch([b"v"])))
+            errors[index] = answer.responses[0].partition_responses[0].error_code
+        key = ApiKey.DESCRIBE_LOG_DIRS
+        described = connection.request(key, 4, versioned_request(
+            key, 4, "DescribeLogDirsRequest", topics=None))
+    assert errors == {kept_index: ErrorCode.none, 1 - kept_index: ErrorCode.kafka_storage_error}
+    assert {r.log_dir: r.error_code for r in described.results} == {
+        str(lost): ErrorCode.kafka_storage_error,
+        str(dirs[0] if lost == dirs[1] else dirs[1]): ErrorCode.none}

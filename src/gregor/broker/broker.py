@@ -147,7 +147,7 @@ class Broker:
         self.log_manager.load_logs(config_for)
         for topic in self.image.topics.values():
             if self.cluster is None:
-                self.replica_manager.make_partitions(topic)
+                self.replica_manager.make_partitions(topic, existing=True)
             else:
                 for index, state in enumerate(topic.partitions):
                     self._partition_changed(topic, index, state)

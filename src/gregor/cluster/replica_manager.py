@@ -103,11 +103,17 @@ class ReplicaManager:
         return TopicConfig(self.config, topic.configs)
 
     # ------------------------------------------------------------ partitions
-    def make_partitions(self, topic: TopicMetadata) -> None:
+    def make_partitions(self, topic: TopicMetadata, existing: bool = False) -> None:
         """Open (or create) the logs of every partition of ``topic`` this broker hosts
-        (single node: each is led here, its ISR this broker alone)."""
+        (single node: each is led here, its ISR this broker alone). Of an ``existing``
+        topic (at start), a partition whose log may be in an offline directory goes
+        offline rather than start again empty."""
         for index, state in enumerate(topic.partitions):
-            if (topic.name, index) not in self.partitions and self.broker_id in state.replicas:
+            tp = (topic.name, index)
+            if tp not in self.partitions and self.broker_id in state.replicas:
+                if existing and self._lost_with_a_dir(tp):
+                    self.offline.add(tp)
+                    continue
                 self._open(topic, index, state)
 
     def _open(self, topic: TopicMetadata, index: int, state: PartitionState) -> Partition:
