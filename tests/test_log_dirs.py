@@ -7,6 +7,7 @@ directories.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from clients import (
 from confluent_kafka import Producer, TopicPartition
 from kafka import TopicPartitionReplica
 from kafka.admin import KafkaAdminClient, NewTopic
+from test_cli import gregor, ok
 
 from gregor.broker.process import BrokerProcess
 from gregor.protocol.api_keys import ApiKey
@@ -203,3 +205,39 @@ def test_a_directory_unusable_at_start_leaves_only_its_partitions_offline(
     assert {r.log_dir: r.error_code for r in described.results} == {
         str(lost): ErrorCode.kafka_storage_error,
         str(dirs[0] if lost == dirs[1] else dirs[1]): ErrorCode.none}
+
+
+def test_cli_describes_directories_and_moves_a_replica_by_plan(
+        jbod: BrokerProcess, dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    """``gregor log-dirs describe`` prints kafka-log-dirs.sh's JSON; ``gregor cluster
+    reassign`` takes a plan's log_dirs as kafka-reassign-partitions.sh does."""
+    admin = _admin(jbod)
+    try:
+        admin.create_topics([NewTopic("planned", 1, 1)])
+    finally:
+        admin.close()
+    _produce(jbod, "planned", 0, 100)
+    lines = ok(jbod, "log-dirs", "describe", "--topic-list", "planned").splitlines()
+    assert lines[:2] == ["Querying brokers for log directories information",
+                         f"Received log directory information from brokers {jbod.broker_id}"]
+    (broker,) = json.loads(lines[2])["brokers"]
+    found = {d["logDir"]: d["partitions"] for d in broker["logDirs"]}
+    assert set(found) == set(map(str, dirs))
+    (source,) = [d for d, partitions in found.items() if partitions]
+    assert [(p["partition"], p["isFuture"]) for p in found[source]] == [("planned-0", False)]
+    assert found[source][0]["size"] > 100 * 1000
+    destination = str(dirs[1]) if source == str(dirs[0]) else str(dirs[0])
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "planned", "partition": 0, "replicas": [jbod.broker_id],
+         "log_dirs": [destination]}]}))
+    out = ok(jbod, "cluster", "reassign", "--execute", "--reassignment-json-file", str(plan))
+    assert f"Successfully started log directory move for: planned-0-{jbod.broker_id}" in out
+    deadline = time.monotonic() + 60
+    while (verified := gregor(jbod, "cluster", "reassign", "--verify",
+                              "--reassignment-json-file", str(plan))).returncode != 0:
+        assert time.monotonic() < deadline, verified.stdout.decode()
+        time.sleep(0.5)
+    assert (f"Reassignment of replica planned-0-{jbod.broker_id} completed."
+            in verified.stdout.decode())
+    _read_back(jbod, "planned", 100)

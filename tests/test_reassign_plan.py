@@ -9,7 +9,13 @@ from collections import Counter
 import pytest
 
 from gregor.cli.errors import CliError
-from gregor.cli.reassign_plan import format_plan, generate, parse_plan, rebalanced
+from gregor.cli.reassign_plan import (
+    format_plan,
+    generate,
+    parse_log_dirs,
+    parse_plan,
+    rebalanced,
+)
 
 # Twelve partitions of RF 3 on brokers 1-3: every broker holds all twelve.
 THREE = {("t", i): (1 + i % 3, 1 + (i + 1) % 3, 1 + (i + 2) % 3) for i in range(12)}
@@ -30,9 +36,14 @@ def test_plans_are_kafkas_json() -> None:
                       '"replicas":[3]}]}') == {("a", 0): (3,)}
     for bad in ("[]", '{"partitions":[{"topic":"a"}]}', "nope",
                 '{"partitions":[{"topic":"a","partition":0,"replicas":[1],'
-                '"log_dirs":["/data"]}]}'):
+                '"log_dirs":["/a","/b"]}]}'):
         with pytest.raises(CliError):
             parse_plan(bad)
+    # Directories named for some replicas (kafka-reassign-partitions.sh's log_dirs).
+    named = ('{"partitions":[{"topic":"a","partition":0,"replicas":[1,2],'
+             '"log_dirs":["/d1","any"]},{"topic":"a","partition":1,"replicas":[2]}]}')
+    assert parse_plan(named) == {("a", 0): (1, 2), ("a", 1): (2,)}
+    assert parse_log_dirs(named) == {1: {("a", 0): "/d1"}}
 
 
 def test_add_broker_moves_only_its_share_onto_it() -> None:

@@ -27,6 +27,7 @@ from gregor.cli import (
     console_cmd,
     consume_cmd,
     groups_cmd,
+    log_dirs_cmd,
     perf_cmd,
     pipeline_cmd,
     produce_cmd,
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker_cmd.add_parser(subparsers)
     topics_cmd.add_parser(subparsers)
     cluster_cmd.add_parser(subparsers)
+    log_dirs_cmd.add_parser(subparsers)
     produce_cmd.add_parser(subparsers)
     consume_cmd.add_parser(subparsers)
     perf_cmd.add_parser(subparsers)

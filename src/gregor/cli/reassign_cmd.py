@@ -6,7 +6,10 @@ with), ``--execute`` starts a plan, ``--verify`` tells which of its partitions a
 done, ``--cancel`` stops them (their original replicas stay), ``--list`` shows every
 move in progress. ``add-broker N`` moves a share of every topic's replicas onto a
 new broker, ``drain N`` moves every replica off one; both wait for the moves,
-printing bytes moved, bytes left and the rate as they go.
+printing bytes moved, bytes left and the rate as they go. A plan's ``log_dirs`` move
+replicas between a broker's directories too, as kafka-reassign-partitions.sh does it:
+asked of each broker before the reassignment starts (so a new replica is created
+there) and again until each broker took them; ``--verify`` checks them.
 
 librdkafka has no reassignment calls, so AlterPartitionReassignments,
 ListPartitionReassignments and DescribeLogDirs go over a socket of their own to the
@@ -29,15 +32,17 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.constants import EntityType
 from kio.static.primitive import i32, i32Timedelta
 
-from gregor.cli import wire
+from gregor.cli import log_dirs_cmd, wire
 from gregor.cli.client_config import add_client_arguments, client_config, described_cluster
 from gregor.cli.errors import CliError, kafka_error_text
 from gregor.cli.progress import Progress
 from gregor.cli.reassign_plan import (
     Assignment,
+    LogDirs,
     TopicPartition,
     format_plan,
     generate,
+    parse_log_dirs,
     parse_plan,
     rebalanced,
 )
@@ -47,7 +52,9 @@ from gregor.protocol.errors import ErrorCode
 _CLIENT_ID = "gregor-reassign"
 _TIMEOUT_S = 30.0
 _POLL_S = 1.0
-_ALTER_VERSION, _LIST_VERSION, _LOG_DIRS_VERSION = 0, 0, 1
+_ALTER_VERSION, _LIST_VERSION = 0, 0
+# How long --execute asks brokers to take a plan's log_dirs (Kafka's --timeout default).
+_LOG_DIRS_WAIT_S = 10.0
 
 
 def add_actions(actions: argparse._SubParsersAction) -> None:
@@ -174,20 +181,42 @@ def ongoing(cluster: _Cluster) -> dict[TopicPartition, tuple[list[int], list[int
 
 def partition_sizes(cluster: _Cluster) -> dict[tuple[int, TopicPartition], int]:
     """Each broker's size on disk of each partition it holds (DescribeLogDirs)."""
-    schema = _module(ApiKey.DESCRIBE_LOG_DIRS, _LOG_DIRS_VERSION)
     sizes = {}
     for broker_id, address in cluster.addresses.items():
         try:
-            answer = wire.request(address, ApiKey.DESCRIBE_LOG_DIRS, _LOG_DIRS_VERSION,
-                                  schema.DescribeLogDirsRequest(topics=None), _CLIENT_ID)
+            answer = log_dirs_cmd.describe(address)
         except CliError:
             continue  # a broker gone: its sizes are unknown
         for result in answer.results:
             for topic in result.topics:
                 for partition in topic.partitions:
-                    sizes[broker_id, (topic.name, partition.partition_index)] = int(
-                        partition.partition_size)
+                    if not partition.is_future_key:  # a copy between directories
+                        sizes[broker_id, (topic.name, partition.partition_index)] = int(
+                            partition.partition_size)
     return sizes
+
+
+def move_log_dirs(cluster: _Cluster, wanted: LogDirs, until: float
+                  ) -> dict[tuple[TopicPartition, int], ErrorCode]:
+    """AlterReplicaLogDirs to each broker of ``wanted``, again while some replica is
+    not there yet (REPLICA_NOT_AVAILABLE) until ``until``: each replica's last answer."""
+    answers: dict[tuple[TopicPartition, int], ErrorCode] = {}
+    pending = {broker: dict(moves) for broker, moves in wanted.items()}
+    while True:
+        for broker, moves in list(pending.items()):
+            if broker not in cluster.addresses:
+                answers.update({(tp, broker): ErrorCode.broker_not_available for tp in moves})
+                del pending[broker]
+                continue
+            for tp, error in log_dirs_cmd.alter(cluster.addresses[broker], moves).items():
+                answers[tp, broker] = error
+                if error != ErrorCode.replica_not_available:
+                    moves.pop(tp, None)
+            if not moves:
+                del pending[broker]
+        if not pending or time.monotonic() >= until:
+            return answers
+        time.sleep(0.5)
 
 
 # -------------------------------------------------------------------- commands
@@ -226,13 +255,29 @@ def run_reassign(args: argparse.Namespace) -> int:
         if args.throttle is not None:
             set_throttles(args, cluster, plan, args.throttle)
             print(f"The inter-broker throughput limit was set to {args.throttle} B/s")
-        return _report(alter(cluster, dict(plan)), "Successfully started partition "
-                                                   "reassignment(s) for")
+        wanted = parse_log_dirs(args.reassignment_json_file.read_text())
+        # First, so that new replicas are created in their directories (Kafka's order).
+        move_log_dirs(cluster, wanted, 0.0)
+        status = _report(alter(cluster, dict(plan)), "Successfully started partition "
+                                                     "reassignment(s) for")
+        if wanted:
+            answers = move_log_dirs(cluster, wanted, time.monotonic() + _LOG_DIRS_WAIT_S)
+            started = sorted(key for key, error in answers.items() if error == ErrorCode.none)
+            if started:
+                print("Successfully started log directory move for: " + ", ".join(
+                    f"{t}-{i}-{b}" for (t, i), b in started))
+            for ((topic, index), broker), error in sorted(answers.items()):
+                if error != ErrorCode.none:
+                    status = 1
+                    print(f"Error moving replica {topic}-{index}-{broker} between log "
+                          f"directories: {error.name}")
+        return status
     if args.cancel:
         in_progress = ongoing(cluster)
         return _report(alter(cluster, {tp: None for tp in plan if tp in in_progress}),
                        "Successfully cancelled partition reassignment(s) for")
-    pending = _verify(cluster, plan)
+    pending = _verify(cluster, plan) | _verify_log_dirs(
+        cluster, parse_log_dirs(args.reassignment_json_file.read_text()))
     if not pending:
         set_throttles(args, cluster, plan, None)
         print("Clearing broker-level throttles and topic-level throttles")
@@ -308,6 +353,33 @@ def _verify(cluster: _Cluster, plan: Assignment) -> int:
                   f"replica set is {list(cluster.assignment.get(tp, ()))} rather than "
                   f"{list(plan[tp])}.")
     return 1 if pending else 0
+
+
+def _verify_log_dirs(cluster: _Cluster, wanted: LogDirs) -> int:
+    """Kafka's --verify lines for replicas a plan puts in given directories; 1 while
+    one is not there yet."""
+    pending = 0
+    for broker, moves in sorted(wanted.items()):
+        current: dict[TopicPartition, str] = {}
+        future: dict[TopicPartition, str] = {}
+        if broker in cluster.addresses:
+            for result in log_dirs_cmd.describe(cluster.addresses[broker]).results:
+                for topic in result.topics:
+                    for p in topic.partitions:
+                        found = future if p.is_future_key else current
+                        found[topic.name, p.partition_index] = result.log_dir
+        for (topic, index), path in sorted(moves.items()):
+            replica = f"{topic}-{index}-{broker}"
+            if current.get((topic, index)) == path:
+                print(f"Reassignment of replica {replica} completed.")
+                continue
+            pending = 1
+            if future.get((topic, index)) == path:
+                print(f"Reassignment of replica {replica} is still in progress.")
+            else:
+                print(f"Partition {topic}-{index} on broker {broker} is not being moved from "
+                      f"log dir {current.get((topic, index), '(none)')} to {path}.")
+    return pending
 
 
 def run_add_broker(args: argparse.Namespace) -> int:

@@ -2,7 +2,8 @@
 ``gregor cluster reassign --generate``, ``add-broker`` and ``drain`` propose.
 
 A plan is ``{"version":1,"partitions":[{"topic":..,"partition":..,"replicas":[..],
-"log_dirs":["any",..]}]}``, so plans move between the two tools. ``--generate``
+"log_dirs":["any",..]}]}``, so plans move between the two tools; a ``log_dirs`` entry
+other than ``any`` names the directory of the replica at the same position. ``--generate``
 places every partition of the topics afresh, as Kafka's tool does (its replica
 placement: leaders round-robin, one replica per rack where racks allow);
 ``add-broker`` and ``drain`` move as few replicas as they can instead: off the
@@ -23,6 +24,8 @@ from gregor.cluster.election import AssignmentError, assign_replicas
 
 TopicPartition = tuple[str, int]
 Assignment = dict[TopicPartition, tuple[int, ...]]
+# Per broker, the directories its replicas must be in (a plan's log_dirs but "any").
+LogDirs = dict[int, dict[TopicPartition, str]]
 
 
 def format_plan(assignment: Mapping[TopicPartition, tuple[int, ...]]) -> str:
@@ -45,12 +48,23 @@ def parse_plan(text: str) -> Assignment:
                        '"replicas":[..]}]}') from None
     for entry in entries:
         dirs = entry.get("log_dirs")
-        if dirs is not None and any(d != "any" for d in dirs):
-            raise CliError("log_dirs other than \"any\" are not supported (one log directory "
-                           "per broker)")
+        if dirs is not None and len(dirs) != len(entry["replicas"]):
+            raise CliError(f"{entry['topic']}-{entry['partition']}: log_dirs and replicas "
+                           "must be as long")
     if len(plan) != len(entries):
         raise CliError("the plan names a partition twice")
     return plan
+
+
+def parse_log_dirs(text: str) -> LogDirs:
+    """The directories a plan (already checked by ``parse_plan``) names."""
+    wanted: LogDirs = {}
+    for entry in json.loads(text)["partitions"]:
+        for broker, path in zip(entry["replicas"], entry.get("log_dirs") or (), strict=False):
+            if path != "any":
+                wanted.setdefault(int(broker), {})[str(entry["topic"]),
+                                                   int(entry["partition"])] = str(path)
+    return wanted
 
 
 def generate(current: Assignment, brokers: Collection[int],
