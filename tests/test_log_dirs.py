@@ -58,6 +58,14 @@ def _admin(broker: BrokerProcess) -> KafkaAdminClient:
                             request_timeout_ms=int(TIMEOUT * 1000))
 
 
+def _create(broker: BrokerProcess, topic: str, partitions: int) -> None:
+    admin = _admin(broker)
+    try:
+        admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        admin.close()
+
+
 def _placement(admin: KafkaAdminClient, topic: str) -> dict[str, list[tuple[int, bool]]]:
     """Each directory's replicas of ``topic``: (partition, is a future replica)."""
     (described,) = admin.describe_log_dirs()
@@ -163,11 +171,7 @@ def test_replica_moves_while_written_and_stays_after_restart(
 
 def test_a_partition_in_two_directories_stops_the_start(jbod: BrokerProcess,
                                                         dirs: tuple[Path, Path]) -> None:
-    admin = _admin(jbod)
-    try:
-        admin.create_topics([NewTopic("twice", 1, 1)])
-    finally:
-        admin.close()
+    _create(jbod, "twice", 1)
     _produce(jbod, "twice", 0, 10)
     jbod.stop()
     (found,) = [d / "twice-0" for d in dirs if (d / "twice-0").exists()]
@@ -181,11 +185,7 @@ def test_a_directory_unusable_at_start_leaves_only_its_partitions_offline(
         jbod: BrokerProcess, dirs: tuple[Path, Path]) -> None:
     """Its partitions are answered KAFKA_STORAGE_ERROR, not made again empty in the
     other directory; the other directory's serve; DescribeLogDirs shows it offline."""
-    admin = _admin(jbod)
-    try:
-        admin.create_topics([NewTopic("halves", 2, 1)])
-    finally:
-        admin.close()
+    _create(jbod, "halves", 2)
     jbod.stop()
     lost = dirs[1] if (dirs[1] / "halves-1").exists() else dirs[0]
     kept_index = 0 if (lost / "halves-1").exists() else 1
@@ -211,11 +211,7 @@ def test_cli_describes_directories_and_moves_a_replica_by_plan(
         jbod: BrokerProcess, dirs: tuple[Path, Path], tmp_path: Path) -> None:
     """``gregor log-dirs describe`` prints kafka-log-dirs.sh's JSON; ``gregor cluster
     reassign`` takes a plan's log_dirs as kafka-reassign-partitions.sh does."""
-    admin = _admin(jbod)
-    try:
-        admin.create_topics([NewTopic("planned", 1, 1)])
-    finally:
-        admin.close()
+    _create(jbod, "planned", 1)
     _produce(jbod, "planned", 0, 100)
     lines = ok(jbod, "log-dirs", "describe", "--topic-list", "planned").splitlines()
     assert lines[:2] == ["Querying brokers for log directories information",

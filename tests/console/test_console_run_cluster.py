@@ -9,9 +9,14 @@ that asked for all brokers in one call found no metrics on any cluster of more t
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -91,3 +96,48 @@ def test_run_cluster_then_console_shows_brokers_topics_and_bytes_in_and_out(
         for thread in load:
             thread.join()
         found.stop()
+
+
+def _reassign(running: RunningCluster, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "gregor.cli.main", "cluster", "reassign",
+                           *args], capture_output=True, timeout=WAIT_S,
+                          env={**os.environ, "GREGOR_BOOTSTRAP": running.bootstrap})
+    return done.stdout.decode()
+
+
+def test_console_shows_a_reassignment_in_progress(
+        browser: Chrome, console: Console, running: RunningCluster, tmp_path: Path) -> None:
+    """A throttled move onto another broker: the cluster page lists it with the replicas
+    added and bytes moved and left, as ``gregor cluster add-broker`` prints them."""
+    running.wait_ready()
+    topic = f"mv-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": running.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[1]])])[topic].result(WAIT_S)
+    del admin
+    producer = Producer({"bootstrap.servers": running.bootstrap, "linger.ms": 5})
+    for _ in range(4000):
+        producer.produce(topic, b"x" * 1000)
+        producer.poll(0)
+    assert producer.flush(WAIT_S) == 0
+    plan, back = tmp_path / "plan.json", tmp_path / "back.json"
+    for path, replicas in ((plan, [2]), (back, [1])):
+        path.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": topic, "partition": 0, "replicas": replicas}]}))
+    out = _reassign(running, "--execute", "--reassignment-json-file", str(plan),
+                    "--throttle", "200000")
+    assert "Successfully started partition reassignment(s)" in out, out
+    found = Console.start(running.bootstrap.split(",")[0], REFRESH_S)
+    try:
+        browser.get(found.page(""))
+        table = "[data-table=reassignments] tbody"
+        WebDriverWait(browser, WAIT_S).until(
+            lambda b: topic in str(_shown(b, table)), message="the move on the cluster page")
+        (row,) = browser.find_elements(By.CSS_SELECTOR, f"{table} tr")
+        cells = [c.text for c in row.find_elements(By.CSS_SELECTOR, "td")]
+        assert cells[:5] == [topic, "0", "2, 1", "2", "1"]
+        assert cells[6] not in ("0 B", "–")  # bytes left while it is throttled
+    finally:
+        found.stop()
+        _reassign(running, "--cancel", "--reassignment-json-file", str(plan))
+        # Back where it was: --verify of the original plan clears the throttles.
+        _reassign(running, "--verify", "--reassignment-json-file", str(back))

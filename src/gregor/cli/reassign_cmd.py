@@ -167,9 +167,14 @@ def alter(cluster: _Cluster, targets: dict[TopicPartition, tuple[int, ...] | Non
 
 
 def ongoing(cluster: _Cluster) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
+    return ongoing_at(cluster.controller_address)
+
+
+def ongoing_at(controller_address: str
+               ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
     """ListPartitionReassignments: every move in progress, (replicas, adding, removing)."""
     schema = _module(ApiKey.LIST_PARTITION_REASSIGNMENTS, _LIST_VERSION)
-    answer = wire.request(cluster.controller_address, ApiKey.LIST_PARTITION_REASSIGNMENTS,
+    answer = wire.request(controller_address, ApiKey.LIST_PARTITION_REASSIGNMENTS,
                           _LIST_VERSION, schema.ListPartitionReassignmentsRequest(topics=None),
                           _CLIENT_ID, timeout_s=_TIMEOUT_S)
     if answer.error_code != ErrorCode.none:
@@ -179,10 +184,10 @@ def ongoing(cluster: _Cluster) -> dict[TopicPartition, tuple[list[int], list[int
             for t in answer.topics for p in t.partitions}
 
 
-def partition_sizes(cluster: _Cluster) -> dict[tuple[int, TopicPartition], int]:
+def partition_sizes(addresses: dict[int, str]) -> dict[tuple[int, TopicPartition], int]:
     """Each broker's size on disk of each partition it holds (DescribeLogDirs)."""
     sizes = {}
-    for broker_id, address in cluster.addresses.items():
+    for broker_id, address in addresses.items():
         try:
             answer = log_dirs_cmd.describe(address)
         except CliError:
@@ -194,6 +199,33 @@ def partition_sizes(cluster: _Cluster) -> dict[tuple[int, TopicPartition], int]:
                         sizes[broker_id, (topic.name, partition.partition_index)] = int(
                             partition.partition_size)
     return sizes
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """A reassignment in progress, and how far its new replicas have come."""
+
+    topic: str
+    partition: int
+    replicas: list[int]
+    adding: list[int]
+    removing: list[int]
+    size: int  # the leader's replica, in bytes
+    left: int  # what the adding replicas still lack of it, in bytes
+
+
+def moves_in_progress(addresses: dict[int, str], controller_address: str,
+                      leaders: dict[TopicPartition, int]) -> list[Move]:
+    """Every move in progress with its bytes left: the leader's size against each
+    adding replica's (what ``add-broker``, ``drain`` and the web console show)."""
+    in_progress = ongoing_at(controller_address)
+    sizes = partition_sizes(addresses) if in_progress else {}
+    moves = []
+    for (topic, index), (replicas, adding, removing) in sorted(in_progress.items()):
+        full = sizes.get((leaders.get((topic, index), -1), (topic, index)), 0)
+        left = sum(max(0, full - sizes.get((b, (topic, index)), 0)) for b in adding)
+        moves.append(Move(topic, index, replicas, adding, removing, full, left))
+    return moves
 
 
 def move_log_dirs(cluster: _Cluster, wanted: LogDirs, until: float
@@ -424,12 +456,11 @@ def _follow(args: argparse.Namespace, plan: Assignment) -> None:
     first_left: int | None = None
     while True:
         cluster = _cluster(args)
-        in_progress = {tp: v for tp, v in ongoing(cluster).items() if tp in plan}
-        sizes = partition_sizes(cluster)
-        left = 0
-        for tp, (_, adding, _) in in_progress.items():
-            full = sizes.get((cluster.leaders.get(tp, -1), tp), 0)
-            left += sum(max(0, full - sizes.get((broker, tp), 0)) for broker in adding)
+        in_progress = [m for m in moves_in_progress(cluster.addresses,
+                                                    cluster.controller_address,
+                                                    cluster.leaders)
+                       if (m.topic, m.partition) in plan]
+        left = sum(m.left for m in in_progress)
         first_left = left if first_left is None else max(first_left, left)
         moved = first_left - left
         elapsed = max(time.monotonic() - started, 1e-9)

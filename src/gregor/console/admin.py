@@ -54,6 +54,7 @@ from gregor.cli.groups_cmd import (
     reset_partitions,
     reset_targets,
 )
+from gregor.cli.reassign_cmd import moves_in_progress
 from gregor.config import ConfigError, parse_metrics_listener
 
 CALL_TIMEOUT_S = 10.0
@@ -102,6 +103,9 @@ class ClusterAdmin:
         self.admin = AdminClient(config)
         self.producer = Producer({**config, "acks": "all",
                                   "message.timeout.ms": int(CALL_TIMEOUT_S * 1000)})
+        # Each move's bytes left when last shown (monotonic time, bytes), for its rate.
+        self._moves_seen: dict[tuple[str, int], tuple[float, int]] = {}
+        self._moves_lock = threading.Lock()
 
     def client_config(self, defaults: Mapping[str, Any]) -> tuple[dict[str, Any], ConnectionWatch]:
         """Configuration for a short-lived client (a consumer), with its own watch."""
@@ -181,7 +185,41 @@ class ClusterAdmin:
             "partitions": sum(len(metadata.topics[name].partitions) for name in topics),
             "under_replicated": [_partition(metadata, *tp) for tp in under],
             "offline": [_partition(metadata, *tp) for tp in offline],
+            **self._reassignments(metadata, described),
         }
+
+    def _reassignments(self, metadata: ClusterMetadata, described: Any) -> dict[str, Any]:
+        """Partition reassignments in progress, each with its bytes moved and left and
+        the rate since it was last shown (ListPartitionReassignments and DescribeLogDirs,
+        as ``gregor cluster add-broker`` shows them); or why they cannot be listed."""
+        if described.controller is None:
+            return {"reassignments": None, "reassignments_note": "The cluster has no "
+                    "controller now."}
+        addresses = {n.id: f"{n.host}:{n.port}" for n in described.nodes}
+        leaders = {(name, index): p.leader for name, topic in metadata.topics.items()
+                   for index, p in topic.partitions.items()}
+        try:
+            moves = moves_in_progress(addresses, addresses[described.controller.id], leaders)
+        except CliError as exc:
+            return {"reassignments": None, "reassignments_note": f"Reassignments cannot be "
+                    f"listed (the requests go unencrypted to each broker): {exc}"}
+        now = time.monotonic()
+        rows = []
+        with self._moves_lock:
+            seen, self._moves_seen = self._moves_seen, {}
+            for move in moves:
+                tp = (move.topic, move.partition)
+                self._moves_seen[tp] = (now, move.left)
+                before = seen.get(tp)
+                rate = (None if before is None or now <= before[0]
+                        else max(0.0, (before[1] - move.left) / (now - before[0])))
+                adding = len(move.adding)
+                rows.append({"topic": move.topic, "partition": move.partition,
+                             "replicas": move.replicas, "adding": move.adding,
+                             "removing": move.removing, "size": move.size * adding,
+                             "moved": max(0, move.size * adding - move.left),
+                             "left": move.left, "rate": rate})
+        return {"reassignments": rows}
 
     # ----------------------------------------------------------------- topics
     def topics(self) -> list[dict[str, Any]]:

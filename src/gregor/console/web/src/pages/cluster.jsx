@@ -1,5 +1,5 @@
 import { Chart } from '../chart.jsx';
-import { formatByteRate, formatRate } from '../format.js';
+import { formatByteRate, formatBytes, formatRate } from '../format.js';
 import { useResource } from '../hooks.js';
 import { ErrorBox, Loading, Notice, Stat, Table } from '../ui.jsx';
 
@@ -82,6 +82,37 @@ export function BrokerThroughput({ view, title = 'Bytes in and out per second' }
   );
 }
 
+// Partition reassignments in progress: who is added and removed, bytes moved and left
+// (the new replicas against their leader's size on disk) and the rate since the last look.
+function Reassignments({ rows, note }) {
+  if (rows === null) return <p class="muted note" data-note="reassignments">{note}</p>;
+  return (
+    <section data-panel="reassignments">
+      <h2>Reassignments in progress <span class="count">{rows.length}</span></h2>
+      {rows.length ? (
+        <Table name="reassignments">
+          <thead><tr><th>Topic</th><th class="num">Partition</th><th>Replicas</th><th>Adding</th>
+            <th>Removing</th><th class="num">Moved</th><th class="num">Left</th><th class="num">Rate</th></tr></thead>
+          <tbody>
+            {rows.map((r) => (
+              <tr key={`${r.topic}-${r.partition}`}>
+                <td><a href={`#/topics/${encodeURIComponent(r.topic)}`}>{r.topic}</a></td>
+                <td class="num">{r.partition}</td>
+                <td>{r.replicas.join(', ')}</td>
+                <td>{r.adding.join(', ') || '–'}</td>
+                <td>{r.removing.join(', ') || '–'}</td>
+                <td class="num">{formatBytes(r.moved)}</td>
+                <td class="num">{formatBytes(r.left)}</td>
+                <td class="num">{r.rate === null ? '–' : formatByteRate(r.rate)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </Table>
+      ) : <p class="muted">No partition is being moved.</p>}
+    </section>
+  );
+}
+
 export function ClusterPage({ refresh }) {
   const { data, error, loading } = useResource('/api/cluster', refresh);
   return (
@@ -123,6 +154,7 @@ export function ClusterPage({ refresh }) {
             : null}
           {!data.offline.length && !data.under_replicated.length
             ? <Notice>Every partition has a leader and a full set of in-sync replicas.</Notice> : null}
+          <Reassignments rows={data.reassignments} note={data.reassignments_note} />
           <BrokerThroughput view={data.throughput} />
           <Throughput rate={data.throughput.messages_in} />
         </>
