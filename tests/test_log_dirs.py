@@ -126,6 +126,9 @@ def test_alter_replica_log_dirs_errors_and_preferred_directory(
         first = TopicPartitionReplica("later", 0, jbod.broker_id)
         assert admin.alter_replica_log_dirs({first: "/nowhere"}) == {
             first: kafka.errors.LogDirNotFoundError}
+        # A path no directory can have (bad input): refused the same way.
+        assert admin.alter_replica_log_dirs({first: "/no\0where"}) == {
+            first: kafka.errors.LogDirNotFoundError}
         # The second directory, where the fewest-partitions rule would not put it.
         assert admin.alter_replica_log_dirs({first: str(dirs[1])}) == {
             first: kafka.errors.ReplicaNotAvailableError}

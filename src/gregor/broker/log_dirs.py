@@ -89,14 +89,25 @@ async def handle_alter(broker: Broker, request: Request):
     partition_cls = nested(key, version, "AlterReplicaLogDirPartitionResult")
     may_alter = allowed(broker, request, Operation.ALTER, ResourceType.CLUSTER)
     for moved in request.body.dirs:
-        destination = Path(moved.path).resolve()
+        destination = _directory(moved.path)
         for topic in moved.topics:
             for index in topic.partitions:
-                error = (broker.replica_manager.alter_log_dir((topic.name, index), destination)
-                         if may_alter else ErrorCode.cluster_authorization_failed)
+                error = (ErrorCode.cluster_authorization_failed if not may_alter
+                         else ErrorCode.log_dir_not_found if destination is None
+                         else broker.replica_manager.alter_log_dir((topic.name, index),
+                                                                   destination))
                 by_topic[topic.name].append(build(partition_cls, partition_index=index,
                                                   error_code=error))
     topic_cls = nested(key, version, "AlterReplicaLogDirTopicResult")
     return build(response_schema(key, version), throttle_time=datetime.timedelta(0),
                  results=tuple(build(topic_cls, topic_name=name, partitions=tuple(results))
                                for name, results in by_topic.items()))
+
+
+def _directory(path: str) -> Path | None:
+    """The absolute directory a client named; None for a path no directory can have
+    (an embedded NUL byte)."""
+    try:
+        return Path(path).resolve()
+    except (ValueError, OSError):
+        return None
