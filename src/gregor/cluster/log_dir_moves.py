@@ -98,7 +98,6 @@ class LogDirMoves:
             return
         if current.log_start_offset > future.log_start_offset:
             future.advance_log_start_offset(current.log_start_offset)
-        future.leader_epoch_cache.copy_from(current.leader_epoch_cache)
         partition.log = self.log_manager.replace_current_with_future(tp)
 
     def _failed(self, tp: TopicPartition, exc: OSError) -> None:

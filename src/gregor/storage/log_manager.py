@@ -281,7 +281,8 @@ class LogManager:
         between): it becomes the partition's log, as Kafka's replaceCurrentWithFutureLog.
         The current directory is renamed ``-delete`` first, so that a crash in between
         leaves one ``<topic>-<partition>`` at most, and the future is renamed into
-        place; the log is opened again there (its files' paths changed)."""
+        place; the log is opened again there (its files' paths changed), with the
+        current log's leader epochs."""
         current, future = self.logs[tp], self.futures.pop(tp)
         future.close()
         doomed = current.directory.with_name(marked_dir_name(tp, DELETE_SUFFIX))
@@ -294,6 +295,9 @@ class LogManager:
         shutil.rmtree(doomed, ignore_errors=True)
         moved = Log(final, tp[0], tp[1], current.config, recovery_point=future.recovery_point,
                     log_start_offset=future.log_start_offset)
+        # The current log's epochs, with one a leader assigned at its end and has not
+        # written in yet (which opening a log drops, and the copy's batches cannot carry).
+        moved.leader_epoch_cache.copy_from(current.leader_epoch_cache)
         self._add(moved)
         log.info("%s: now in %s", moved.name, final.parent)
         return moved
