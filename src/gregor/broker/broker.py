@@ -363,8 +363,9 @@ class Broker:
                 self.replica_manager.notify(tp)
 
     async def _checkpoint(self) -> None:
-        await self.log_flusher.write(
-            self.log_manager.periodic_checkpoint(self.replica_manager.high_watermarks()))
+        writer = self.log_manager.periodic_checkpoint(self.replica_manager.high_watermarks())
+        if writer is not None:
+            await self.log_flusher.write(writer)
 
     # ------------------------------------------------------------------ logging
     def warn_once(self, kind: str, message: str, *args: object,

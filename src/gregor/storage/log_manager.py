@@ -26,6 +26,8 @@ LOG_START_FILE = "log-start-offset-checkpoint"
 HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
 
 TopicPartition = tuple[str, int]
+# A periodic checkpoint's contents: recovery points and high watermarks.
+_Checkpoint = tuple[dict[TopicPartition, int], dict[TopicPartition, int]]
 
 
 class LogManager:
@@ -41,6 +43,13 @@ class LogManager:
         # before. Without one, moved log start offsets are written at once.
         self.checkpoint_writer: Callable[[Callable[[], None]], asyncio.Future[None]] | None = None
         self._log_starts_written: asyncio.Future[None] | None = None
+        # The logs holding records that flush.ms will fsync: the only ones the periodic
+        # flush check visits (with thousands of logs, looking at each every second was
+        # most of an idle broker's CPU).
+        self._timed_flushes: set[Log] = set()
+        # The recovery points and high watermarks last written: an idle broker's periodic
+        # checkpoint, unchanged, is not formatted and fsynced again.
+        self._checkpointed: _Checkpoint | None = None
         marker = log_dir / CLEAN_SHUTDOWN_FILE
         self.had_clean_shutdown = marker.exists()
         # The marker stays only while the broker is stopped cleanly.
@@ -83,6 +92,7 @@ class LogManager:
     def _add(self, lg: Log) -> Log:
         self.logs[(lg.topic, lg.partition)] = lg
         lg.on_log_start_offset_moved = self._log_start_offset_moved
+        lg.on_timed_flush_pending = self._timed_flushes.add
         lg.segment_flusher = self.segment_flusher
         lg.active_segment_flusher = self.active_segment_flusher
         lg.leader_epoch_cache.deferred_writer = self.checkpoint_writer
@@ -114,30 +124,40 @@ class LogManager:
     def delete(self, topic: str, partition: int) -> None:
         doomed = self.logs.pop((topic, partition), None)
         if doomed is not None:
+            self._timed_flushes.discard(doomed)
             doomed.delete()
 
     def checkpoint(self, high_watermarks: dict[TopicPartition, int]) -> None:
         """Persist recovery points, log start offsets and high watermarks of every log."""
-        self.periodic_checkpoint(high_watermarks)()
+        self._write_checkpoints(self._checkpoint_of(high_watermarks))
         self._write_log_start_offsets()
 
     def periodic_checkpoint(self, high_watermarks: dict[TopicPartition, int]
-                            ) -> Callable[[], None]:
+                            ) -> Callable[[], None] | None:
         """Recovery points and high watermarks of this moment, to be written (two fsynced
-        files) later on a worker thread, off the broker's event loop. Log start offsets
-        are not among them: the moves that matter (DeleteRecords, a follower restarting
-        its log) are written when they happen, and retention's show in the segment files."""
-        recovery_points = {tp: lg.recovery_point for tp, lg in self.logs.items()}
+        files) later on a worker thread, off the broker's event loop; None when they are
+        those last written. Log start offsets are not among them: the moves that matter
+        (DeleteRecords, a follower restarting its log) are written when they happen, and
+        retention's show in the segment files."""
+        checkpoint = self._checkpoint_of(high_watermarks)
+        if checkpoint == self._checkpointed:
+            return None
+        return lambda: self._write_checkpoints(checkpoint)
 
-        def write() -> None:
-            write_checkpoint(self.log_dir / RECOVERY_POINT_FILE, recovery_points)
-            write_checkpoint(self.log_dir / HIGH_WATERMARK_FILE, high_watermarks)
+    def _checkpoint_of(self, high_watermarks: dict[TopicPartition, int]) -> _Checkpoint:
+        return {tp: lg.recovery_point for tp, lg in self.logs.items()}, high_watermarks
 
-        return write
+    def _write_checkpoints(self, checkpoint: _Checkpoint) -> None:
+        recovery_points, high_watermarks = checkpoint
+        write_checkpoint(self.log_dir / RECOVERY_POINT_FILE, recovery_points)
+        write_checkpoint(self.log_dir / HIGH_WATERMARK_FILE, high_watermarks)
+        self._checkpointed = checkpoint
 
     def flush_due(self, now_ms: int) -> None:
-        for lg in self.logs.values():
-            lg.maybe_flush_on_time(now_ms)
+        """Fsync the logs whose flush.ms has passed since their last flush."""
+        for lg in list(self._timed_flushes):
+            if not lg.maybe_flush_on_time(now_ms):
+                self._timed_flushes.discard(lg)
 
     def apply_retention(self, now_ms: int, producer_id_expiration_ms: int) -> int:
         """Delete expired segments (return how many) and forget producers idle for
@@ -156,3 +176,4 @@ class LogManager:
                 pass
         self.checkpoint(high_watermarks)
         (self.log_dir / CLEAN_SHUTDOWN_FILE).touch()
+
