@@ -121,6 +121,62 @@ def test_periodic_checkpoints_are_written_on_the_worker(tmp_path: Path) -> None:
     assert read_checkpoint(tmp_path / "replication-offset-checkpoint") == {("t", 0): 2}
 
 
+def test_an_unchanged_periodic_checkpoint_is_not_written_again(tmp_path: Path) -> None:
+    """An idle broker with thousands of logs does not format and fsync the same two
+    files every five seconds."""
+    manager = LogManager(tmp_path)
+    log = manager.get_or_create("t", 0, topic_config())
+    log.append_as_leader(batch(2), 0)
+    log.flush()
+    first = manager.periodic_checkpoint({("t", 0): 2})
+    assert first is not None
+    assert manager.periodic_checkpoint({("t", 0): 2}) is not None  # not yet written
+    first()
+    assert manager.periodic_checkpoint({("t", 0): 2}) is None
+    moved = manager.periodic_checkpoint({("t", 0): 1})
+    assert moved is not None
+    moved()
+    assert read_checkpoint(tmp_path / "replication-offset-checkpoint") == {("t", 0): 1}
+    log.append_as_leader(batch(1), 0)
+    log.flush()
+    assert manager.periodic_checkpoint({("t", 0): 1}) is not None  # its recovery point moved
+    manager.checkpoint({("t", 0): 1})  # a shutdown's is written whatever it holds
+    assert read_checkpoint(tmp_path / "recovery-point-offset-checkpoint") == {("t", 0): 3}
+
+
+def test_flush_ms_looks_only_at_logs_holding_records_it_must_fsync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The periodic flush.ms check visits the logs with such records, not every log."""
+    visited: list[str] = []
+    real = Log.maybe_flush_on_time
+
+    def visit(log: Log, now_ms: int) -> bool:
+        visited.append(log.topic)
+        return real(log, now_ms)
+
+    monkeypatch.setattr(Log, "maybe_flush_on_time", visit)
+    manager = LogManager(tmp_path)
+    timed = manager.get_or_create("timed", 0, topic_config(flush_ms=0))
+    manager.get_or_create("timed-empty", 0, topic_config(flush_ms=0))
+    untimed = manager.get_or_create("untimed", 0, topic_config())
+    for n in range(100):
+        manager.get_or_create(f"idle-{n}", 0, topic_config())
+    timed.append_as_leader(batch(2), 0)
+    untimed.append_as_leader(batch(2), 0)
+    manager.flush_due(2**62)
+    assert visited == ["timed"]
+    assert timed.active_segment.unflushed_messages == 0
+    assert timed.recovery_point == 2
+    visited.clear()
+    manager.flush_due(2**62)
+    assert visited == []  # flushed: nothing left to look at
+    # flush.ms set on a log already holding records: it is looked at from then on.
+    untimed.config_changed(topic_config(flush_ms=0))
+    manager.flush_due(2**62)
+    assert visited == ["untimed"]
+    assert untimed.recovery_point == 2
+
+
 def test_flush_messages_fsyncs_the_active_segment_on_the_worker(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     held = HeldFsync()
@@ -158,13 +214,18 @@ def test_a_moved_log_start_is_written_on_the_worker_and_waited_for(
         manager = LogManager(tmp_path)
         manager.checkpoint_writer = flusher.write
         log = manager.get_or_create("t", 0, topic_config())
-        log.append_as_leader(batch(5), 0)  # its new epoch's checkpoint: on the worker too
+        busy = threading.Event()
+        flusher.write(lambda: busy.wait(10))  # the worker, held
+        # Its new epoch's checkpoint: on the worker too (without an fsync of its own).
+        log.append_as_leader(batch(5), 0)
         epochs = log.leader_epoch_cache.path
         await asyncio.sleep(0.05)
         assert not epochs.exists()
+        busy.set()
         held.release.set()
         await flusher.drain()
         assert epochs.read_text() == "0\n1\n0 0\n"
+        assert held.calls == []
         held.release.clear()
         held.calls.clear()
         assert log.advance_log_start_offset(3)

@@ -9,8 +9,10 @@ fetcher call them.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pytest
 from replication_helpers import FakeClock, catch_up, fetch, log_bytes, open_replica, state
 from storage_helpers import batch, decode_region, open_log
 
@@ -193,3 +195,34 @@ def test_a_lost_epoch_checkpoint_is_rebuilt_from_the_batches(tmp_path: Path) -> 
     assert list(zip(reopened.leader_epoch_cache.epochs,
                     reopened.leader_epoch_cache.start_offsets, strict=True)) == [
         (1, 0), (3, 2), (4, 4)]
+
+
+def test_a_new_epoch_is_fsynced_before_the_recovery_point_passes_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new epoch's write is not fsynced (a first produce to each of thousands of
+    partitions was one fsync each), but the file is before the recovery point moves
+    past it: below the recovery point, recovery no longer reads epochs back from the
+    batches."""
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(2), 1)
+    log.append_as_leader(batch(2), 3)
+    assert "leader-epoch-checkpoint" not in synced
+    assert LeaderEpochFileCache(tmp_path).epochs == [1, 3]  # written all the same
+    log.roll()
+    assert synced.count("leader-epoch-checkpoint") == 1
+    assert log.recovery_point == 4
+    log.append_as_leader(batch(1), 4)
+    synced.clear()
+    log.flush()
+    assert synced[-1:] == ["leader-epoch-checkpoint"] and len(synced) == 2
+    synced.clear()
+    log.flush()  # nothing written since: no second fsync of the file
+    assert "leader-epoch-checkpoint" not in synced

@@ -775,6 +775,11 @@ class TopicConfig:
         return "delete" in self["cleanup.policy"]
 
     @property
+    def flushes_on_time(self) -> bool:
+        """Whether flush.ms asks for fsyncs (its default, the largest long, never does)."""
+        return self["flush.ms"] < _MAX_LONG
+
+    @property
     def log_append_time(self) -> bool:
         return self["message.timestamp.type"] == "LogAppendTime"
 

@@ -337,6 +337,7 @@ class Broker:
     def _on_connect(self, listener: Listener, frames: FrameProtocol) -> None:
         assert frames.transport is not None
         self._size_socket_buffers(frames.transport.get_extra_info("socket"))
+        frames.ack_at_once()
         task = asyncio.create_task(Connection(self, frames, listener).run())
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
@@ -370,8 +371,9 @@ class Broker:
                 self.replica_manager.notify(tp)
 
     async def _checkpoint(self) -> None:
-        await self.log_flusher.write(
-            self.log_manager.periodic_checkpoint(self.replica_manager.high_watermarks()))
+        writer = self.log_manager.periodic_checkpoint(self.replica_manager.high_watermarks())
+        if writer is not None:
+            await self.log_flusher.write(writer)
 
     # ------------------------------------------------------------------ logging
     def warn_once(self, kind: str, message: str, *args: object,

@@ -39,8 +39,9 @@ class LogFlusher:
         self._draining = False
 
     def segment_rolled(self, owner: Log, segment: LogSegment, next_offset: int) -> None:
-        """Fsync ``segment`` in the background; the log hears back on the event loop."""
-        future = self._submit(segment.flush)
+        """Fsync ``segment`` in the background, and the log's leader epochs (the recovery
+        point is about to pass them); the log hears back on the event loop."""
+        future = self._submit(functools.partial(_flush_rolled, owner, segment))
         future.add_done_callback(functools.partial(self._flushed, owner, segment, next_offset))
 
     def segment_due(self, segment: LogSegment) -> asyncio.Future[None]:
@@ -117,6 +118,11 @@ class LogFlusher:
                       owner.name, segment.base_offset, error)
             return
         owner.segment_flushed(segment, next_offset)
+
+
+def _flush_rolled(owner: Log, segment: LogSegment) -> None:
+    segment.flush()
+    owner.leader_epoch_cache.sync()
 
 
 def _settle(future: asyncio.Future[None], error: Exception | None) -> None:

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-import datetime
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gregor.broker.authorization import may_create_topic, topic_allowed
-from gregor.broker.request import Request
+from gregor.broker.request import RawResponse, Request
 from gregor.cluster.controller import ControllerError
 from gregor.cluster.metadata_image import TopicMetadata
 from gregor.cluster.topic_names import invalid_topic_reason
 from gregor.groups.offsets_store import OFFSETS_TOPIC, StoreError
 from gregor.protocol.api_keys import ApiKey
-from gregor.protocol.codec import build, nested, response_schema
+from gregor.protocol.codec import build
 from gregor.protocol.errors import ErrorCode
+from gregor.protocol.metadata_response import (
+    BrokerEntry,
+    TopicEntry,
+    encode_metadata_response,
+    encode_partitions,
+)
 from gregor.security.acls import CLUSTER_NAME, Operation, ResourceType
 
 if TYPE_CHECKING:
@@ -46,44 +51,64 @@ def broker_entries(broker: Broker, cls: type, listener: str) -> tuple:
     """Every live broker, as registered (in a cluster: in ZooKeeper), at its address on
     the listener the client came in on; as in Kafka, a broker without that listener is
     left out."""
-    entries: list[Any] = []
+    return tuple(build(cls, node_id=b.node_id, broker_id=b.node_id, host=b.host, port=b.port,
+                       rack=b.rack) for b in _brokers(broker, listener))
+
+
+def _brokers(broker: Broker, listener: str) -> list[BrokerEntry]:
+    entries = []
     for _, registration in sorted(broker.image.brokers.items()):
         endpoint = registration.endpoint(listener)
         if endpoint is not None:
-            entries.append(build(cls, node_id=registration.broker_id,
-                                 broker_id=registration.broker_id, host=endpoint[0],
-                                 port=endpoint[1], rack=registration.rack))
-    return tuple(entries)
+            entries.append(BrokerEntry(registration.broker_id, endpoint[0], endpoint[1],
+                                       registration.rack))
+    return entries
 
 
-def _topic_entry(broker: Broker, version: int, topic: TopicMetadata, operations: int):
-    partition_cls = nested(_KEY, version, "MetadataResponsePartition")
-    live = broker.image.brokers
-    partitions = []
-    for index, state in enumerate(topic.partitions):
-        # LEADER_NOT_AVAILABLE while no replica may lead (the whole ISR is down and
-        # unclean election is off): clients retry until one returns.
-        error = (ErrorCode.none if state.leader in live
-                 else ErrorCode.leader_not_available)
-        partitions.append(build(
-            partition_cls, error_code=error, partition_index=index,
-            leader_id=state.leader if error == ErrorCode.none else -1,
-            leader_epoch=state.leader_epoch, replica_nodes=state.replicas,
-            isr_nodes=state.isr,
-            offline_replicas=tuple(r for r in state.replicas if r not in live)))
-    return build(nested(_KEY, version, "MetadataResponseTopic"), error_code=ErrorCode.none,
-                 name=topic.name, topic_id=topic.uuid, is_internal=topic.internal,
-                 partitions=tuple(partitions), topic_authorized_operations=operations)
+class _EncodedPartitions:
+    """Each topic's encoded partition array per version, kept while the topic's states
+    and the live brokers are those it was encoded from: a topic of thousands of
+    partitions is encoded once per change, not once per client request."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, int], tuple[TopicMetadata, tuple, frozenset[int], bytes]] = {}
+
+    def of(self, topic: TopicMetadata, version: int, live: frozenset[int]) -> bytes:
+        key = (topic.name, version)
+        states = tuple(topic.partitions)
+        kept = self._kept.get(key)
+        # States are immutable and replaced on change: comparing the tuples is mostly
+        # comparing identities.
+        if kept is not None and kept[0] is topic and kept[2] == live and kept[1] == states:
+            return kept[3]
+        encoded = encode_partitions(version, states, live)
+        self._kept[key] = (topic, states, live, encoded)
+        return encoded
+
+    def forget_gone(self, topics: dict[str, TopicMetadata]) -> None:
+        """Drop what deleted (or recreated) topics left."""
+        for key, kept in list(self._kept.items()):
+            if topics.get(key[0]) is not kept[0]:
+                del self._kept[key]
+
+
+_encoded_partitions = _EncodedPartitions()
+
+
+def _topic_entry(version: int, topic: TopicMetadata, live: frozenset[int],
+                 operations: int) -> TopicEntry:
+    return TopicEntry(ErrorCode.none, topic.name, topic.uuid, topic.internal,
+                      _encoded_partitions.of(topic, version, live), operations)
 
 
 def _error_entry(version: int, name: str | None, error: ErrorCode,
-                 topic_id: uuid.UUID | None = None, operations: int = _UNKNOWN_OPERATIONS):
+                 topic_id: uuid.UUID | None = None,
+                 operations: int = _UNKNOWN_OPERATIONS) -> TopicEntry:
     """A topic that cannot be described. Asked by name, it still gets the operations
     asked for, as Kafka sets them on every named entry (clients decode them: kafka-python
     2.3 fails on the "omitted" value's bit 31); asked by an unknown id, they stay omitted."""
-    return build(nested(_KEY, version, "MetadataResponseTopic"), error_code=error, name=name,
-                 topic_id=topic_id, is_internal=False, partitions=(),
-                 topic_authorized_operations=operations)
+    return TopicEntry(error, name, topic_id, False, encode_partitions(version, (), ()),
+                      operations)
 
 
 def _requested_topics(broker: Broker, request: Request
@@ -122,11 +147,13 @@ async def handle(broker: Broker, request: Request):
             _TOPIC_ACL_OPERATIONS)
 
     entries = []
+    live = frozenset(broker.image.brokers)
     if wanted is None:
         # As in Kafka, topics the client may not describe are left out.
-        entries = [_topic_entry(broker, version, t, operations(t.name))
+        entries = [_topic_entry(version, t, live, operations(t.name))
                    for t in broker.image.topics.values()
                    if topic_allowed(broker, request, Operation.DESCRIBE, t.name)]
+        _encoded_partitions.forget_gone(broker.image.topics)
     else:
         for name, topic_id in wanted:
             if name is None:
@@ -146,7 +173,7 @@ async def handle(broker: Broker, request: Request):
                     continue
                 topic = await _auto_create(broker, name)
             if topic is not None:
-                entries.append(_topic_entry(broker, version, topic, operations(name)))
+                entries.append(_topic_entry(version, topic, live, operations(name)))
             elif invalid_topic_reason(name):
                 entries.append(_error_entry(version, name, ErrorCode.invalid_topic_exception,
                                             operations=operations(name)))
@@ -154,16 +181,10 @@ async def handle(broker: Broker, request: Request):
                 entries.append(_error_entry(version, name, ErrorCode.unknown_topic_or_partition,
                                             operations=operations(name)))
     want_cluster = getattr(body, "include_cluster_authorized_operations", False)
-    return build(
-        response_schema(_KEY, version),
-        throttle_time=datetime.timedelta(0),
-        brokers=broker_entries(broker, nested(_KEY, version, "MetadataResponseBroker"),
-                               request.session.listener),
-        cluster_id=broker.image.cluster_id,
-        controller_id=broker.image.controller_id,
-        topics=tuple(entries),
-        cluster_authorized_operations=cluster_operations(broker, request, want_cluster),
-    )
+    return RawResponse([encode_metadata_response(
+        version, request.header.correlation_id, 0, _brokers(broker, request.session.listener),
+        broker.image.cluster_id, broker.image.controller_id, entries,
+        cluster_operations(broker, request, want_cluster))])
 
 
 def cluster_operations(broker: Broker, request: Request, wanted: bool) -> int:

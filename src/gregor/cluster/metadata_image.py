@@ -103,6 +103,12 @@ class MetadataImage:
             os.fsync(handle.fileno())
         os.replace(tmp, self.path)
 
+    def topic_id(self, topic: str) -> str:
+        """The topic's id, or "" for a topic not known (a state change names it so, as
+        Kafka's ZooKeeper layout allows)."""
+        known = self.topics.get(topic)
+        return "" if known is None else known.topic_id
+
     def partition(self, topic: str, index: int) -> PartitionState | None:
         """The partition's state, or None if no such topic has such a partition: the one
         answer to "does it exist?" that requests naming partitions must give first."""

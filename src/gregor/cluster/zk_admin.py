@@ -53,7 +53,7 @@ class ZkClusterAdmin:
         self.broker_id = config.node_id
         self._producer_ids: tuple[int, int] = (0, -1)  # next, last of the claimed block
         self._producer_id_lock = asyncio.Lock()
-        self._isr_writes = ZkIsrWrites(zk, self._topic_id)
+        self._isr_writes = ZkIsrWrites(zk, self.image.topic_id)
 
     @property
     def live_brokers(self) -> list[int]:
@@ -210,6 +210,3 @@ class ZkClusterAdmin:
         """A leader's new ISR, written with others gathered meanwhile (``ZkIsrWrites``)."""
         return await self._isr_writes.write(tp, state)
 
-    def _topic_id(self, name: str) -> str:
-        known = self.image.topics.get(name)
-        return "" if known is None else known.topic_id

@@ -374,8 +374,7 @@ class ZkController:
         return await self._write_changes([_Change(*change) for change in changes])
 
     def _change(self, topic: str, index: int, state: PartitionState) -> znodes.StateChange:
-        known = self.image.topics.get(topic)
-        return znodes.StateChange(topic, "" if known is None else known.topic_id, index, state)
+        return znodes.StateChange(topic, self.image.topic_id(topic), index, state)
 
     def _state_changes(self, changes: list[_Change]) -> list[znodes.StateChange]:
         """``changes`` as written: each state with the version its znode takes, one past

@@ -12,18 +12,30 @@ from pathlib import Path
 _VERSION = 0
 
 
-def write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str, *, durable: bool = True) -> None:
     """Replace ``path`` with ``text`` so a crash leaves either the old or the new file.
 
-    The data is fsynced before the rename: without that, a crash could publish the
-    new name before its contents reach the disk.
+    The data is fsynced before the rename: without that, a machine crash could publish
+    the new name before its contents reach the disk. ``durable=False`` skips the fsync,
+    for a file whose loss to a machine crash recovery makes good, and which is fsynced
+    (``fsync_file``) before anything relies on it: the rename still keeps a process
+    crash from leaving half a file.
     """
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as handle:
         handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
     os.replace(tmp, path)
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:

@@ -137,6 +137,10 @@ class Log:
         # copy in another directory must drop what this log dropped); None if none.
         self.truncated_to: int | None = None
         self._last_flush_ms = int(time.time() * 1000)
+        # Set by the LogManager: told whenever records that flush.ms will have to fsync
+        # are appended, so that its periodic check visits only logs holding such records
+        # rather than every log of the broker.
+        self.on_timed_flush_pending: Callable[[Log], None] | None = None
         if fresh:
             # A directory made just now holds nothing to load, repair or replay: a
             # broker given thousands of new partitions at once (a topic created, a
@@ -355,8 +359,7 @@ class Log:
                 self._update_producer(segment, header, base, last,
                                       _control_batch(data, header, pos, size))
         self.leader_epoch_cache.assign(leader_epoch, first_offset)
-        if segment.unflushed_messages >= self.config["flush.messages"]:
-            self._flush_due()
+        self._appended(segment)
         return AppendResult(first_offset, next_offset - 1, log_append_time,
                             next_offset - first_offset)
 
@@ -411,8 +414,7 @@ class Log:
                 self._update_producer(segment, header, header.base_offset, header.last_offset,
                                       _control_batch(data, header, pos, size))
             self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-        if segment.unflushed_messages >= self.config["flush.messages"]:
-            self._flush_due()
+        self._appended(segment)
         return len(data)
 
     def _update_producer(self, segment: LogSegment, header: record_batch.BatchHeader,
@@ -518,6 +520,7 @@ class Log:
         self._bases.append(new.base_offset)
         if self.segment_flusher is None:
             old.on_become_inactive()
+            self.leader_epoch_cache.sync()
             self.recovery_point = new.base_offset
         else:
             self.segment_flusher(self, old, new.base_offset)
@@ -537,13 +540,32 @@ class Log:
 
     def flush(self) -> None:
         self.active_segment.flush()
+        self.leader_epoch_cache.sync()
         self.recovery_point = self.log_end_offset
         self._last_flush_ms = int(time.time() * 1000)
 
-    def maybe_flush_on_time(self, now_ms: int) -> None:
+    def _appended(self, segment: LogSegment) -> None:
+        """What an append may make due: an fsync now (flush.messages), or one when
+        flush.ms has passed, which the LogManager is told about."""
+        if segment.unflushed_messages >= self.config["flush.messages"]:
+            self._flush_due()
+        else:
+            self._timed_flush_pending()
+
+    def _timed_flush_pending(self) -> None:
+        if (self.on_timed_flush_pending is not None and self.config.flushes_on_time
+                and self.active_segment.unflushed_messages):
+            self.on_timed_flush_pending(self)
+
+    def maybe_flush_on_time(self, now_ms: int) -> bool:
+        """Fsync the active segment if flush.ms has passed since the last flush; whether
+        records are still waiting for a timed flush."""
+        if not self.config.flushes_on_time:
+            return False
         if (self.active_segment.unflushed_messages
                 and now_ms - self._last_flush_ms >= self.config["flush.ms"]):
             self._flush_due()
+        return bool(self.active_segment.unflushed_messages)
 
     def _flush_due(self) -> None:
         """flush.messages or flush.ms asks for an fsync of the active segment: handed to
@@ -790,6 +812,7 @@ class Log:
         self.config = config
         for segment in self.segments:
             segment.index_interval_bytes = config["index.interval.bytes"]
+        self._timed_flush_pending()  # flush.ms set on records already here
 
     # ------------------------------------------------------------------ closing
     def close(self) -> None:

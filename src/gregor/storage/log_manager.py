@@ -49,6 +49,8 @@ FUTURE_SUFFIX = "-future"
 DELETE_SUFFIX = "-delete"
 
 TopicPartition = tuple[str, int]
+# A periodic checkpoint's contents: recovery points and high watermarks.
+_Checkpoint = tuple[dict[TopicPartition, int], dict[TopicPartition, int]]
 
 
 class DuplicateLogError(Exception):
@@ -107,6 +109,13 @@ class LogManager:
         # before. Without one, moved log start offsets are written at once.
         self.checkpoint_writer: Callable[[Callable[[], None]], asyncio.Future[None]] | None = None
         self._log_starts_written: asyncio.Future[None] | None = None
+        # The logs holding records that flush.ms will fsync: the only ones the periodic
+        # flush check visits (with thousands of logs, looking at each every second was
+        # most of an idle broker's CPU).
+        self._timed_flushes: set[Log] = set()
+        # The recovery points and high watermarks last written: an idle broker's periodic
+        # checkpoint, unchanged, is not formatted and fsynced again.
+        self._checkpointed: _Checkpoint | None = None
         self.had_clean_shutdown = all(d.had_clean_shutdown for d in self.online_dirs)
         self.high_watermarks: dict[TopicPartition, int] = {}
         for d in self.online_dirs:
@@ -240,6 +249,7 @@ class LogManager:
 
     def _setup(self, lg: Log) -> Log:
         lg.on_log_start_offset_moved = self._log_start_offset_moved
+        lg.on_timed_flush_pending = self._timed_flushes.add
         lg.segment_flusher = self.segment_flusher
         lg.active_segment_flusher = self.active_segment_flusher
         lg.leader_epoch_cache.deferred_writer = self.checkpoint_writer
@@ -271,6 +281,7 @@ class LogManager:
         future = self.futures.pop(tp, None)
         if future is None:
             return
+        self._timed_flushes.discard(future)
         if delete:
             future.delete()
         else:
@@ -284,6 +295,7 @@ class LogManager:
         place; the log is opened again there (its files' paths changed), with the
         current log's leader epochs."""
         current, future = self.logs[tp], self.futures.pop(tp)
+        self._timed_flushes.difference_update((current, future))
         future.close()
         doomed = current.directory.with_name(marked_dir_name(tp, DELETE_SUFFIX))
         current.directory.rename(doomed)
@@ -315,10 +327,10 @@ class LogManager:
         lost_futures = sorted(tp for tp, lg in self.futures.items() if self.dir_of(lg) == path)
         log.error("log directory %s failed (%s): %d partition(s) and %d move(s) there go "
                   "offline", path, exc, len(lost), len(lost_futures))
-        for tp in lost:
-            _close_quietly(self.logs.pop(tp))
-        for tp in lost_futures:
-            _close_quietly(self.futures.pop(tp))
+        for lg in [*(self.logs.pop(tp) for tp in lost),
+                   *(self.futures.pop(tp) for tp in lost_futures)]:
+            self._timed_flushes.discard(lg)
+            _close_quietly(lg)
         if not self.online_dirs:
             log.critical("every log directory has failed: stopping")
             os._exit(1)
@@ -387,33 +399,46 @@ class LogManager:
         self.abandon_future((topic, partition))
         doomed = self.logs.pop((topic, partition), None)
         if doomed is not None:
+            self._timed_flushes.discard(doomed)
             doomed.delete()
 
     def checkpoint(self, high_watermarks: dict[TopicPartition, int]) -> None:
         """Persist recovery points, log start offsets and high watermarks of every log."""
-        self.periodic_checkpoint(high_watermarks)()
+        self._checkpoint_writer(self._checkpoint_of(high_watermarks))()
         self._write_log_start_offsets()
 
     def periodic_checkpoint(self, high_watermarks: dict[TopicPartition, int]
-                            ) -> Callable[[], None]:
+                            ) -> Callable[[], None] | None:
         """Recovery points and high watermarks of this moment, to be written (two fsynced
-        files per directory) later on a worker thread, off the broker's event loop. Log
-        start offsets are not among them: the moves that matter (DeleteRecords, a
-        follower restarting its log) are written when they happen, and retention's show
-        in the segment files. A directory whose write fails goes offline."""
-        recovery_points = self._dir_writer(
-            RECOVERY_POINT_FILE, {tp: lg.recovery_point for tp, lg in self.logs.items()})
-        watermarks = self._dir_writer(HIGH_WATERMARK_FILE, high_watermarks)
+        files per directory) later on a worker thread, off the broker's event loop; None
+        when they are those last written. Log start offsets are not among them: the moves
+        that matter (DeleteRecords, a follower restarting its log) are written when they
+        happen, and retention's show in the segment files. A directory whose write fails
+        goes offline."""
+        checkpoint = self._checkpoint_of(high_watermarks)
+        if checkpoint == self._checkpointed:
+            return None
+        return self._checkpoint_writer(checkpoint)
+
+    def _checkpoint_of(self, high_watermarks: dict[TopicPartition, int]) -> _Checkpoint:
+        return {tp: lg.recovery_point for tp, lg in self.logs.items()}, high_watermarks
+
+    def _checkpoint_writer(self, checkpoint: _Checkpoint) -> Callable[[], None]:
+        recovery_points = self._dir_writer(RECOVERY_POINT_FILE, checkpoint[0])
+        watermarks = self._dir_writer(HIGH_WATERMARK_FILE, checkpoint[1])
 
         def write() -> None:
             recovery_points()
             watermarks()
+            self._checkpointed = checkpoint
 
         return write
 
     def flush_due(self, now_ms: int) -> None:
-        for lg in self.logs.values():
-            lg.maybe_flush_on_time(now_ms)
+        """Fsync the logs whose flush.ms has passed since their last flush."""
+        for lg in list(self._timed_flushes):
+            if not lg.maybe_flush_on_time(now_ms):
+                self._timed_flushes.discard(lg)
 
     def apply_retention(self, now_ms: int, producer_id_expiration_ms: int) -> int:
         """Delete expired segments (return how many) and forget producers idle for
