@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 from collections import deque
@@ -267,8 +268,11 @@ class Connection:
             client = self._client_quotas(quotas, header.client_id)
             if client is not None:
                 if api_key == ApiKey.FETCH:
-                    request = self.request = bounded_fetch(client, request)
+                    request = bounded_fetch(client, request)
                 charge = Charge(client, api_key, request, len(frame))
+                if api_key == ApiKey.FETCH:
+                    request = self.request = dataclasses.replace(
+                        request, fetch_quota=self._fetch_quota(charge))
         return await self._encoded(api_key, version, correlation_id,
                                    route.handler(self.broker, request), charge)
 
@@ -283,6 +287,11 @@ class Connection:
             self._quotas = quotas.for_client(user, client_id or "",
                                              asyncio.get_running_loop().time() * 1000)
         return self._quotas
+
+    @staticmethod
+    def _fetch_quota(charge: Charge) -> Callable[[int], int]:
+        loop = asyncio.get_running_loop()
+        return lambda size: charge.fetch_answer(size, loop.time() * 1000)
 
     async def _throttled(self, charge: Charge, api_key: int, version: int,
                          result: Any) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,10 @@ class Request:
     client_port: int
     # The connection's listener and principal: one object per connection, not per request.
     session: Session
+    # A consumer's fetch under a quota: called with its answer's size before the answer
+    # is committed to the fetch session; the throttle time it earned (over its quota,
+    # Kafka answers it empty: :meth:`gregor.broker.throttling.Charge.fetch_answer`).
+    fetch_quota: Callable[[int], int] | None = None
 
     @property
     def version(self) -> int:

@@ -96,6 +96,11 @@ class Quota:
         throttle = (measured - self.bound) / self.bound * window
         return int(throttle if max_throttle_ms is None else min(throttle, max_throttle_ms))
 
+    def unrecord(self, value: float, now_ms: float) -> None:
+        """Take back a recorded ``value`` (Kafka's ``unrecordQuotaSensor``: what was
+        recorded for an answer that is not sent)."""
+        self.rate.record(-value, now_ms)
+
 
 @dataclass(frozen=True, slots=True)
 class ClientQuotas:
