@@ -21,8 +21,11 @@ from typing import Any
 import pytest
 from clients import FETCH_VERSION, WireConnection, fetch_request
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient as ConfluentAdmin
+from confluent_kafka.admin import NewTopic
 from kafka import KafkaConsumer
-from kafka.admin import KafkaAdminClient
+from kafka.admin import KafkaAdminClient, NewPartitions
+from kafka.errors import NodeNotReadyError
 from kafka.protocol.admin.client_quotas import (
     AlterClientQuotasRequest,
     DescribeClientQuotasRequest,
@@ -50,7 +53,8 @@ CONSUMER_TOLERANCE = 0.10
 @pytest.fixture(scope="module")
 def quota_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     process = BrokerProcess(tmp_path_factory.mktemp("quotas") / "data",
-                            overrides={"quota.window.num": "2"})
+                            overrides={"quota.window.num": "2",
+                                       "controller.quota.window.num": "2"})
     process.start()
     yield process
     process.stop()
@@ -319,6 +323,63 @@ def _incremental(session_id: int, epoch: int) -> Any:
     body = fetch_request("unused", 0, 0, max_wait_ms=0, session_id=session_id,
                          session_epoch=epoch)
     return dataclasses.replace(body, topics=())
+
+
+def test_controller_mutation_rate_refuses_topics_over_it(quota_broker: BrokerProcess,
+                                                         admin: KafkaAdminClient) -> None:
+    """KIP-599 with kafka-python's admin client, which sends CreateTopics v7,
+    DeleteTopics v6 and CreatePartitions v3 (strict): 1 partition mutation/s, a burst of
+    2 (2 windows). In one request the topic that goes over is still made and the next is
+    refused with THROTTLING_QUOTA_EXCEEDED; the answer says how long to wait."""
+    client_id = f"mutator-{uuid.uuid4().hex[:6]}"
+    assert _alter(admin, {"client-id": client_id}, {"controller_mutation_rate": 1.0}) == (
+        0, None)
+    names = [f"m-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    mutator = KafkaAdminClient(bootstrap_servers=quota_broker.bootstrap, client_id=client_id)
+    try:
+        created = mutator.create_topics(
+            {names[0]: {"num_partitions": 2, "replication_factor": 1},
+             names[1]: {"num_partitions": 2, "replication_factor": 1},
+             names[2]: {"num_partitions": 1, "replication_factor": 1}}, raise_errors=False)
+        errors = {t["name"]: t["error_code"] for t in created["topics"]}
+        assert errors == {names[0]: 0, names[1]: 0,
+                          names[2]: ErrorCode.throttling_quota_exceeded}, created
+        # 2 partitions owed at 1/s: the client is told to wait ~2 s (its result leaves
+        # throttle_time_ms out; its connection refuses requests meanwhile).
+        with pytest.raises(NodeNotReadyError, match="throttle"):
+            mutator.create_partitions({names[0]: NewPartitions(3)})
+        time.sleep(2.1)
+        grown = mutator.create_partitions({names[0]: NewPartitions(3)}, raise_errors=False)
+        assert [r.error_code for r in grown.results] == [0], grown
+        time.sleep(1.1)
+        deleted = mutator.delete_topics(names[:2], raise_errors=False)
+        errors = {t["name"]: t["error_code"] for t in deleted["topics"]}
+        assert sorted(errors.values()) == [0, ErrorCode.throttling_quota_exceeded], deleted
+    finally:
+        mutator.close()
+        _alter(admin, {"client-id": client_id}, {"controller_mutation_rate": None})
+
+
+def test_controller_mutation_rate_throttles_older_versions(quota_broker: BrokerProcess,
+                                                          admin: KafkaAdminClient) -> None:
+    """librdkafka's admin client sends CreateTopics v4, before KIP-599's strict versions:
+    every topic is made and the client is told to wait (its throttle callback)."""
+    client_id = f"old-mutator-{uuid.uuid4().hex[:6]}"
+    assert _alter(admin, {"client-id": client_id}, {"controller_mutation_rate": 1.0}) == (
+        0, None)
+    throttles: list[float] = []
+    librdkafka = ConfluentAdmin({"bootstrap.servers": quota_broker.bootstrap,
+                                 "client.id": client_id,
+                                 "throttle_cb": lambda e: throttles.append(e.throttle_time)})
+    names = [f"p-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    try:
+        futures = librdkafka.create_topics([NewTopic(name, 2, 1) for name in names])
+        for future in futures.values():
+            future.result(30)
+        librdkafka.poll(1)
+        assert throttles and max(throttles) >= 2.0  # 4 partitions owed at 1/s
+    finally:
+        _alter(admin, {"client-id": client_id}, {"controller_mutation_rate": None})
 
 
 def _metrics(consumer: KafkaConsumer) -> dict[str, float]:

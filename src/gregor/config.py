@@ -400,6 +400,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
                   "samples a client's rate is measured over, against its quotas", minimum=1),
         ConfigDef("quota.window.size.seconds", ConfigType.INT, 1,
                   "length of each of those samples", minimum=1),
+        ConfigDef("controller.quota.window.num", ConfigType.INT, 11,
+                  "samples of controller_mutation_rate: its burst is this many windows' "
+                  "mutations", minimum=1),
+        ConfigDef("controller.quota.window.size.seconds", ConfigType.INT, 1,
+                  "length of each of those samples", minimum=1),
         # ---- monitoring
         ConfigDef("metrics.listener", ConfigType.STRING, "",
                   "where Prometheus scrapes this broker's metrics "

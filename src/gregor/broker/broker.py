@@ -110,7 +110,9 @@ class Broker:
                                     else ImageAcls(self.image))
         # Client quotas, measured only while some entity sets one.
         self.quotas = QuotaManager(lambda: self.image.client_quotas, config["quota.window.num"],
-                                   config["quota.window.size.seconds"])
+                                   config["quota.window.size.seconds"],
+                                   config["controller.quota.window.num"]
+                                   * config["controller.quota.window.size.seconds"])
         # None unless authorizer.class.name is set: then every API checks its ACLs.
         self.authorizer = Authorizer(lambda: self.image.acls, super_users(config),
                                      config["allow.everyone.if.no.acl.found"]

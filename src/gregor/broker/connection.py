@@ -37,7 +37,13 @@ from gregor.broker import api_versions
 from gregor.broker.authentication import authenticate
 from gregor.broker.frame_protocol import ClientGone, FrameProtocol, FrameSizeError
 from gregor.broker.request import DelayedResponse, RawResponse, Request
-from gregor.broker.throttling import Charge, bounded_fetch, waits_for_client, with_throttle
+from gregor.broker.throttling import (
+    MUTATIONS,
+    Charge,
+    bounded_fetch,
+    waits_for_client,
+    with_throttle,
+)
 from gregor.metrics.broker_metrics import FETCH, BrokerMetrics
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import MalformedRequest, decode_request, encode_response, peek_api
@@ -273,6 +279,9 @@ class Connection:
                 if api_key == ApiKey.FETCH:
                     request = self.request = dataclasses.replace(
                         request, fetch_quota=self._fetch_quota(charge))
+                elif api_key in MUTATIONS and client.mutation is not None:
+                    request = self.request = dataclasses.replace(
+                        request, mutation_quota=client.mutation)
         return await self._encoded(api_key, version, correlation_id,
                                    route.handler(self.broker, request), charge)
 

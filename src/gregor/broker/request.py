@@ -8,6 +8,7 @@ from typing import Any
 
 from gregor.protocol.codec import RequestHeader
 from gregor.protocol.fetch_response import Chunk
+from gregor.security.quotas import TokenBucket
 from gregor.security.session import Session
 
 
@@ -23,6 +24,9 @@ class Request:
     # is committed to the fetch session; the throttle time it earned (over its quota,
     # Kafka answers it empty: :meth:`gregor.broker.throttling.Charge.fetch_answer`).
     fetch_quota: Callable[[int], int] | None = None
+    # CreateTopics, CreatePartitions, DeleteTopics under controller_mutation_rate
+    # (KIP-599): the client's token bucket of partition mutations.
+    mutation_quota: TokenBucket | None = None
 
     @property
     def version(self) -> int:

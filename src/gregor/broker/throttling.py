@@ -1,6 +1,8 @@
 """What a request costs against its client's quotas, and the answer that says so.
 
-Kafka records each request when its answer is ready: a produce's size against
+Kafka records each request when its answer is ready (CreateTopics, CreatePartitions and
+DeleteTopics also record their partition mutations as they make them, against
+``controller_mutation_rate``, and are throttled until those are paid for): a produce's size against
 ``producer_byte_rate``, a fetch answer's size against ``consumer_byte_rate``, the time
 its handler took against ``request_percentage`` (except for the requests that must pass
 whatever the quota: SASL, inter-broker ones, and followers' fetches). The largest
@@ -46,6 +48,11 @@ _KIP219_FROM: dict[int, int] = {
     ApiKey.ALTER_REPLICA_LOG_DIRS: 1, ApiKey.DESCRIBE_LOG_DIRS: 1,
     ApiKey.CREATE_PARTITIONS: 1,
 }
+# The APIs controller_mutation_rate holds back (KIP-599), and the first version of each
+# whose request over it is refused (THROTTLING_QUOTA_EXCEEDED per topic) rather than
+# served and throttled afterwards.
+MUTATIONS: dict[int, int] = {ApiKey.CREATE_TOPICS: 6, ApiKey.CREATE_PARTITIONS: 3,
+                             ApiKey.DELETE_TOPICS: 5}
 # Requests the request quota never holds back (Kafka's exempt APIs that gregor serves).
 _EXEMPT = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
                      ApiKey.WRITE_TXN_MARKERS})
@@ -117,6 +124,8 @@ class Charge:
             throttle = quotas.produce.record(self.request_bytes, now_ms)
         elif api_key == ApiKey.FETCH and quotas.fetch is not None and fetch_bytes is not None:
             throttle = quotas.fetch.record(fetch_bytes, now_ms)
+        elif api_key in MUTATIONS and quotas.mutation is not None:
+            throttle = quotas.mutation.throttle_ms(now_ms)
         if quotas.request is not None and not (api_key == ApiKey.PRODUCE and body.acks == 0):
             self.handled()
             assert self.handler_s is not None
