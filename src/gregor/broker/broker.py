@@ -127,6 +127,7 @@ class Broker:
         # Each TLS listener's context, whose key store a running broker may load again.
         self._tls_contexts: dict[str, ssl.SSLContext] = {}
         config.key_stores_changed = self._reload_key_stores
+        config.sasl_changed = self._reload_sasl
         self._servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task] = []
         self._connections: set[asyncio.Task] = set()
@@ -261,6 +262,19 @@ class Broker:
                 log.info("listener %s: key store loaded again", name)
             except ConfigError as exc:
                 log.error("listener %s keeps its certificate: %s", name, exc)
+
+    def _reload_sasl(self) -> None:
+        """This broker's SASL settings changed while it runs (AlterConfigs, checked then):
+        each SASL listener serves its mechanisms and PLAIN users anew from the next
+        authentication on; authenticated connections stay as they are."""
+        for listener in self.listeners:
+            if listener.protocol.sasl:
+                try:
+                    self.sasl[listener.name] = listener_sasl(
+                        self.config, listener.name, functools.partial(scram_credential, self))
+                    log.info("listener %s: SASL settings taken again", listener.name)
+                except ConfigError as exc:
+                    log.error("listener %s keeps its SASL settings: %s", listener.name, exc)
 
     def _endpoints(self) -> tuple[Endpoint, ...]:
         """Every listener as advertised, the inter-broker one first (replicas use it)."""

@@ -28,12 +28,14 @@ from gregor.config import (
     TopicConfig,
     format_value,
     is_key_store_config,
+    is_sasl_config,
 )
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
 from gregor.security import tls
 from gregor.security.acls import Operation, ResourceType
+from gregor.security.sasl_mechanisms import listener_sasl
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -88,7 +90,8 @@ def _describe_broker_configs(broker: Broker, keys: tuple[str, ...] | None) -> li
         value, source = config.broker_value(name)
         synonyms = tuple((name, format_value(values[name]), layer_source)
                          for values, layer_source in layers if name in values)
-        read_only = name not in DYNAMIC_BROKER_CONFIGS and not is_key_store_config(name)
+        read_only = (name not in DYNAMIC_BROKER_CONFIGS and not is_key_store_config(name)
+                     and not is_sasl_config(name))
         entries.append(ConfigEntry(name, format_value(value), read_only,
                                    source, definition.type, definition.doc, synonyms))
     return entries
@@ -268,6 +271,9 @@ async def _alter_broker(broker: Broker, resource, incremental: bool, validate_on
     if any(is_key_store_config(name) for name in (*set_values, *deleted)):
         _check_key_stores(broker, entity, changed_broker_configs(
             broker.image, entity, set_values, deleted, replace=not incremental))
+    if any(is_sasl_config(name) for name in (*set_values, *deleted)):
+        _check_sasl(broker, entity, changed_broker_configs(
+            broker.image, entity, set_values, deleted, replace=not incremental))
     await broker.controller.alter_broker_configs(entity, set_values, deleted,
                                                  validate_only=validate_only,
                                                  replace=not incremental)
@@ -285,6 +291,23 @@ def _check_key_stores(broker: Broker, entity: str, configs: Mapping[str, str]) -
         if listener.protocol.tls:
             try:
                 tls.server_context(trial, listener.name, listener.protocol.sasl)
+            except ConfigError as exc:
+                raise ControllerError(ErrorCode.invalid_config,
+                                      f"listener {listener.name}: {exc}") from None
+
+
+def _check_sasl(broker: Broker, entity: str, configs: Mapping[str, str]) -> None:
+    """A broker's own SASL settings only (Kafka's per-broker listener configs), and only
+    ones every SASL listener can serve with."""
+    if entity == DEFAULT_BROKER_CONFIGS:
+        raise ControllerError(ErrorCode.invalid_request,
+                              "Cannot update these configs at default cluster level, broker id "
+                              "must be specified: SASL settings")
+    trial = broker.config.with_dynamic(configs)
+    for listener in broker.listeners:
+        if listener.protocol.sasl:
+            try:
+                listener_sasl(trial, listener.name, lambda user, mechanism: None)
             except ConfigError as exc:
                 raise ControllerError(ErrorCode.invalid_config,
                                       f"listener {listener.name}: {exc}") from None
