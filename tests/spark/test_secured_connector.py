@@ -170,12 +170,12 @@ def test_the_sink_writes_over_sasl_ssl(spark: SparkSession, secured: BrokerProce
 
 def test_a_wrong_password_fails_the_query_at_once(spark: SparkSession, secured: BrokerProcess,
                                                   certs: Path, source_format: str) -> None:
-    """Not retried until kafkaConsumer.pollTimeoutMs as an unreachable leader is."""
+    """Not retried until kafkaConsumer.pollTimeoutMs as an unreachable leader is, nor
+    until librdkafka's request timeout on the Python source's driver."""
     topic = _topic_with(secured, [b"x"])
     started = time.monotonic()
-    # librdkafka (the Python source's driver) says only "Broker transport failure".
-    with pytest.raises(Exception, match="(?i)authentication|transport failure"):
+    with pytest.raises(Exception, match="(?i)authentication failed"):
         (spark.read.format(source_format).options(**_librdkafka_scram(secured, certs, "wrong"))
-         .option("subscribe", topic).option("kafkaConsumer.pollTimeoutMs", "50000")
+         .option("subscribe", topic).option("kafkaConsumer.pollTimeoutMs", "300000")
          .load().collect())
-    assert time.monotonic() - started < 40
+    assert time.monotonic() - started < 120

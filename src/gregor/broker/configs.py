@@ -268,49 +268,38 @@ async def _alter_broker(broker: Broker, resource, incremental: bool, validate_on
                               f"string, but received {name}")
     set_values, deleted = _changes(broker.image.broker_configs.get(entity, {}), resource,
                                    incremental, BROKER_CONFIGS)
-    if any(is_key_store_config(name) for name in (*set_values, *deleted)):
-        _check_key_stores(broker, entity, changed_broker_configs(
-            broker.image, entity, set_values, deleted, replace=not incremental))
-    if any(is_sasl_config(name) for name in (*set_values, *deleted)):
-        _check_sasl(broker, entity, changed_broker_configs(
-            broker.image, entity, set_values, deleted, replace=not incremental))
+    changed = (*set_values, *deleted)
+    key_stores = any(is_key_store_config(name) for name in changed)
+    if key_stores or any(is_sasl_config(name) for name in changed):
+        _check_listener_settings(
+            broker, entity, changed_broker_configs(broker.image, entity, set_values, deleted,
+                                                   replace=not incremental),
+            "key store settings" if key_stores else "SASL settings")
     await broker.controller.alter_broker_configs(entity, set_values, deleted,
                                                  validate_only=validate_only,
                                                  replace=not incremental)
 
 
-def _check_key_stores(broker: Broker, entity: str, configs: Mapping[str, str]) -> None:
-    """A broker's own key stores only, and only ones every TLS listener can load, as
-    Kafka checks a new SSL factory before taking it."""
+def _check_listener_settings(broker: Broker, entity: str, configs: Mapping[str, str],
+                             what: str) -> None:
+    """A broker's own key stores and SASL settings only (Kafka's per-broker listener
+    configs), and only ones every listener can serve with: its TLS context and SASL
+    mechanisms are built from them first, as Kafka checks a new SSL factory before
+    taking it."""
     if entity == DEFAULT_BROKER_CONFIGS:
         raise ControllerError(ErrorCode.invalid_request,
                               "Cannot update these configs at default cluster level, broker id "
-                              "must be specified: key store settings")
+                              f"must be specified: {what}")
     trial = broker.config.with_dynamic(configs)
     for listener in broker.listeners:
-        if listener.protocol.tls:
-            try:
+        try:
+            if listener.protocol.tls:
                 tls.server_context(trial, listener.name, listener.protocol.sasl)
-            except ConfigError as exc:
-                raise ControllerError(ErrorCode.invalid_config,
-                                      f"listener {listener.name}: {exc}") from None
-
-
-def _check_sasl(broker: Broker, entity: str, configs: Mapping[str, str]) -> None:
-    """A broker's own SASL settings only (Kafka's per-broker listener configs), and only
-    ones every SASL listener can serve with."""
-    if entity == DEFAULT_BROKER_CONFIGS:
-        raise ControllerError(ErrorCode.invalid_request,
-                              "Cannot update these configs at default cluster level, broker id "
-                              "must be specified: SASL settings")
-    trial = broker.config.with_dynamic(configs)
-    for listener in broker.listeners:
-        if listener.protocol.sasl:
-            try:
+            if listener.protocol.sasl:
                 listener_sasl(trial, listener.name, lambda user, mechanism: None)
-            except ConfigError as exc:
-                raise ControllerError(ErrorCode.invalid_config,
-                                      f"listener {listener.name}: {exc}") from None
+        except ConfigError as exc:
+            raise ControllerError(ErrorCode.invalid_config,
+                                  f"listener {listener.name}: {exc}") from None
 
 
 def _unexpected_broker(broker: Broker, resource: Any) -> str:
