@@ -2,7 +2,7 @@
 a listener's key store rotated through IncrementalAlterConfigs on the broker resource
 (confluent-kafka's admin client), new connections offered the new certificate at once,
 open ones kept, a key store that cannot be loaded refused, and the change kept across a
-restart."""
+restart; SASL settings (enabled mechanisms, PLAIN users, Kerberos ones) likewise."""
 
 from __future__ import annotations
 
@@ -22,6 +22,13 @@ from confluent_kafka.admin import (
 from kio.schema.api_versions.v0.request import ApiVersionsRequest
 
 from gregor.broker.process import BrokerProcess
+from gregor.client.connection import (
+    AuthenticationRefused,
+    BrokerConnection,
+    ClientSettings,
+    client_security,
+)
+from gregor.config import ConfigSource
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import encode_request
 
@@ -102,5 +109,59 @@ def test_a_key_store_is_rotated_without_a_restart(tmp_path: Path, certs: Path) -
         broker.stop()
         broker.start()
         assert _trusted(broker, rotated / "ca.pem")
+    finally:
+        broker.stop()
+
+
+_JAAS = "listener.name.sasl_plaintext.plain.sasl.jaas.config"
+_PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule required "
+
+
+def _authenticates(broker: BrokerProcess, user: str, password: str) -> bool:
+    """Whether a PLAIN login on the SASL_PLAINTEXT listener is accepted."""
+    host, port = broker.bootstrap_for("SASL_PLAINTEXT").rsplit(":", 1)
+    settings = ClientSettings(((host, int(port)),), security=client_security({
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+        "sasl.username": user, "sasl.password": password}))
+    try:
+        BrokerConnection((host, int(port)), settings).close()
+    except AuthenticationRefused:
+        return False
+    return True
+
+
+def test_sasl_settings_change_without_a_restart(tmp_path: Path) -> None:
+    """Kafka's per-broker dynamic SASL settings: the Kerberos ones librdkafka's admin test
+    alters are accepted and described back (nothing here speaks Kerberos); a listener's
+    PLAIN users and enabled mechanisms apply to the next logins; a setting no listener
+    can serve with is refused; the change outlives a restart."""
+    broker = BrokerProcess(tmp_path / "data", listeners="PLAINTEXT://127.0.0.1:0,"
+                           "SASL_PLAINTEXT://127.0.0.1:0", overrides={
+                               "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+                               _JAAS: _PLAIN_LOGIN + 'user_carol="carol-secret";'})
+    broker.start()
+    try:
+        assert _alter(broker, "sasl.kerberos.min.time.before.relogin", "58000") is None
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        resource = ConfigResource(ResourceType.BROKER, str(broker.broker_id))
+        described = next(iter(admin.describe_configs([resource]).values())).result(30)
+        relogin = described["sasl.kerberos.min.time.before.relogin"]
+        assert (relogin.value, relogin.is_read_only) == ("58000", False)
+        assert relogin.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+
+        assert _authenticates(broker, "carol", "carol-secret")
+        assert not _authenticates(broker, "dave", "dave-secret")
+        assert _alter(broker, _JAAS, _PLAIN_LOGIN + 'user_dave="dave-secret";') is None
+        assert _authenticates(broker, "dave", "dave-secret")
+        assert not _authenticates(broker, "carol", "carol-secret")
+
+        refused = _alter(broker, "sasl.enabled.mechanisms", "GSSAPI")
+        assert refused is not None and "INVALID_CONFIG" in refused
+        assert _alter(broker, "sasl.enabled.mechanisms", "SCRAM-SHA-256") is None
+        assert not _authenticates(broker, "dave", "dave-secret")
+
+        broker.stop()
+        broker.start()
+        assert not _authenticates(broker, "dave", "dave-secret")  # the change was kept
     finally:
         broker.stop()

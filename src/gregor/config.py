@@ -383,6 +383,31 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
                   "SCRAM-SHA-512)"),
         ConfigDef("sasl.mechanism.inter.broker.protocol", ConfigType.STRING, "GSSAPI",
                   "the SASL mechanism a broker authenticates with to the others"),
+        ConfigDef("sasl.jaas.config", ConfigType.PASSWORD, "",
+                  "JAAS login module entry; set per listener and mechanism "
+                  "(listener.name.<l>.<mechanism>.sasl.jaas.config)"),
+        # Kafka's Kerberos (GSSAPI) and login-refresh (OAUTHBEARER) settings: accepted,
+        # stored and described as Kafka does, without effect (neither mechanism is served).
+        ConfigDef("sasl.kerberos.service.name", ConfigType.STRING, "",
+                  "Kerberos principal name Kafka runs as (GSSAPI; not served)"),
+        ConfigDef("sasl.kerberos.kinit.cmd", ConfigType.STRING, "/usr/bin/kinit",
+                  "Kerberos kinit command (GSSAPI; not served)"),
+        ConfigDef("sasl.kerberos.ticket.renew.window.factor", ConfigType.DOUBLE, 0.8,
+                  "Kerberos ticket renewal point (GSSAPI; not served)"),
+        ConfigDef("sasl.kerberos.ticket.renew.jitter", ConfigType.DOUBLE, 0.05,
+                  "Kerberos renewal jitter (GSSAPI; not served)"),
+        ConfigDef("sasl.kerberos.min.time.before.relogin", ConfigType.LONG, 60000,
+                  "Kerberos login thread sleep between refreshes (GSSAPI; not served)"),
+        ConfigDef("sasl.kerberos.principal.to.local.rules", ConfigType.LIST, ["DEFAULT"],
+                  "Kerberos principal to short name rules (GSSAPI; not served)"),
+        ConfigDef("sasl.login.refresh.window.factor", ConfigType.DOUBLE, 0.8,
+                  "login refresh point (OAUTHBEARER; not served)"),
+        ConfigDef("sasl.login.refresh.window.jitter", ConfigType.DOUBLE, 0.05,
+                  "login refresh jitter (OAUTHBEARER; not served)"),
+        ConfigDef("sasl.login.refresh.min.period.seconds", ConfigType.SHORT, 60,
+                  "least time between login refreshes (OAUTHBEARER; not served)"),
+        ConfigDef("sasl.login.refresh.buffer.seconds", ConfigType.SHORT, 300,
+                  "login refresh buffer (OAUTHBEARER; not served)"),
         ConfigDef("connection.failed.authentication.delay.ms", ConfigType.INT, 100,
                   "how long a failed authentication is held before its answer and the "
                   "close, to slow down password guessing", minimum=0),
@@ -402,6 +427,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("quota.window.num", ConfigType.INT, 11,
                   "samples a client's rate is measured over, against its quotas", minimum=1),
         ConfigDef("quota.window.size.seconds", ConfigType.INT, 1,
+                  "length of each of those samples", minimum=1),
+        ConfigDef("controller.quota.window.num", ConfigType.INT, 11,
+                  "samples of controller_mutation_rate: its burst is this many windows' "
+                  "mutations", minimum=1),
+        ConfigDef("controller.quota.window.size.seconds", ConfigType.INT, 1,
                   "length of each of those samples", minimum=1),
         # ---- monitoring
         ConfigDef("metrics.listener", ConfigType.STRING, "",
@@ -435,6 +465,18 @@ DYNAMIC_BROKER_CONFIGS = frozenset(
 DYNAMIC_KEY_STORE_CONFIGS = frozenset({
     "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
     "ssl.keystore.key", "ssl.keystore.certificate.chain"})
+
+# SASL settings a broker takes while running, for itself alone (Kafka's per-broker
+# DynamicListenerConfig ones), for every listener or per listener
+# (``listener.name.<l>.<mechanism>.sasl.jaas.config``): the enabled mechanisms and the
+# PLAIN users apply to the next authentications; the Kerberos and login ones are kept.
+DYNAMIC_SASL_CONFIGS = frozenset({
+    "sasl.enabled.mechanisms", "sasl.jaas.config", "sasl.kerberos.service.name",
+    "sasl.kerberos.kinit.cmd", "sasl.kerberos.ticket.renew.window.factor",
+    "sasl.kerberos.ticket.renew.jitter", "sasl.kerberos.min.time.before.relogin",
+    "sasl.kerberos.principal.to.local.rules", "sasl.login.refresh.window.factor",
+    "sasl.login.refresh.window.jitter", "sasl.login.refresh.min.period.seconds",
+    "sasl.login.refresh.buffer.seconds"})
 
 # Kafka accepts these coarser spellings too; they fill in the finer one when it is unset.
 _BROKER_ALIASES = {
@@ -488,6 +530,9 @@ class BrokerConfig:
     # then loads its listeners' new certificates).
     key_stores_changed: Callable[[], None] | None = field(default=None, repr=False,
                                                           compare=False)
+    # Called when this broker's SASL settings changed while it runs (the broker then
+    # takes its listeners' mechanisms and PLAIN users again).
+    sasl_changed: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     # What topics get for the configs they do not set, resolved once per change: the
     # appends read them, so each lookup is one dict access.
     _topic_defaults: dict[str, tuple[Any, ConfigSource]] = field(
@@ -630,21 +675,23 @@ class BrokerConfig:
         """Take the dynamic configs as stored. They were checked when written here; what
         another tool stored that this broker cannot apply (a config it does not have, a
         value it refuses) is left out rather than stopping it."""
-        key_stores = self._key_store_settings()
+        key_stores, sasl = self._settings(is_key_store_config), self._settings(is_sasl_config)
         self.dynamic_default = _applicable(cluster_default)
         self.dynamic = _applicable(this_broker)
         self._resolve_topic_defaults()
-        if self.key_stores_changed is not None and self._key_store_settings() != key_stores:
+        if self.key_stores_changed is not None and \
+                self._settings(is_key_store_config) != key_stores:
             self.key_stores_changed()
+        if self.sasl_changed is not None and self._settings(is_sasl_config) != sasl:
+            self.sasl_changed()
 
     def with_dynamic(self, this_broker: Mapping[str, str]) -> BrokerConfig:
         """A copy with other dynamic configs of its own: what a change would make of it."""
         return dataclasses.replace(self, dynamic=_applicable(this_broker),
-                                   key_stores_changed=None)
+                                   key_stores_changed=None, sasl_changed=None)
 
-    def _key_store_settings(self) -> dict[str, Any]:
-        return {name: value for name, value in self.dynamic.items()
-                if is_key_store_config(name)}
+    def _settings(self, kind: Callable[[str], bool]) -> dict[str, Any]:
+        return {name: value for name, value in self.dynamic.items() if kind(name)}
 
 
 class NotDynamicError(ConfigError):
@@ -663,12 +710,25 @@ def is_key_store_config(name: str) -> bool:
     return _unprefixed(name) in DYNAMIC_KEY_STORE_CONFIGS
 
 
+def _sasl_name(name: str) -> str:
+    """``sasl.jaas.config`` of ``listener.name.<l>.<mechanism>.sasl.jaas.config``."""
+    unprefixed = _unprefixed(name)
+    return "sasl.jaas.config" if unprefixed.endswith(".sasl.jaas.config") else unprefixed
+
+
+def is_sasl_config(name: str) -> bool:
+    """Whether ``name`` is a dynamic SASL setting, for all listeners or one."""
+    return _sasl_name(name) in DYNAMIC_SASL_CONFIGS
+
+
 def _dynamic_definition(name: str) -> ConfigDef | None:
     """The definition of a config that can change while brokers run; None for others."""
     if name in DYNAMIC_BROKER_CONFIGS:
         return BROKER_CONFIGS[name]
     if is_key_store_config(name):
         return BROKER_CONFIGS[_unprefixed(name)]
+    if is_sasl_config(name):
+        return BROKER_CONFIGS[_sasl_name(name)]
     return None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 
 import pytest
 
@@ -213,8 +214,19 @@ def test_fetch_settings_come_from_the_kafka_options() -> None:
     assert fetch.isolation_level == READ_COMMITTED
 
 
+def test_fetch_settings_take_their_tls_context_to_the_executors() -> None:
+    """An SSL context cannot be pickled: tasks get the options and build their own."""
+    fetch = FetchSettings.from_config({"bootstrap.servers": "a:1", "security.protocol": "SSL"})
+    shipped = pickle.loads(pickle.dumps(fetch))
+    assert shipped.security is not None and shipped.security.ssl_context is not None
+    assert shipped.security_config == (("security.protocol", "SSL"),)
+
+
 @pytest.mark.parametrize("config, problem", [
-    ({"security.protocol": "SASL_SSL"}, "PLAINTEXT only"),
+    ({"security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI"},
+     "sasl.mechanism GSSAPI: only"),
+    ({"security.protocol": "SSL", "ssl.ca.location": "/nonexistent/ca.pem"},
+     "kafka.ssl.* options cannot be used"),
     ({"fetch.max.bytes": "lots"}, "fetch.max.bytes must be an integer"),
     ({"isolation.level": "serializable"}, "isolation.level"),
 ])

@@ -114,7 +114,9 @@ class Broker:
                                     else ImageAcls(self.image))
         # Client quotas, measured only while some entity sets one.
         self.quotas = QuotaManager(lambda: self.image.client_quotas, config["quota.window.num"],
-                                   config["quota.window.size.seconds"])
+                                   config["quota.window.size.seconds"],
+                                   config["controller.quota.window.num"]
+                                   * config["controller.quota.window.size.seconds"])
         # None unless authorizer.class.name is set: then every API checks its ACLs.
         self.authorizer = Authorizer(lambda: self.image.acls, super_users(config),
                                      config["allow.everyone.if.no.acl.found"]
@@ -129,6 +131,7 @@ class Broker:
         # Each TLS listener's context, whose key store a running broker may load again.
         self._tls_contexts: dict[str, ssl.SSLContext] = {}
         config.key_stores_changed = self._reload_key_stores
+        config.sasl_changed = self._reload_sasl
         self._servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task] = []
         self._connections: set[asyncio.Task] = set()
@@ -266,6 +269,19 @@ class Broker:
                 log.info("listener %s: key store loaded again", name)
             except ConfigError as exc:
                 log.error("listener %s keeps its certificate: %s", name, exc)
+
+    def _reload_sasl(self) -> None:
+        """This broker's SASL settings changed while it runs (AlterConfigs, checked then):
+        each SASL listener serves its mechanisms and PLAIN users anew from the next
+        authentication on; authenticated connections stay as they are."""
+        for listener in self.listeners:
+            if listener.protocol.sasl:
+                try:
+                    self.sasl[listener.name] = listener_sasl(
+                        self.config, listener.name, functools.partial(scram_credential, self))
+                    log.info("listener %s: SASL settings taken again", listener.name)
+                except ConfigError as exc:
+                    log.error("listener %s keeps its SASL settings: %s", listener.name, exc)
 
     def _endpoints(self) -> tuple[Endpoint, ...]:
         """Every listener as advertised, the inter-broker one first (replicas use it)."""

@@ -28,12 +28,14 @@ from gregor.config import (
     TopicConfig,
     format_value,
     is_key_store_config,
+    is_sasl_config,
 )
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build, nested, response_schema
 from gregor.protocol.errors import ErrorCode
 from gregor.security import tls
 from gregor.security.acls import Operation, ResourceType
+from gregor.security.sasl_mechanisms import listener_sasl
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
@@ -88,7 +90,8 @@ def _describe_broker_configs(broker: Broker, keys: tuple[str, ...] | None) -> li
         value, source = config.broker_value(name)
         synonyms = tuple((name, format_value(values[name]), layer_source)
                          for values, layer_source in layers if name in values)
-        read_only = name not in DYNAMIC_BROKER_CONFIGS and not is_key_store_config(name)
+        read_only = (name not in DYNAMIC_BROKER_CONFIGS and not is_key_store_config(name)
+                     and not is_sasl_config(name))
         entries.append(ConfigEntry(name, format_value(value), read_only,
                                    source, definition.type, definition.doc, synonyms))
     return entries
@@ -265,29 +268,38 @@ async def _alter_broker(broker: Broker, resource, incremental: bool, validate_on
                               f"string, but received {name}")
     set_values, deleted = _changes(broker.image.broker_configs.get(entity, {}), resource,
                                    incremental, BROKER_CONFIGS)
-    if any(is_key_store_config(name) for name in (*set_values, *deleted)):
-        _check_key_stores(broker, entity, changed_broker_configs(
-            broker.image, entity, set_values, deleted, replace=not incremental))
+    changed = (*set_values, *deleted)
+    key_stores = any(is_key_store_config(name) for name in changed)
+    if key_stores or any(is_sasl_config(name) for name in changed):
+        _check_listener_settings(
+            broker, entity, changed_broker_configs(broker.image, entity, set_values, deleted,
+                                                   replace=not incremental),
+            "key store settings" if key_stores else "SASL settings")
     await broker.controller.alter_broker_configs(entity, set_values, deleted,
                                                  validate_only=validate_only,
                                                  replace=not incremental)
 
 
-def _check_key_stores(broker: Broker, entity: str, configs: Mapping[str, str]) -> None:
-    """A broker's own key stores only, and only ones every TLS listener can load, as
-    Kafka checks a new SSL factory before taking it."""
+def _check_listener_settings(broker: Broker, entity: str, configs: Mapping[str, str],
+                             what: str) -> None:
+    """A broker's own key stores and SASL settings only (Kafka's per-broker listener
+    configs), and only ones every listener can serve with: its TLS context and SASL
+    mechanisms are built from them first, as Kafka checks a new SSL factory before
+    taking it."""
     if entity == DEFAULT_BROKER_CONFIGS:
         raise ControllerError(ErrorCode.invalid_request,
                               "Cannot update these configs at default cluster level, broker id "
-                              "must be specified: key store settings")
+                              f"must be specified: {what}")
     trial = broker.config.with_dynamic(configs)
     for listener in broker.listeners:
-        if listener.protocol.tls:
-            try:
+        try:
+            if listener.protocol.tls:
                 tls.server_context(trial, listener.name, listener.protocol.sasl)
-            except ConfigError as exc:
-                raise ControllerError(ErrorCode.invalid_config,
-                                      f"listener {listener.name}: {exc}") from None
+            if listener.protocol.sasl:
+                listener_sasl(trial, listener.name, lambda user, mechanism: None)
+        except ConfigError as exc:
+            raise ControllerError(ErrorCode.invalid_config,
+                                  f"listener {listener.name}: {exc}") from None
 
 
 def _unexpected_broker(broker: Broker, resource: Any) -> str:

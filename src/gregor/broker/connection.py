@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 from collections import deque
@@ -36,7 +37,13 @@ from gregor.broker import api_versions
 from gregor.broker.authentication import authenticate
 from gregor.broker.frame_protocol import ClientGone, FrameProtocol, FrameSizeError
 from gregor.broker.request import DelayedResponse, RawResponse, Request
-from gregor.broker.throttling import Charge, bounded_fetch, waits_for_client, with_throttle
+from gregor.broker.throttling import (
+    MUTATIONS,
+    Charge,
+    bounded_fetch,
+    waits_for_client,
+    with_throttle,
+)
 from gregor.metrics.broker_metrics import FETCH, BrokerMetrics
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import MalformedRequest, decode_request, encode_response, peek_api
@@ -272,8 +279,14 @@ class Connection:
             client = self._client_quotas(quotas, header.client_id)
             if client is not None:
                 if api_key == ApiKey.FETCH:
-                    request = self.request = bounded_fetch(client, request)
+                    request = bounded_fetch(client, request)
                 charge = Charge(client, api_key, request, len(frame))
+                if api_key == ApiKey.FETCH:
+                    request = self.request = dataclasses.replace(
+                        request, fetch_quota=self._fetch_quota(charge))
+                elif api_key in MUTATIONS and client.mutation is not None:
+                    request = self.request = dataclasses.replace(
+                        request, mutation_quota=client.mutation)
         return await self._encoded(api_key, version, correlation_id,
                                    route.handler(self.broker, request), charge)
 
@@ -288,6 +301,11 @@ class Connection:
             self._quotas = quotas.for_client(user, client_id or "",
                                              asyncio.get_running_loop().time() * 1000)
         return self._quotas
+
+    @staticmethod
+    def _fetch_quota(charge: Charge) -> Callable[[int], int]:
+        loop = asyncio.get_running_loop()
+        return lambda size: charge.fetch_answer(size, loop.time() * 1000)
 
     async def _throttled(self, charge: Charge, api_key: int, version: int,
                          result: Any) -> Any:

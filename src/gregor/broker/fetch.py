@@ -238,12 +238,20 @@ async def _full_fetch(broker: Broker, request: Request, replica_id: int,
             await broker.replica_manager.wait_for_data(watched, remaining)
         else:
             await _wait(session, remaining)
+    grouped = _grouped(result)
+    response = _encoded(request, grouped, NO_SESSION if session is None else session.id)
+    throttle = _over_quota(request, replica_id, response)
+    if throttle:
+        # As Kafka's throttled full fetch: no session is created, nothing is sent.
+        if session is not None:
+            broker.replica_manager.fetch_sessions.close(session.id)
+        return _quota_answer(request, throttle, NO_SESSION)
     if session is not None:
         session.marked = dict.fromkeys(result.held)  # held back: read at the next fetch
         for topic, answer, _ in result.answers:
             _answered(session, (topic, answer.index), answer)
-    return _respond(broker, request, replica_id, result,
-                    NO_SESSION if session is None else session.id)
+    _count(broker, replica_id, result, grouped)
+    return response
 
 
 async def _incremental_fetch(broker: Broker, request: Request, replica_id: int,
@@ -277,6 +285,7 @@ async def _incremental_fetch(broker: Broker, request: Request, replica_id: int,
         await _wait(session, _until_unheld(broker, result, remaining))
     starved = result.total >= body.max_bytes
     news = _Read()
+    told: list[TopicPartition] = []
     for (topic, answer, size), tp in zip(result.answers, candidates, strict=True):
         cached = session.partitions[tp]
         if size or answer.error_code != ErrorCode.none or answer.diverging_epoch is not None \
@@ -285,7 +294,18 @@ async def _incremental_fetch(broker: Broker, request: Request, replica_id: int,
             news.answers.append((topic, answer, size))
             news.total += size
             news.urgent = news.urgent or answer.error_code != ErrorCode.none
-            _answered(session, tp, answer)
+            told.append(tp)
+    grouped = _grouped(news)
+    response = _encoded(request, grouped, session.id)
+    throttle = _over_quota(request, replica_id, response)
+    if throttle:
+        # Kafka's throttled incremental fetch: the session goes on, told nothing, and
+        # what had news is read again at the next fetch.
+        session.marked.update(dict.fromkeys(told))
+        return _quota_answer(request, throttle, session.id)
+    for (_, answer, _), tp in zip(news.answers, told, strict=True):
+        _answered(session, tp, answer)
+    for (_, _, size), tp in zip(result.answers, candidates, strict=True):
         # Records sent, or none for want of room: read again at the next fetch, whether
         # or not the fetcher names it (one that does not is sent the same again, as by
         # Kafka).
@@ -294,7 +314,8 @@ async def _incremental_fetch(broker: Broker, request: Request, replica_id: int,
     # Held back by the throttle: read again at the next fetch, as the fetcher will not
     # name them (it was sent nothing).
     session.marked.update(dict.fromkeys(result.held))
-    return _respond(broker, request, replica_id, news, session.id)
+    _count(broker, replica_id, news, grouped)
+    return response
 
 
 def _answered(session: FetchSession, tp: TopicPartition, answer: FetchedPartition) -> None:
@@ -318,26 +339,51 @@ async def _wait(session: FetchSession, timeout: float) -> None:
             await session.wakeup.wait()
 
 
-def _respond(broker: Broker, request: Request, replica_id: int, result: _Read,
-             session_id: int) -> RawResponse:
+def _grouped(result: _Read) -> list[tuple[str, list[FetchedPartition]]]:
     topics: dict[str, list[FetchedPartition]] = {}
     for topic, answer, _ in result.answers:
         topics.setdefault(topic, []).append(answer)
-    grouped = list(topics.items())
-    metrics = broker.metrics
-    if metrics is not None:
-        if result.urgent or len(grouped) != 1:
-            metrics.fetch_answered(grouped, replica_id >= 0)
-        else:
-            # One topic, every partition answered NONE: counted inline, without looking at
-            # each partition (their bytes are the total), as this is once per fetch.
-            name, answers = grouped[0]
-            counters = metrics.topics[name]
-            counters.fetch_requests += len(answers)
-            metrics.fetch_errors[NONE] += len(answers)
-            if replica_id >= 0:
-                metrics.replication_bytes_out += result.total
-            else:
-                counters.bytes_out += result.total
+    return list(topics.items())
+
+
+def _encoded(request: Request, grouped: list[tuple[str, list[FetchedPartition]]],
+             session_id: int) -> RawResponse:
     return RawResponse(encode_fetch_response(request.version, request.header.correlation_id, 0,
                                              ErrorCode.none, session_id, grouped))
+
+
+def _over_quota(request: Request, replica_id: int, response: RawResponse) -> int:
+    """The throttle time a consumer's answer earns against its quotas (0 without
+    quotas, and for followers, whose fetches the replication quotas throttle)."""
+    if request.fetch_quota is None or replica_id >= 0:
+        return 0
+    return request.fetch_quota(
+        sum(len(c) if isinstance(c, bytes) else c.length for c in response.chunks))
+
+
+def _quota_answer(request: Request, throttle_ms: int, session_id: int) -> RawResponse:
+    """Kafka's answer to a fetch over its quota (``getThrottledResponse``): no
+    partition, the throttle time, the session id of an incremental fetch."""
+    return RawResponse(encode_fetch_response(request.version, request.header.correlation_id,
+                                             throttle_ms, ErrorCode.none, session_id, []))
+
+
+def _count(broker: Broker, replica_id: int, result: _Read,
+           grouped: list[tuple[str, list[FetchedPartition]]]) -> None:
+    """The answer's partitions and bytes in the broker's metrics."""
+    metrics = broker.metrics
+    if metrics is None:
+        return
+    if result.urgent or len(grouped) != 1:
+        metrics.fetch_answered(grouped, replica_id >= 0)
+        return
+    # One topic, every partition answered NONE: counted inline, without looking at
+    # each partition (their bytes are the total), as this is once per fetch.
+    name, answers = grouped[0]
+    counters = metrics.topics[name]
+    counters.fetch_requests += len(answers)
+    metrics.fetch_errors[NONE] += len(answers)
+    if replica_id >= 0:
+        metrics.replication_bytes_out += result.total
+    else:
+        counters.bytes_out += result.total

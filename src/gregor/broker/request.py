@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from gregor.protocol.codec import RequestHeader
 from gregor.protocol.fetch_response import Chunk
+from gregor.security.quotas import TokenBucket
 from gregor.security.session import Session
 
 
@@ -19,6 +20,13 @@ class Request:
     client_port: int
     # The connection's listener and principal: one object per connection, not per request.
     session: Session
+    # A consumer's fetch under a quota: called with its answer's size before the answer
+    # is committed to the fetch session; the throttle time it earned (over its quota,
+    # Kafka answers it empty: :meth:`gregor.broker.throttling.Charge.fetch_answer`).
+    fetch_quota: Callable[[int], int] | None = None
+    # CreateTopics, CreatePartitions, DeleteTopics under controller_mutation_rate
+    # (KIP-599): the client's token bucket of partition mutations.
+    mutation_quota: TokenBucket | None = None
 
     @property
     def version(self) -> int:

@@ -1,6 +1,8 @@
 """What a request costs against its client's quotas, and the answer that says so.
 
-Kafka records each request when its answer is ready: a produce's size against
+Kafka records each request when its answer is ready (CreateTopics, CreatePartitions and
+DeleteTopics also record their partition mutations as they make them, against
+``controller_mutation_rate``, and are throttled until those are paid for): a produce's size against
 ``producer_byte_rate``, a fetch answer's size against ``consumer_byte_rate``, the time
 its handler took against ``request_percentage`` (except for the requests that must pass
 whatever the quota: SASL, inter-broker ones, and followers' fetches). The largest
@@ -9,10 +11,13 @@ not read for that long (KIP-219): the answer goes out at once to a client that k
 to wait itself, or only after the throttle time to one whose request version
 predates KIP-219.
 
-Unlike Kafka, a fetch over the consumer quota still carries its records (Kafka answers
-an empty one and takes back the recording): the connection is held all the same, and
-the fetch's size is bounded by the quota window (:func:`bounded_fetch`), so the rate
-holds.
+A consumer's fetch is recorded as Kafka's KafkaApis.handleFetchRequest records it: once
+its answer is read but before it is committed to the fetch session
+(:meth:`Charge.fetch_answer`). Over the consumer or the request quota, the fetch is
+answered empty with the throttle time (the fetch session's ``getThrottledResponse``)
+and its bytes are taken back, since they are not sent; the client asks again for the
+same records after the throttle time. Its size is bounded by the quota window
+(:func:`bounded_fetch`), as in Kafka.
 """
 
 from __future__ import annotations
@@ -43,6 +48,11 @@ _KIP219_FROM: dict[int, int] = {
     ApiKey.ALTER_REPLICA_LOG_DIRS: 1, ApiKey.DESCRIBE_LOG_DIRS: 1,
     ApiKey.CREATE_PARTITIONS: 1,
 }
+# The APIs controller_mutation_rate holds back (KIP-599), and the first version of each
+# whose request over it is refused (THROTTLING_QUOTA_EXCEEDED per topic) rather than
+# served and throttled afterwards.
+MUTATIONS: dict[int, int] = {ApiKey.CREATE_TOPICS: 6, ApiKey.CREATE_PARTITIONS: 3,
+                             ApiKey.DELETE_TOPICS: 5}
 # Requests the request quota never holds back (Kafka's exempt APIs that gregor serves).
 _EXEMPT = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
                      ApiKey.WRITE_TXN_MARKERS})
@@ -66,7 +76,8 @@ def bounded_fetch(quotas: ClientQuotas, request: Request) -> Request:
 class Charge:
     """One request's cost, recorded once its answer is ready."""
 
-    __slots__ = ("quotas", "api_key", "request", "request_bytes", "started", "handler_s")
+    __slots__ = ("quotas", "api_key", "request", "request_bytes", "started", "handler_s",
+                 "settled")
 
     def __init__(self, quotas: ClientQuotas, api_key: int, request: Request,
                  request_bytes: int) -> None:
@@ -76,6 +87,8 @@ class Charge:
         self.request_bytes = request_bytes
         self.started = perf_counter()
         self.handler_s: float | None = None
+        # The throttle time once recorded (a fetch records itself before it answers).
+        self.settled: int | None = None
 
     def handled(self) -> None:
         """The handler has returned (an acks=all produce's wait for the followers is not
@@ -83,17 +96,36 @@ class Charge:
         if self.handler_s is None:
             self.handler_s = perf_counter() - self.started
 
+    def fetch_answer(self, size: int, now_ms: float) -> int:
+        """Record a consumer's fetch answer of ``size`` bytes and the handler's time so
+        far, before the answer is committed; over either quota, take the bytes back (the
+        fetch is answered empty) and return the throttle time."""
+        throttle = self.settled = self._record(size, now_ms)
+        if throttle and self.quotas.fetch is not None:
+            self.quotas.fetch.unrecord(size, now_ms)
+        return throttle
+
     def throttle_ms(self, result: Any, now_ms: float) -> int:
-        """Record the request against the client's quotas; the throttle time it earned."""
+        """Record the request against the client's quotas (unless it recorded itself);
+        the throttle time it earned."""
+        if self.settled is not None:
+            return self.settled
+        size = None
+        if self.api_key == ApiKey.FETCH and result is not None:
+            size = sum(len(c) if isinstance(c, bytes) else c.length for c in result.chunks)
+        return self._record(size, now_ms)
+
+    def _record(self, fetch_bytes: int | None, now_ms: float) -> int:
         quotas, api_key, body = self.quotas, self.api_key, self.request.body
         if api_key in _EXEMPT or (api_key == ApiKey.FETCH and getattr(body, "replica_id", -1) >= 0):
             return 0
         throttle = 0
         if api_key == ApiKey.PRODUCE and quotas.produce is not None:
             throttle = quotas.produce.record(self.request_bytes, now_ms)
-        elif api_key == ApiKey.FETCH and quotas.fetch is not None and result is not None:
-            size = sum(len(c) if isinstance(c, bytes) else c.length for c in result.chunks)
-            throttle = quotas.fetch.record(size, now_ms)
+        elif api_key == ApiKey.FETCH and quotas.fetch is not None and fetch_bytes is not None:
+            throttle = quotas.fetch.record(fetch_bytes, now_ms)
+        elif api_key in MUTATIONS and quotas.mutation is not None:
+            throttle = quotas.mutation.throttle_ms(now_ms)
         if quotas.request is not None and not (api_key == ApiKey.PRODUCE and body.acks == 0):
             self.handled()
             assert self.handler_s is not None

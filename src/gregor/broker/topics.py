@@ -1,7 +1,16 @@
-"""CreateTopics, DeleteTopics and CreatePartitions: topic administration via the controller."""
+"""CreateTopics, DeleteTopics and CreatePartitions: topic administration via the controller.
+
+Under ``controller_mutation_rate`` (KIP-599) each created or deleted partition is recorded
+against the client's token bucket as it is made; from CreateTopics v6, CreatePartitions
+v3 and DeleteTopics v5 on, a topic is refused with THROTTLING_QUOTA_EXCEEDED while the
+client owes mutations (the one that goes over is still made, as in Kafka), and older
+versions are served and only throttled (:mod:`gregor.broker.throttling` sets the answer's
+``throttle_time_ms`` and holds the connection).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from collections import Counter
 from typing import TYPE_CHECKING
@@ -9,6 +18,7 @@ from typing import TYPE_CHECKING
 from gregor.broker.authorization import may_create_topic, topic_allowed
 from gregor.broker.configs import describe_topic_configs
 from gregor.broker.request import Request
+from gregor.broker.throttling import MUTATIONS
 from gregor.cluster.controller import ControllerError
 from gregor.cluster.metadata_image import TopicMetadata
 from gregor.protocol.api_keys import ApiKey
@@ -21,6 +31,25 @@ if TYPE_CHECKING:
 
 _NO_THROTTLE = datetime.timedelta(0)
 _DENIED = "Authorization failed."
+_OVER_QUOTA = "The throttling quota has been exceeded."
+
+
+def _refuse_over_quota(request: Request, key: ApiKey) -> None:
+    """KIP-599's strict quota: a topic is refused while the client owes mutations."""
+    quota = request.mutation_quota
+    if quota is not None and request.version >= MUTATIONS[key] and quota.exceeded(_now_ms()):
+        raise ControllerError(ErrorCode.throttling_quota_exceeded, _OVER_QUOTA)
+
+
+def _mutated(request: Request, partitions: int) -> None:
+    quota = request.mutation_quota
+    if quota is not None and partitions > 0:
+        quota.record(partitions, _now_ms())
+
+
+def _now_ms() -> float:
+    """The clock the connection's quotas are measured by."""
+    return asyncio.get_running_loop().time() * 1000
 
 
 async def _create_topic(broker: Broker, topic, validate_only: bool) -> TopicMetadata:
@@ -60,7 +89,10 @@ async def handle_create_topics(broker: Broker, request: Request):
                                       "topic listed more than once in one request")
             if not may_create_topic(broker, request, topic.name):
                 raise ControllerError(ErrorCode.topic_authorization_failed, _DENIED)
+            _refuse_over_quota(request, key)
             created = await _create_topic(broker, topic, request.body.validate_only)
+            if not request.body.validate_only:
+                _mutated(request, len(created.partitions))
         except ControllerError as exc:
             error, message = exc.error, str(exc)
         configs = None
@@ -99,9 +131,11 @@ async def handle_delete_topics(broker: Broker, request: Request):
             error, message = ErrorCode.topic_authorization_failed, _DENIED
         else:
             try:
+                _refuse_over_quota(request, key)
                 deleted = await broker.controller.delete_topic(
                     name, body.timeout.total_seconds())
                 topic_id = deleted.uuid
+                _mutated(request, len(deleted.partitions))
             except ControllerError as exc:
                 error, message = exc.error, str(exc)
         results.append(build(result_cls, name=name, topic_id=topic_id, error_code=error,
@@ -122,8 +156,13 @@ async def handle_create_partitions(broker: Broker, request: Request):
         try:
             if not topic_allowed(broker, request, Operation.ALTER, topic.name):
                 raise ControllerError(ErrorCode.topic_authorization_failed, _DENIED)
+            _refuse_over_quota(request, key)
+            existing = broker.image.topics.get(topic.name)
+            before = len(existing.partitions) if existing is not None else topic.count
             await broker.controller.create_partitions(topic.name, topic.count, assignment,
                                                       validate_only=request.body.validate_only)
+            if not request.body.validate_only:
+                _mutated(request, topic.count - before)
         except ControllerError as exc:
             error, message = exc.error, str(exc)
         results.append(build(result_cls, name=topic.name, error_code=error,

@@ -17,6 +17,7 @@ import struct
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
@@ -25,6 +26,7 @@ from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import decode_response, encode_request
 from gregor.protocol.errors import ErrorCode
+from gregor.security import tls
 from gregor.security.inter_broker import ChannelSecurity
 from gregor.security.sasl import AuthenticationFailed
 from gregor.security.sasl_mechanisms import PLAIN, SUPPORTED
@@ -35,6 +37,13 @@ _SIZE = struct.Struct(">i")
 
 class BrokerUnavailable(Exception):
     """No usable connection to the broker right now; another (or later) may do."""
+
+
+class AuthenticationRefused(Exception):
+    """The broker refused the client's SASL credentials (or proved it does not know the
+    SCRAM password). Not a :class:`BrokerUnavailable`: asking again cannot help, so
+    callers that retry those fail at once, as Kafka's clients do on a
+    SaslAuthenticationException."""
 
 
 @dataclass(frozen=True)
@@ -63,10 +72,18 @@ def parse_bootstrap(servers: str) -> tuple[tuple[str, int], ...]:
     return tuple(addresses)
 
 
+def security_options(config: Mapping[str, str]) -> dict[str, str]:
+    """The part of a librdkafka client configuration :func:`client_security` reads
+    (``security.protocol``, ``ssl.*``, ``sasl.*``)."""
+    return {name: value for name, value in config.items()
+            if name == "security.protocol" or name.startswith(("ssl.", "sasl."))}
+
+
 def client_security(config: Mapping[str, Any]) -> ChannelSecurity | None:
     """The security a librdkafka client configuration asks for (``security.protocol``
     PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; ``ssl.ca.location``,
-    ``ssl.certificate.location``, ``ssl.key.location``, ``ssl.key.password``,
+    ``ssl.ca.pem``, ``ssl.certificate.location``, ``ssl.key.location``,
+    ``ssl.key.password``, ``ssl.keystore.location``/``.password`` (PKCS12),
     ``ssl.endpoint.identification.algorithm``; ``sasl.mechanism``, ``sasl.username``,
     ``sasl.password``), so that a tool speaks to the brokers as its librdkafka clients
     do; None for PLAINTEXT."""
@@ -77,11 +94,15 @@ def client_security(config: Mapping[str, Any]) -> ChannelSecurity | None:
         return None
     context = None
     if protocol.endswith("SSL"):
-        context = ssl.create_default_context(cafile=config.get("ssl.ca.location"))
+        context = ssl.create_default_context(cafile=config.get("ssl.ca.location"),
+                                             cadata=config.get("ssl.ca.pem"))
         if config.get("ssl.certificate.location"):
             context.load_cert_chain(config["ssl.certificate.location"],
                                     config.get("ssl.key.location"),
                                     config.get("ssl.key.password"))
+        elif config.get("ssl.keystore.location"):
+            tls.load_pkcs12_key_store(context, Path(config["ssl.keystore.location"]).read_bytes(),
+                                      str(config.get("ssl.keystore.password", "")))
         # librdkafka checks the broker's host name unless this is set to "none".
         context.check_hostname = str(config.get(
             "ssl.endpoint.identification.algorithm", "https")).lower() == "https"
@@ -118,7 +139,7 @@ class BrokerConnection:
                 self._authenticate(security, security.sasl_mechanism)
             except AuthenticationFailed as exc:
                 self.close()
-                raise BrokerUnavailable(
+                raise AuthenticationRefused(
                     f"{address[0]}:{address[1]}: SASL {security.sasl_mechanism}: {exc}") \
                     from None
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from gregor.security.quota_entities import (
     CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
     AppliedQuota,
@@ -96,6 +97,44 @@ class Quota:
         throttle = (measured - self.bound) / self.bound * window
         return int(throttle if max_throttle_ms is None else min(throttle, max_throttle_ms))
 
+    def unrecord(self, value: float, now_ms: float) -> None:
+        """Take back a recorded ``value`` (Kafka's ``unrecordQuotaSensor``: what was
+        recorded for an answer that is not sent)."""
+        self.rate.record(-value, now_ms)
+
+
+class TokenBucket:
+    """Kafka's ``TokenBucket`` for ``controller_mutation_rate`` (KIP-599): a burst of
+    ``samples`` windows' worth of partition mutations, refilled at the bound per second;
+    mutations taken beyond it are owed, and the client waits until the debt is paid."""
+
+    __slots__ = ("bound", "_burst", "_tokens", "_last_ms")
+
+    def __init__(self, bound: float, burst: float, now_ms: float) -> None:
+        self.bound = bound
+        self._burst = burst
+        self._tokens = burst
+        self._last_ms = now_ms
+
+    def exceeded(self, now_ms: float) -> bool:
+        """Whether the client owes mutations: a strict request is then refused."""
+        self._refill(now_ms)
+        return self._tokens < 0
+
+    def record(self, mutations: int, now_ms: float) -> None:
+        self._refill(now_ms)
+        self._tokens -= mutations
+
+    def throttle_ms(self, now_ms: float) -> int:
+        """How long until the debt is paid (0 without one)."""
+        self._refill(now_ms)
+        return int(-self._tokens / self.bound * 1000) if self._tokens < 0 else 0
+
+    def _refill(self, now_ms: float) -> None:
+        elapsed = max(now_ms - self._last_ms, 0.0)
+        self._tokens = min(self._burst, self._tokens + elapsed / 1000 * self.bound)
+        self._last_ms = now_ms
+
 
 @dataclass(frozen=True, slots=True)
 class ClientQuotas:
@@ -111,17 +150,21 @@ class ClientQuotas:
     # The most a fetch may return (Kafka's quota window bytes): a consumer's answer
     # otherwise outgrows what one throttle can make up for.
     fetch_max_bytes: int | None
+    # controller_mutation_rate: partitions created or deleted (KIP-599).
+    mutation: TokenBucket | None = None
 
 
 class QuotaManager:
     """The broker's rates, and which of them each client is measured by."""
 
     def __init__(self, configs: Callable[[], QuotaConfigs], samples: int,
-                 window_s: float) -> None:
+                 window_s: float, mutation_window_s: float = 11.0) -> None:
         self._configs = configs
         self._samples = samples
         self._window_ms = window_s * 1000.0
+        self._mutation_window_s = mutation_window_s
         self._rates: dict[tuple[str, str, str], Rate] = {}
+        self._buckets: dict[tuple[str, str, str], TokenBucket] = {}
         self._swept_at = 0
         # Kafka bounds a request-time throttle by the span of all its samples.
         self.max_request_throttle_ms = samples * self._window_ms
@@ -141,12 +184,24 @@ class QuotaManager:
         produce, fetch, request = (
             self._quota(configs.applied(key, user, client_id), now_ms)
             for key in (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE))
-        if produce is None and fetch is None and request is None:
+        mutation = self._bucket(configs.applied(CONTROLLER_MUTATION_RATE, user, client_id),
+                                now_ms)
+        if produce is None and fetch is None and request is None and mutation is None:
             return None
         window_bytes = (None if fetch is None else
                         max(1, int(fetch.bound * (self._samples - 1) * self._window_ms / 1000)))
         return ClientQuotas(produce, fetch, request, self.max_request_throttle_ms,
-                            window_bytes)
+                            window_bytes, mutation)
+
+    def _bucket(self, applied: AppliedQuota | None, now_ms: float) -> TokenBucket | None:
+        """The token bucket the entity's clients share; a new one if its bound changed."""
+        if applied is None:
+            return None
+        bucket = self._buckets.get(applied.shared_by)
+        if bucket is None or bucket.bound != applied.bound:
+            bucket = self._buckets[applied.shared_by] = TokenBucket(
+                applied.bound, applied.bound * self._mutation_window_s, now_ms)
+        return bucket
 
     def _quota(self, applied: AppliedQuota | None, now_ms: float) -> Quota | None:
         if applied is None:

@@ -135,11 +135,8 @@ def _load_key_store(context: ssl.SSLContext, config: BrokerConfig, listener: str
     if kind == "PEM":
         _load_chain(context, location, key_password)
     elif kind == "PKCS12":
-        pem, password = _pkcs12_chain(
-            Path(location).read_bytes(),
-            config.for_listener(listener, "ssl.keystore.password"))
-        with _private_file(pem) as path:
-            _load_chain(context, path, password)
+        load_pkcs12_key_store(context, Path(location).read_bytes(),
+                              config.for_listener(listener, "ssl.keystore.password"))
     else:
         raise ConfigError(f"ssl.keystore.type {kind}: only PEM and PKCS12 are read here "
                           "(convert JKS with keytool -importkeystore -deststoretype PKCS12)")
@@ -166,7 +163,7 @@ def _load_trust_store(context: ssl.SSLContext, config: BrokerConfig, listener: s
         elif kind == "PEM":
             context.load_verify_locations(cafile=location)
         elif kind == "PKCS12":
-            context.load_verify_locations(cadata=_pkcs12_certificates(
+            context.load_verify_locations(cadata=pkcs12_certificates(
                 Path(location).read_bytes(),
                 config.for_listener(listener, "ssl.truststore.password")))
         else:
@@ -176,6 +173,13 @@ def _load_trust_store(context: ssl.SSLContext, config: BrokerConfig, listener: s
         raise ConfigError(f"cannot load the trust store {location or '(inline)'}: "
                           f"{exc}") from None
     return True
+
+
+def load_pkcs12_key_store(context: ssl.SSLContext, data: bytes, password: str) -> None:
+    """Load a PKCS12 key store's key and certificate chain into ``context``."""
+    pem, transient = _pkcs12_chain(data, password)
+    with _private_file(pem) as path:
+        _load_chain(context, path, transient)
 
 
 def _pkcs12_chain(data: bytes, password: str) -> tuple[str, str]:
@@ -196,7 +200,9 @@ def _pkcs12_chain(data: bytes, password: str) -> tuple[str, str]:
     return pem.decode(), transient
 
 
-def _pkcs12_certificates(data: bytes, password: str) -> str:
+def pkcs12_certificates(data: bytes, password: str) -> str:
+    """The certificates of a PKCS12 trust store, as PEM (what OpenSSL's ``cadata`` and
+    librdkafka's ``ssl.ca.pem`` take)."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.serialization import pkcs12
 

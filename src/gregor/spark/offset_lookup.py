@@ -8,12 +8,20 @@ round trip per partition, and it cannot take the isolation level as an argument)
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 
 from confluent_kafka import IsolationLevel
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from gregor.client.connection import (
+    BrokerUnavailable,
+    ClientSettings,
+    bootstrap_connection,
+    client_security,
+    parse_bootstrap,
+)
 from gregor.spark.offsets import EARLIEST, LATEST, Offsets, TopicPartition, describe
 from gregor.spark.options import (
     AtTimestamp,
@@ -26,6 +34,19 @@ from gregor.spark.options import (
 REQUEST_TIMEOUT_S = 30.0
 READ_UNCOMMITTED = "read_uncommitted"
 """Spark's Kafka source reads with the Java client's default isolation level; so do we."""
+
+
+def _check_login(client_config: dict[str, str]) -> None:
+    """With SASL, log in once to a bootstrap server first: librdkafka retries refused
+    credentials until its request times out and then says only "Broker transport
+    failure", where Kafka's clients fail at once with the broker's reason
+    (AuthenticationRefused). An unreachable server is left to librdkafka."""
+    if not client_config.get("security.protocol", "").upper().startswith("SASL"):
+        return
+    settings = ClientSettings(parse_bootstrap(client_config["bootstrap.servers"]),
+                              security=client_security(client_config))
+    with contextlib.suppress(BrokerUnavailable):
+        bootstrap_connection(settings).close()
 
 
 class OffsetLookup:
@@ -41,6 +62,7 @@ class OffsetLookup:
             if level == "read_committed"
             else IsolationLevel.READ_UNCOMMITTED
         )
+        _check_login(client_config)
         self._admin = AdminClient(config)
 
     def partitions(self, subscription: Subscription) -> list[TopicPartition]:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gregor.client.java_names import librdkafka_security
 from gregor.spark.offsets import (
     EARLIEST,
     LATEST,
@@ -145,7 +146,10 @@ def client_config(options: Mapping[str, str]) -> dict[str, str]:
     librdkafka on the driver and in the sink, and the executors' Fetch settings).
 
     ``bootstrap.servers`` is also accepted unprefixed, because that is how every other
-    Kafka client spells it.
+    Kafka client spells it. Security settings may be librdkafka's or, as Spark's Kafka
+    source takes them, the Java client's (``kafka.sasl.jaas.config``,
+    ``kafka.ssl.truststore.location``), which are renamed to librdkafka's here
+    (:func:`gregor.client.java_names.librdkafka_security`).
     """
     config = {
         key[len(KAFKA_PREFIX) :]: value
@@ -156,7 +160,7 @@ def client_config(options: Mapping[str, str]) -> dict[str, str]:
         config["bootstrap.servers"] = options["bootstrap.servers"]
     if not config.get("bootstrap.servers"):
         raise ValueError("option 'kafka.bootstrap.servers' is required")
-    return config
+    return librdkafka_security(config)
 
 
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:

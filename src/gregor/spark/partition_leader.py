@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import ssl
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,7 +27,9 @@ from gregor.client.connection import (
     BrokerUnavailable,
     ClientSettings,
     bootstrap_connection,
+    client_security,
     parse_bootstrap,
+    security_options,
 )
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build
@@ -54,16 +57,27 @@ class FetchSettings(ClientSettings):
     isolation_level: int = READ_UNCOMMITTED
     retry_backoff_ms: int = 100
 
+    security_config: tuple[tuple[str, str], ...] = ()
+    """The ``security.protocol``, ``ssl.*`` and ``sasl.*`` options ``security`` comes from:
+    an SSL context cannot be pickled, so tasks carry these and make their own."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "security": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.security_config:
+            object.__setattr__(self, "security", client_security(dict(self.security_config)))
+
     @classmethod
     def from_config(cls, config: dict[str, str]) -> FetchSettings:
-        """From the ``kafka.*`` options; other options are the AdminClient's and the
-        producer's.  Only PLAINTEXT connections are spoken here."""
-        protocol = config.get("security.protocol", "plaintext").lower()
-        if protocol != "plaintext":
-            raise ValueError(
-                f"kafka.security.protocol={protocol}: the source's executors connect to "
-                "brokers in PLAINTEXT only"
-            )
+        """From the ``kafka.*`` options (librdkafka's names: :func:`client_security` for
+        TLS and SASL); other options are the AdminClient's and the producer's."""
+        security_config = tuple(sorted(security_options(config).items()))
+        try:
+            security = client_security(dict(security_config))
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"the kafka.ssl.* options cannot be used: {exc}") from None
         level = config.get("isolation.level", "read_uncommitted").lower()
         if level not in ("read_uncommitted", "read_committed"):
             raise ValueError(f"kafka.isolation.level must be read_uncommitted or "
@@ -89,6 +103,7 @@ class FetchSettings(ClientSettings):
         return cls(
             bootstrap=parse_bootstrap(config["bootstrap.servers"]),
             isolation_level=READ_COMMITTED if level == "read_committed" else READ_UNCOMMITTED,
+            security=security, security_config=security_config if security else (),
             **given,
         )
 

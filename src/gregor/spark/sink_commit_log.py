@@ -22,7 +22,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.produce.v9 import request as produce_request
 
-from gregor.client.connection import BrokerUnavailable
+from gregor.client.connection import BrokerUnavailable, security_options
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import build
 from gregor.protocol.errors import ErrorCode
@@ -114,7 +114,8 @@ def write_decision(settings: FetchSettings, config: dict[str, str], topic: str,
 
 
 def _create(config: dict[str, str], topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": config["bootstrap.servers"]})
+    admin = AdminClient({"bootstrap.servers": config["bootstrap.servers"],
+                         **security_options(config)})
     future = admin.create_topics([NewTopic(topic, num_partitions=1,
                                            config={"cleanup.policy": "compact"})])[topic]
     try:

@@ -1,6 +1,7 @@
 package io.gregor.spark.read;
 
 import io.gregor.spark.wire.Bootstrap;
+import io.gregor.spark.wire.Security;
 import java.io.Serializable;
 import java.util.Locale;
 import java.util.Map;
@@ -23,7 +24,8 @@ public record ReadSettings(
     int retryBackoffMs,
     boolean includeHeaders,
     boolean failOnDataLoss,
-    int pollTimeoutMs)
+    int pollTimeoutMs,
+    Security security)
     implements Serializable {
   private static final long serialVersionUID = 1L;
 
@@ -32,22 +34,14 @@ public record ReadSettings(
 
   /**
    * From the {@code kafka.*} options with the prefix removed (the Python source's client_config);
-   * other client options are the driver's and the sink's and are ignored here. Only PLAINTEXT
-   * connections are spoken by the executors.
+   * other client options are the driver's and the sink's and are ignored here. TLS and SASL as
+   * {@link Security} reads them.
    */
   public static ReadSettings fromOptions(
       Map<String, String> kafkaConfig,
       boolean includeHeaders,
       boolean failOnDataLoss,
       int pollTimeoutMs) {
-    String protocol =
-        kafkaConfig.getOrDefault("security.protocol", "plaintext").toLowerCase(Locale.ROOT);
-    if (!protocol.equals("plaintext")) {
-      throw new IllegalArgumentException(
-          "kafka.security.protocol="
-              + protocol
-              + ": the source's executors connect to brokers in PLAINTEXT only");
-    }
     String level =
         kafkaConfig.getOrDefault("isolation.level", "read_uncommitted").toLowerCase(Locale.ROOT);
     if (!level.equals("read_uncommitted") && !level.equals("read_committed")) {
@@ -71,7 +65,8 @@ public record ReadSettings(
         number(kafkaConfig, "retry.backoff.ms", 100),
         includeHeaders,
         failOnDataLoss,
-        pollTimeoutMs);
+        pollTimeoutMs,
+        Security.fromConfig(kafkaConfig));
   }
 
   private static int number(Map<String, String> config, String option, int fallback) {

@@ -54,11 +54,15 @@ public final class Bootstrap {
     throw new LeaderUnavailable("no bootstrap server answered: " + String.join("; ", failures));
   }
 
-  /** A connection to the broker at {@code address}, with the settings' client id and timeout. */
+  /**
+   * A connection to the broker at {@code address}, with the settings' client id, timeout and
+   * security.
+   */
   public static KafkaConnection connect(ReadSettings s, InetSocketAddress address)
       throws LeaderUnavailable {
     return KafkaConnection.open(
-        address.getHostString(), address.getPort(), s.clientId(), s.socketTimeoutMs());
+        address.getHostString(), address.getPort(), s.clientId(), s.socketTimeoutMs(),
+        s.security());
   }
 
   /**

@@ -67,6 +67,7 @@ public final class ConnectionPool {
   }
 
   private static String key(ReadSettings s, String address) {
-    return s.clientId() + "\n" + s.socketTimeoutMs() + "\n" + address;
+    String security = s.security() == null ? "" : s.security().poolKey();
+    return s.clientId() + "\n" + s.socketTimeoutMs() + "\n" + security + "\n" + address;
   }
 }

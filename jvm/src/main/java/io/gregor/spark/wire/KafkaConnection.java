@@ -1,13 +1,7 @@
 package io.gregor.spark.wire;
 
 import java.io.IOException;
-import java.net.InetSocketAddress;
-import java.net.SocketTimeoutException;
-import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
-import java.nio.channels.SelectionKey;
-import java.nio.channels.Selector;
-import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayDeque;
 
@@ -20,16 +14,11 @@ import java.util.ArrayDeque;
  * valid until the next receive on this connection. A fetch answer of several megabytes is thus
  * not allocated again for every request.
  *
- * <p>The socket is a non-blocking channel that waits in a selector only when nothing is there to
- * read: a Socket's stream with a read timeout reads at most 128 KiB a call and polls before each,
- * which cost half as much again CPU per byte received (measured on loopback); the selector keeps
- * the timeout, so a broker that stops answering fails the request instead of hanging the task.
+ * <p>The bytes go through a {@link Transport}: a plain socket channel ({@link PlainTransport}) or
+ * TLS ({@link TlsTransport}).
  */
 public final class KafkaConnection implements AutoCloseable {
-  private final SocketChannel channel;
-  private final Selector selector;
-  private final SelectionKey key;
-  private final int timeoutMs;
+  private final Transport transport;
   private final byte[] clientId;
   private final String address;
   private final ArrayDeque<Integer> inFlight = new ArrayDeque<>();
@@ -45,12 +34,8 @@ public final class KafkaConnection implements AutoCloseable {
    */
   private static final ThreadLocal<byte[]> SPARE_ANSWER = new ThreadLocal<>();
 
-  private KafkaConnection(SocketChannel channel, Selector selector, int timeoutMs,
-      String clientId, String address) throws IOException {
-    this.channel = channel;
-    this.selector = selector;
-    this.key = channel.register(selector, 0);
-    this.timeoutMs = timeoutMs;
+  private KafkaConnection(Transport transport, String clientId, String address) {
+    this.transport = transport;
     this.clientId = clientId == null ? null : clientId.getBytes(StandardCharsets.UTF_8);
     this.address = address;
     byte[] spare = SPARE_ANSWER.get();
@@ -60,24 +45,32 @@ public final class KafkaConnection implements AutoCloseable {
 
   /**
    * Connects within {@code timeoutMs}, which also bounds every later wait for the broker (a
-   * broker that stops answering fails the request instead of hanging the task).
+   * broker that stops answering fails the request instead of hanging the task); with TLS and
+   * SASL when {@code security} (null: PLAINTEXT) asks for them. A refused authentication is an
+   * {@link AuthenticationFailed}.
    */
-  public static KafkaConnection open(String host, int port, String clientId, int timeoutMs)
+  public static KafkaConnection open(
+      String host, int port, String clientId, int timeoutMs, Security security)
       throws LeaderUnavailable {
     String address = host + ":" + port;
-    SocketChannel channel = null;
-    Selector selector = null;
+    Transport transport;
     try {
-      channel = SocketChannel.open();
-      channel.setOption(StandardSocketOptions.TCP_NODELAY, true);
-      channel.socket().connect(new InetSocketAddress(host, port), timeoutMs);
-      channel.configureBlocking(false);
-      selector = Selector.open();
-      return new KafkaConnection(channel, selector, timeoutMs, clientId, address);
+      transport = security != null && security.tls()
+          ? TlsTransport.open(host, port, timeoutMs, security)
+          : PlainTransport.open(host, port, timeoutMs);
     } catch (IOException e) {
-      closeQuietly(channel, selector);
       throw new LeaderUnavailable("cannot connect to " + address + ": " + e, e);
     }
+    KafkaConnection connection = new KafkaConnection(transport, clientId, address);
+    if (security != null && security.saslMechanism() != null) {
+      try {
+        SaslClient.authenticate(connection, security);
+      } catch (LeaderUnavailable | RuntimeException e) {
+        connection.close();
+        throw e;
+      }
+    }
+    return connection;
   }
 
   /** Sends one request (the body from its position to its limit) without waiting for it. */
@@ -95,11 +88,7 @@ public final class KafkaConnection implements AutoCloseable {
     frame.put(body.duplicate());
     frame.flip();
     try {
-      while (frame.hasRemaining()) {
-        if (channel.write(frame) == 0) {
-          await(SelectionKey.OP_WRITE);
-        }
-      }
+      transport.write(frame);
     } catch (IOException e) {
       throw new LeaderUnavailable("sending a request to " + address + " failed: " + e, e);
     }
@@ -118,7 +107,7 @@ public final class KafkaConnection implements AutoCloseable {
     int size;
     try {
       sizeField.clear();
-      fill(sizeField);
+      transport.fill(sizeField);
       size = sizeField.getInt(0);
       if (size < 4) {
         throw new IOException("answer of " + size + " bytes");
@@ -126,7 +115,7 @@ public final class KafkaConnection implements AutoCloseable {
       if (size > answer.length) {
         answer = new byte[Math.max(size, answer.length * 2)];
       }
-      fill(ByteBuffer.wrap(answer, 0, size));
+      transport.fill(ByteBuffer.wrap(answer, 0, size));
     } catch (IOException e) {
       throw new LeaderUnavailable("reading an answer from " + address + " failed: " + e, e);
     }
@@ -145,29 +134,6 @@ public final class KafkaConnection implements AutoCloseable {
     return receive();
   }
 
-  /** Reads until {@code buffer} is full, waiting in the selector only when nothing is there. */
-  private void fill(ByteBuffer buffer) throws IOException {
-    while (buffer.hasRemaining()) {
-      int got = channel.read(buffer);
-      if (got < 0) {
-        throw new IOException("connection closed by the broker");
-      }
-      if (got == 0) {
-        await(SelectionKey.OP_READ);
-      }
-    }
-  }
-
-  private void await(int operation) throws IOException {
-    key.interestOps(operation);
-    int ready = selector.select(timeoutMs);
-    selector.selectedKeys().clear();
-    key.interestOps(0);
-    if (ready == 0) {
-      throw new SocketTimeoutException("no answer within " + timeoutMs + " ms");
-    }
-  }
-
   /** host:port as connected to (what a pooled connection is kept by, with the settings). */
   String address() {
     return address;
@@ -179,37 +145,16 @@ public final class KafkaConnection implements AutoCloseable {
    * broker's connections.max.idle.ms) nor sent anything unasked.
    */
   boolean reusable() {
-    if (!inFlight.isEmpty() || !channel.isOpen()) {
-      return false;
-    }
-    try {
-      sizeField.clear();
-      return channel.read(sizeField) == 0;
-    } catch (IOException e) {
-      return false;
-    }
+    return inFlight.isEmpty() && transport.idle();
   }
 
   /** Closes the connection; its answer buffer (which must no longer be used) goes spare. */
   @Override
   public void close() {
-    closeQuietly(channel, selector);
+    transport.close();
     byte[] spare = SPARE_ANSWER.get();
     if (spare == null || spare.length < answer.length) {
       SPARE_ANSWER.set(answer);
-    }
-  }
-
-  private static void closeQuietly(SocketChannel channel, Selector selector) {
-    try {
-      if (selector != null) {
-        selector.close();
-      }
-      if (channel != null) {
-        channel.close();
-      }
-    } catch (IOException e) {
-      // Nothing is left to do with a connection being dropped.
     }
   }
 }
