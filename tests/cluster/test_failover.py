@@ -96,10 +96,14 @@ def test_records_only_the_leader_has_are_never_acknowledged(cluster: Cluster) ->
     they were replicated, they would now be lost; the producer must instead see them
     acknowledged by the new leader, exactly once.
 
-    The producer has one request in flight, so the leader is ahead of its followers only
-    if they stall between its append and their next fetch; when a pause misses that
-    window they are resumed (before their 2 s ZooKeeper sessions or the 2 s replica lag
-    take them out of the ISR) and paused again."""
+    Paused followers fetch nothing more, so the leader is ahead of them once it appends
+    a write they had not fetched before the pause: at once if one was in flight,
+    otherwise with the producer's next request (it sends 2,000 records a second). The
+    logs are watched for that for ``AHEAD_WITHIN_S``, not read once at the instant of
+    the pause (which, when nothing was in flight, found them equal 20 times over on a
+    loaded machine); when it does not come, the followers are resumed (before their 2 s
+    ZooKeeper sessions or the 2 s replica lag take them out of the ISR) and paused
+    again."""
     cluster.create_topic("t")
     with LoadGenerator(cluster.bootstrap, "t") as load:
         load.wait_for_acks(300)
@@ -110,8 +114,7 @@ def test_records_only_the_leader_has_are_never_acknowledged(cluster: Cluster) ->
                        "every replica in the ISR")
             for broker_id in followers:
                 cluster.brokers[broker_id].pause()
-            logs = replica_logs(cluster, "t")
-            if len(logs[leader]) > max(len(logs[b]) for b in followers):
+            if leader_gets_ahead(cluster, "t", leader, followers, within=AHEAD_WITHIN_S):
                 break
             for broker_id in followers:
                 cluster.brokers[broker_id].resume()
@@ -247,6 +250,24 @@ def _coordinator(cluster: Cluster, group: str) -> int:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
     described = admin.describe_consumer_groups([group])[group].result(timeout=30)
     return described.coordinator.id
+
+
+AHEAD_WITHIN_S = 0.5
+"""How long paused followers are left for the leader to append what they lack: with the
+0.5 s before the kill, well inside their 2 s ZooKeeper sessions and replica lag."""
+
+
+def leader_gets_ahead(cluster: Cluster, topic: str, leader: int, followers: list[int],
+                      within: float) -> bool:
+    """Whether the leader's log grows past every follower's within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        logs = replica_logs(cluster, topic)
+        if len(logs[leader]) > max(len(logs[b]) for b in followers):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
 
 
 def replica_logs(cluster: Cluster, topic: str, partition: int = 0) -> dict[int, bytes]:
