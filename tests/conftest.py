@@ -23,28 +23,38 @@ SHARED_SPARK_CLUSTER = ("tests/spark/test_standalone_cluster.py",
 session fixture ``cluster``, a master and two workers): one worker runs them all, so the
 cluster starts once. Every other Spark module starts a session of its own anyway."""
 
+SPLIT_BY_TEST = ("tests/cluster/test_failover.py",
+                 "tests/cluster/test_cluster_transactions.py")
+"""Modules whose tests are units of their own: each starts a cluster of its own (no module
+fixture), and together they were the longest unit of all (tests/cluster at 06:00 UTC on
+29 Nov 2026, load 10-15: test_failover.py 741 s, test_cluster_transactions.py 334 s of
+2,316 s), too long for one worker; split, they fill whichever worker is free, which evens
+out the end of the run."""
+
 SLOWEST_FIRST = (
-    "tests/spark standalone cluster", "tests/spark/test_pipeline_cli.py",
-    "tests/spark/test_pipelines.py", "tests/spark/test_sink_exactly_once.py",
+    "tests/spark standalone cluster", "tests/cluster/test_shutdown.py",
+    "tests/spark/test_pipeline_cli.py", "tests/spark/test_pipelines.py",
+    "tests/spark/test_sink_exactly_once.py", "tests/cluster/test_run_cluster_script.py",
     "tests/spark/test_connector.py", "tests/spark/test_kafka_options.py",
-    "tests/spark/test_data_loss.py", "tests/cluster/test_shutdown.py",
-    "tests/cluster/test_failover.py", "tests/cluster/test_cluster_transactions.py",
-    "tests/spark/test_confluent_framing.py", "tests/spark/test_jvm_planning.py",
-    "tests/spark/test_session.py", "tests/console",
+    "tests/spark/test_data_loss.py", "tests/spark/test_confluent_framing.py",
+    "tests/spark/test_jvm_planning.py", "tests/spark/test_session.py", "tests/console",
 )
 """The units of work that take longest, longest first (the full suite at 02:30 UTC on
-29 Nov 2026, 2 workers: the Spark units alone came to 56% of the workers' time). Handed
-out before all others, so that no long unit starts last while the other worker sits
-idle; the rest go by their number of tests, as pytest-xdist orders them. A unit missing
-here, or a stale order, only costs balance, never a test."""
+29 Nov 2026, 2 workers: the Spark units alone came to 56% of the workers' time; the
+cluster modules from tests/cluster alone at 06:00 UTC). Handed out before all others, so
+that no long unit starts last while the other workers sit idle; a cluster module second,
+so that the first units do not all start Spark's JVM at once. The rest go by their
+number of tests, as pytest-xdist orders them (``SPLIT_BY_TEST``'s single tests last). A
+unit missing here, or a stale order, only costs balance, never a test."""
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """With pytest-xdist (scripts/test.sh runs two workers) a worker is handed whole
-    modules, so that module fixtures start once; the whole of each directory in
-    ``SHARED_BY_DIRECTORY`` and the modules of ``SHARED_SPARK_CLUSTER``, whose session
-    fixtures are too heavy to start in both workers, go to one worker each. The units in
+    """With pytest-xdist (scripts/test.sh runs three workers) a worker is handed whole
+    modules, so that module fixtures start once (but each test of ``SPLIT_BY_TEST`` on its
+    own); the whole of each directory in ``SHARED_BY_DIRECTORY`` and the modules of
+    ``SHARED_SPARK_CLUSTER``, whose session fixtures are too heavy to start in every
+    worker, go to one worker each. The units in
     ``SLOWEST_FIRST`` are handed out first, in that order (longest first balances the
     workers' totals); then modules with the most tests."""
     from xdist.scheduler import LoadScopeScheduling
@@ -55,6 +65,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             parts = module.split("/")
             if module in SHARED_SPARK_CLUSTER:
                 return SLOWEST_FIRST[0]
+            if module in SPLIT_BY_TEST:
+                return nodeid
             if len(parts) > 2 and parts[1] in SHARED_BY_DIRECTORY:
                 return "/".join(parts[:2])
             return module
