@@ -10,6 +10,7 @@ import decimal
 import json
 
 import fastavro.schema
+import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
@@ -48,9 +49,12 @@ def test_spark_types_of_avro() -> None:
         T.StructField("note", T.StringType())])
 
 
+@pytest.mark.parametrize("jvm", [True, False], ids=["jvm", "python"])
 def test_framed_values_become_typed_columns(spark: SparkSession, broker: BrokerProcess,
-                                            registry: RegistryProcess,
-                                            topic_name: str) -> None:
+                                            registry: RegistryProcess, topic_name: str,
+                                            jvm: bool) -> None:
+    """Both decoding paths: the JVM's (gregor's jar) and the Python one (Arrow batches
+    decoded as columns), which sessions without the jar use."""
     client = SchemaRegistryClient({"url": registry.url})
     producer = Producer({"bootstrap.servers": broker.bootstrap})
     context = SerializationContext(topic_name, MessageField.VALUE)
@@ -65,8 +69,8 @@ def test_framed_values_become_typed_columns(spark: SparkSession, broker: BrokerP
 
     frame = (spark.read.format("gregor").option("kafka.bootstrap.servers", broker.bootstrap)
              .option("subscribe", topic_name).load()
-             .select(from_confluent_avro(col("value"), registry.url, f"{topic_name}-value")
-                     .alias("sale"))
+             .select(from_confluent_avro(col("value"), registry.url, f"{topic_name}-value",
+                                         jvm=jvm).alias("sale"))
              .select("sale.*"))
     rows = [row.asDict(recursive=True) for row in frame.collect()]
     assert rows[:2] == [
