@@ -10,12 +10,13 @@ as the latest one (new fields take their defaults), as Avro's schema resolution
 defines it. Schemas that reference others (Confluent's schema references) are read
 with the schemas they reference.
 
-Decoding runs in the JVM when the session has gregor's jar (``io.gregor.spark.avro.
-ConfluentAvroDecoder``, Apache Avro's Java library, which PySpark ships): the records
-never go through Python. Without it, an Arrow UDF decodes each batch of values as
-columns (:mod:`gregor.spark.avro_columns`; the values of each writer schema together),
-no Python object per record, fastavro only for the writer schemas that module does not
-read (``python -m bench.spark_avro_bench`` measures both paths against the plain
+Decoding and encoding run in the JVM when the session has gregor's jar (``io.gregor.
+spark.avro.ConfluentAvroDecoder`` and ``ConfluentAvroEncoder``, Apache Avro's Java
+library, which PySpark ships): the records never go through Python. Without it, an
+Arrow UDF decodes each batch of values as columns (:mod:`gregor.spark.avro_columns`;
+the values of each writer schema together), no Python object per record, fastavro only
+for the writer schemas that module does not read, and a pandas UDF encodes with
+fastavro (``python -m bench.spark_avro_bench`` measures both paths against the plain
 source).
 """
 
@@ -51,6 +52,8 @@ _LOGICAL: dict[str, T.DataType] = {
     "timestamp-micros": T.TimestampType(), "uuid": T.StringType(),
 }
 JVM_DECODER = "io.gregor.spark.avro.ConfluentAvroDecoder"
+JVM_ENCODER = "io.gregor.spark.avro.ConfluentAvroEncoder"
+JVM_ENCODER_NAME = "gregor_to_confluent_avro"
 _batch_readers: dict[tuple[str, tuple[str, ...]], FramedAvroBatches] = {}
 """Per Python worker: one reader per (registry, reader schema), writer schemas cached."""
 _writers: dict[tuple[str, ...], Any] = {}
@@ -156,15 +159,29 @@ def _parse(texts: list[str] | tuple[str, ...], named: dict[str, Any] | None = No
     return parsed
 
 
-def to_confluent_avro(column: Column | str, registry_url: str, subject: str) -> Column:
+def to_confluent_avro(column: Column | str, registry_url: str, subject: str,
+                      jvm: bool | None = None) -> Column:
     """A binary column of the structs of ``column`` in Confluent's framing, written
     with ``subject``'s latest schema (found now, on the driver, as confluent-kafka's
     serializer does with ``use.latest.version``): what any Confluent deserializer
-    reads. A null struct gives a null value."""
+    reads. A null struct gives a null value. ``jvm``: encode in the JVM (True; Apache
+    Avro's writer, the session must have gregor's jar) or in Python (False; fastavro in
+    a pandas UDF); by default the JVM whenever it can."""
     client = SchemaRegistryClient({"url": registry_url})
     latest = client.get_latest_version(subject)
     header = bytes([MAGIC]) + int(latest.schema_id or 0).to_bytes(4, "big")
     writer_texts = tuple(schema_texts(client, latest.schema))
+    spark = SparkSession.getActiveSession()
+    if jvm is None:
+        jvm = spark is not None and jvm_source_loaded(spark)
+    if jvm:
+        if spark is None:
+            raise ValueError("encoding in the JVM needs an active SparkSession")
+        spark.udf.registerJavaFunction(JVM_ENCODER_NAME, JVM_ENCODER, T.BinaryType())
+        # Binary literals, found by the array's identity on the JVM side, as in decoding.
+        return F.call_function(JVM_ENCODER_NAME, column,
+                               F.lit(bytearray(json.dumps(writer_texts).encode())),
+                               F.lit(bytearray(header)))
 
     @pandas_udf(T.BinaryType())  # type: ignore[call-overload]
     def encode(rows: pd.DataFrame) -> pd.Series:
