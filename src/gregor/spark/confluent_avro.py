@@ -107,12 +107,8 @@ def from_confluent_avro(column: Column | str, registry_url: str, subject: str,
     struct = spark_type(_parse(reader_texts, named), named)
     if not isinstance(struct, T.StructType):
         raise ValueError(f"{subject}'s latest schema is not a record")
-    spark = SparkSession.getActiveSession()
-    if jvm is None:
-        jvm = spark is not None and jvm_source_loaded(spark)
-    if jvm:
-        if spark is None:
-            raise ValueError("decoding in the JVM needs an active SparkSession")
+    spark = _jvm_session(jvm)
+    if spark is not None:
         name = f"gregor_from_confluent_avro_{abs(hash(struct.json()))}"
         spark.udf.registerJavaFunction(name, JVM_DECODER, struct)
         # Binary literals: the JVM side finds its reading by the array's identity.
@@ -126,6 +122,17 @@ def from_confluent_avro(column: Column | str, registry_url: str, subject: str,
         return _batch_reader(registry_url, texts, target).read(values)
 
     return decode(column)
+
+
+def _jvm_session(jvm: bool | None) -> SparkSession | None:
+    """The session whose JVM is to do the work (``jvm`` True, or None and the session
+    has gregor's jar), or None for the Python path."""
+    spark = SparkSession.getActiveSession()
+    if jvm is None:
+        jvm = spark is not None and jvm_source_loaded(spark)
+    if jvm and spark is None:
+        raise ValueError("Avro in the JVM needs an active SparkSession")
+    return spark if jvm else None
 
 
 def schema_texts(client: SchemaRegistryClient, schema: Schema) -> list[str]:
@@ -171,12 +178,8 @@ def to_confluent_avro(column: Column | str, registry_url: str, subject: str,
     latest = client.get_latest_version(subject)
     header = bytes([MAGIC]) + int(latest.schema_id or 0).to_bytes(4, "big")
     writer_texts = tuple(schema_texts(client, latest.schema))
-    spark = SparkSession.getActiveSession()
-    if jvm is None:
-        jvm = spark is not None and jvm_source_loaded(spark)
-    if jvm:
-        if spark is None:
-            raise ValueError("encoding in the JVM needs an active SparkSession")
+    spark = _jvm_session(jvm)
+    if spark is not None:
         spark.udf.registerJavaFunction(JVM_ENCODER_NAME, JVM_ENCODER, T.BinaryType())
         # Binary literals, found by the array's identity on the JVM side, as in decoding.
         return F.call_function(JVM_ENCODER_NAME, column,

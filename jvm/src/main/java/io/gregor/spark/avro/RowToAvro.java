@@ -62,17 +62,7 @@ interface RowToAvro extends Serializable {
       case RECORD:
         return record(schema);
       case UNION:
-        List<Schema> branches = new ArrayList<>();
-        for (Schema branch : schema.getTypes()) {
-          if (branch.getType() != Schema.Type.NULL) {
-            branches.add(branch);
-          }
-        }
-        if (branches.size() != 1) {
-          throw new IllegalArgumentException(
-              "unions of several types (" + schema + ") have no Spark column type");
-        }
-        return of(branches.get(0));
+        return of(NullableUnion.valueBranch(schema));
       case ENUM:
         return value -> value == null ? null : new GenericData.EnumSymbol(schema, value.toString());
       case FIXED:
