@@ -10,9 +10,9 @@ as the latest one (new fields take their defaults), as Avro's schema resolution
 defines it. Schemas that reference others (Confluent's schema references) are read
 with the schemas they reference.
 
-Decoding and encoding run in the JVM when the session has gregor's jar (``io.gregor.
-spark.avro.ConfluentAvroDecoder`` and ``ConfluentAvroEncoder``, Apache Avro's Java
-library, which PySpark ships): the records never go through Python. Without it, an
+Decoding runs in the JVM when the session has gregor's jar (``io.gregor.spark.avro.
+ConfluentAvroDecoder``, Apache Avro's Java library, which PySpark ships), and encoding
+when asked (``ConfluentAvroEncoder``): the records never go through Python. Without it, an
 Arrow UDF decodes each batch of values as columns (:mod:`gregor.spark.avro_columns`;
 the values of each writer schema together), no Python object per record, fastavro only
 for the writer schemas that module does not read, and a pandas UDF encodes with
@@ -167,13 +167,15 @@ def _parse(texts: list[str] | tuple[str, ...], named: dict[str, Any] | None = No
 
 
 def to_confluent_avro(column: Column | str, registry_url: str, subject: str,
-                      jvm: bool | None = None) -> Column:
+                      jvm: bool = False) -> Column:
     """A binary column of the structs of ``column`` in Confluent's framing, written
     with ``subject``'s latest schema (found now, on the driver, as confluent-kafka's
     serializer does with ``use.latest.version``): what any Confluent deserializer
     reads. A null struct gives a null value. ``jvm``: encode in the JVM (True; Apache
-    Avro's writer, the session must have gregor's jar) or in Python (False; fastavro in
-    a pandas UDF); by default the JVM whenever it can."""
+    Avro's writer, the session must have gregor's jar, and the DataFrame must be of
+    the active session: the function is registered in its catalog, which a
+    foreachBatch DataFrame, of its stream's own session, does not see) or in Python
+    (False, the default; fastavro in a pandas UDF)."""
     client = SchemaRegistryClient({"url": registry_url})
     latest = client.get_latest_version(subject)
     header = bytes([MAGIC]) + int(latest.schema_id or 0).to_bytes(4, "big")
