@@ -9,7 +9,11 @@ SparkSession reads it through ``format("gregor")`` and aggregates it per partiti
 * plain: the binary values (count and bytes), the source's own rate;
 * avro jvm: ``from_confluent_avro`` decoded in the JVM (gregor's jar), count and a sum
   of a decoded field, so that every value is decoded;
-* avro python: the same through the pandas UDF (fastavro), the path without the jar.
+* avro python: the same through the Arrow UDF (batches decoded as columns), the path
+  without the jar;
+* encode jvm / encode python: the values decoded in the JVM and written back into
+  Confluent's framing by ``to_confluent_avro`` (Apache Avro's writer in the JVM, or
+  fastavro in a pandas UDF), count and bytes, checked against the topic's own values.
 
 The three are timed in alternating rounds (median of ``--repeat``), every result is
 checked against what was produced, and Spark's and the broker's CPU are shown beside
@@ -42,7 +46,7 @@ from bench.cpu import Stopwatch
 from bench.spark_bench import Measurement, measure_against, read_path, start_spark
 from gregor.broker.process import BrokerProcess
 from gregor.schemas.process import RegistryProcess
-from gregor.spark.confluent_avro import from_confluent_avro
+from gregor.spark.confluent_avro import from_confluent_avro, to_confluent_avro
 
 OUT = Path(__file__).resolve().parent / "out"
 PARTITIONS = 4
@@ -130,11 +134,14 @@ def _bench(spark: SparkSession, broker: BrokerProcess, registry: RegistryProcess
         return (spark.read.format("gregor").option("kafka.bootstrap.servers", broker.bootstrap)
                 .option("subscribe", topic).load())
 
+    produced: dict[str, int] = {}
+
     def plain() -> None:
         rows = source().groupBy("partition").agg(
             F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes")).collect()
         if sum(row.n for row in rows) != records:
             raise AssertionError(f"read {sum(row.n for row in rows)} records, not {records}")
+        produced["bytes"] = sum(row.bytes for row in rows)
 
     def decoded(jvm: bool) -> None:
         sales = source().select("partition", from_confluent_avro(
@@ -145,12 +152,26 @@ def _bench(spark: SparkSession, broker: BrokerProcess, registry: RegistryProcess
         if got != (records, quantities):
             raise AssertionError(f"decoded {got}, produced {(records, quantities)}")
 
+    def encoded(jvm: bool) -> None:
+        sales = source().select("partition", from_confluent_avro(
+            "value", registry.url, subject, jvm=True).alias("sale"))
+        values = sales.select("partition", to_confluent_avro(
+            "sale", registry.url, subject, jvm=jvm).alias("value"))
+        rows = values.groupBy("partition").agg(
+            F.count("value").alias("n"), F.sum(F.length("value")).alias("bytes")).collect()
+        got = (sum(row.n for row in rows), sum(row.bytes for row in rows))
+        # Written again with the schema they were written with: the same bytes.
+        if got != (records, produced["bytes"]):
+            raise AssertionError(f"encoded {got}, produced {(records, produced['bytes'])}")
+
     def broker_pids() -> list[int]:
         return [broker.proc.pid] if broker.proc is not None else []
 
     watch = Stopwatch(broker_pids, client_descendants=True)
     return measure_against({"plain": plain, "avro jvm": lambda: decoded(True),
-                            "avro python": lambda: decoded(False)},
+                            "avro python": lambda: decoded(False),
+                            "encode jvm": lambda: encoded(True),
+                            "encode python": lambda: encoded(False)},
                            40, records, repeat, watch, True, {}), read_path(spark)
 
 

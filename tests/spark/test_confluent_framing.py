@@ -10,6 +10,7 @@ import decimal
 import json
 
 import fastavro.schema
+import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
@@ -25,6 +26,7 @@ from gregor.spark.confluent_avro import from_confluent_avro, spark_type, to_conf
 from gregor.spark.confluent_json import from_confluent_json, to_confluent_json
 
 JVM_DECODER_NAME = "gregor_from_confluent_avro"
+JVM_ENCODER_NAME = "gregor_to_confluent_avro"
 
 V1 = {"type": "record", "name": "Sale", "fields": [
     {"name": "sku", "type": "string"},
@@ -48,9 +50,12 @@ def test_spark_types_of_avro() -> None:
         T.StructField("note", T.StringType())])
 
 
+@pytest.mark.parametrize("jvm", [True, False], ids=["jvm", "python"])
 def test_framed_values_become_typed_columns(spark: SparkSession, broker: BrokerProcess,
-                                            registry: RegistryProcess,
-                                            topic_name: str) -> None:
+                                            registry: RegistryProcess, topic_name: str,
+                                            jvm: bool) -> None:
+    """Both decoding paths: the JVM's (gregor's jar) and the Python one (Arrow batches
+    decoded as columns), which sessions without the jar use."""
     client = SchemaRegistryClient({"url": registry.url})
     producer = Producer({"bootstrap.servers": broker.bootstrap})
     context = SerializationContext(topic_name, MessageField.VALUE)
@@ -65,8 +70,8 @@ def test_framed_values_become_typed_columns(spark: SparkSession, broker: BrokerP
 
     frame = (spark.read.format("gregor").option("kafka.bootstrap.servers", broker.bootstrap)
              .option("subscribe", topic_name).load()
-             .select(from_confluent_avro(col("value"), registry.url, f"{topic_name}-value")
-                     .alias("sale"))
+             .select(from_confluent_avro(col("value"), registry.url, f"{topic_name}-value",
+                                         jvm=jvm).alias("sale"))
              .select("sale.*"))
     rows = [row.asDict(recursive=True) for row in frame.collect()]
     assert rows[:2] == [
@@ -118,9 +123,12 @@ def test_a_schema_with_references_reads_in_the_jvm(spark: SparkSession, broker: 
     assert {**got, "since": since} == value
 
 
+@pytest.mark.parametrize("jvm", [True, False], ids=["jvm", "python"])
 def test_typed_columns_become_framed_values(spark: SparkSession, broker: BrokerProcess,
-                                            registry: RegistryProcess,
-                                            topic_name: str) -> None:
+                                            registry: RegistryProcess, topic_name: str,
+                                            jvm: bool) -> None:
+    """Both encoding paths: Apache Avro's writer in the JVM (the plan calls it) and
+    fastavro in a pandas UDF."""
     client = SchemaRegistryClient({"url": registry.url})
     subject = f"{topic_name}-value"
     schema_id = client.register_schema(subject, Schema(json.dumps(V2), "AVRO"))
@@ -128,9 +136,12 @@ def test_typed_columns_become_framed_values(spark: SparkSession, broker: BrokerP
              ("d-4", 1, decimal.Decimal("100.00"), datetime.date(2026, 2, 3), [], "n")]
     frame = spark.createDataFrame(sales, "sku STRING, quantity INT, price DECIMAL(9,2), "
                                          "day DATE, tags ARRAY<STRING>, note STRING")
-    (frame.selectExpr("struct(*) AS sale")
-     .select(to_confluent_avro(col("sale"), registry.url, subject).alias("value"))
-     .write.format("gregor").mode("append")
+    framed = (frame.selectExpr("struct(*) AS sale")
+              .select(to_confluent_avro(col("sale"), registry.url, subject, jvm=jvm)
+                      .alias("value")))
+    analyzed = framed._jdf.queryExecution().analyzed().toString()
+    assert (JVM_ENCODER_NAME in analyzed) == jvm
+    (framed.write.format("gregor").mode("append")
      .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic_name).save())
 
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": topic_name,

@@ -20,17 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
-from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-
-from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import decode_response, encode_request
-from gregor.protocol.errors import ErrorCode
-from gregor.security import tls
+from gregor.security import sasl_client, tls
 from gregor.security.inter_broker import ChannelSecurity
 from gregor.security.sasl import AuthenticationFailed
-from gregor.security.sasl_mechanisms import PLAIN, SUPPORTED
-from gregor.security.scram import ScramClient
+from gregor.security.sasl_mechanisms import SUPPORTED
 
 _SIZE = struct.Struct(">i")
 
@@ -136,7 +130,9 @@ class BrokerConnection:
         self._socket = connected
         if security is not None and security.sasl_mechanism is not None:
             try:
-                self._authenticate(security, security.sasl_mechanism)
+                sasl_client.authenticate(sasl_client.exchange(
+                    security.sasl_mechanism, security.username, security.password),
+                    self.request)
             except AuthenticationFailed as exc:
                 self.close()
                 raise AuthenticationRefused(
@@ -171,26 +167,6 @@ class BrokerConnection:
 
     def close(self) -> None:
         self._socket.close()
-
-    def _authenticate(self, security: ChannelSecurity, mechanism: str) -> None:
-        """SaslHandshake v1, then SaslAuthenticate v2 tokens, as Kafka's clients do;
-        SCRAM's server signature is checked."""
-        answer = self.request(ApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism=mechanism))
-        if answer.error_code != ErrorCode.none:
-            raise AuthenticationFailed(f"mechanism {mechanism} not enabled there")
-        if mechanism == PLAIN:
-            self._sasl_token(f"\0{security.username}\0{security.password}".encode())
-            return
-        client = ScramClient(mechanism, security.username, security.password)
-        server_first = self._sasl_token(client.first_message())
-        client.check_server_final(self._sasl_token(client.final_message(server_first)))
-
-    def _sasl_token(self, token: bytes) -> bytes:
-        answer = self.request(ApiKey.SASL_AUTHENTICATE, 2,
-                              SaslAuthenticateRequest(auth_bytes=token))
-        if answer.error_code != ErrorCode.none:
-            raise AuthenticationFailed(answer.error_message or "authentication failed")
-        return bytes(answer.auth_bytes)
 
     def _read(self, size: int) -> bytearray:
         buf = bytearray(size)

@@ -20,17 +20,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
-from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-
 from gregor.broker.frame_protocol import FrameProtocol, FrameSizeError
-from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import decode_response, encode_request
-from gregor.protocol.errors import ErrorCode
+from gregor.security import sasl_client
 from gregor.security.inter_broker import ChannelSecurity
 from gregor.security.sasl import AuthenticationFailed
-from gregor.security.sasl_mechanisms import PLAIN
-from gregor.security.scram import ScramClient
 
 CLIENT_ID = "gregor-replica-fetcher"
 # An answer's size prefix: at least its correlation id, at most what the prefix can say
@@ -87,29 +81,16 @@ class BrokerChannel:
                             mechanism: str) -> None:
         """SaslHandshake v1 and SaslAuthenticate, as a Kafka client authenticates; a
         refusal closes the channel (the next request tries again)."""
+
+        async def request(api_key: int, version: int, body: Any) -> Any:
+            return await self._round_trip(protocol, api_key, version, body)
+
         try:
-            answer = await self._round_trip(protocol, ApiKey.SASL_HANDSHAKE, 1,
-                                            SaslHandshakeRequest(mechanism=mechanism))
-            if answer.error_code != ErrorCode.none:
-                raise AuthenticationFailed(f"mechanism {mechanism} not enabled there")
-            if mechanism == PLAIN:
-                await self._sasl_token(protocol, f"\0{security.username}\0"
-                                                 f"{security.password}".encode())
-                return
-            client = ScramClient(mechanism, security.username, security.password)
-            server_first = await self._sasl_token(protocol, client.first_message())
-            client.check_server_final(
-                await self._sasl_token(protocol, client.final_message(server_first)))
+            await sasl_client.authenticate_async(sasl_client.exchange(
+                mechanism, security.username, security.password), request)
         except AuthenticationFailed as exc:
             self.close()
             raise ChannelError(f"broker {self.broker_id}: SASL {mechanism}: {exc}") from None
-
-    async def _sasl_token(self, protocol: FrameProtocol, token: bytes) -> bytes:
-        answer = await self._round_trip(protocol, ApiKey.SASL_AUTHENTICATE, 2,
-                                        SaslAuthenticateRequest(auth_bytes=token))
-        if answer.error_code != ErrorCode.none:
-            raise AuthenticationFailed(answer.error_message or "authentication failed")
-        return bytes(answer.auth_bytes)
 
     async def _round_trip(self, protocol: FrameProtocol, api_key: int, version: int,
                           body: Any) -> Any:

@@ -11,9 +11,12 @@ defines it. Schemas that reference others (Confluent's schema references) are re
 with the schemas they reference.
 
 Decoding runs in the JVM when the session has gregor's jar (``io.gregor.spark.avro.
-ConfluentAvroDecoder``, Apache Avro's Java library, which PySpark ships): the records
-never go through Python. Without it, a pandas UDF decodes them with fastavro, several
-times slower (``python -m bench.spark_avro_bench`` measures both against the plain
+ConfluentAvroDecoder``, Apache Avro's Java library, which PySpark ships), and encoding
+when asked (``ConfluentAvroEncoder``): the records never go through Python. Without it, an
+Arrow UDF decodes each batch of values as columns (:mod:`gregor.spark.avro_columns`;
+the values of each writer schema together), no Python object per record, fastavro only
+for the writer schemas that module does not read, and a pandas UDF encodes with
+fastavro (``python -m bench.spark_avro_bench`` measures both paths against the plain
 source).
 """
 
@@ -26,15 +29,18 @@ from typing import Any
 
 import fastavro
 import fastavro.schema
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.functions import pandas_udf
+from pyspark.sql.functions import arrow_udf, pandas_udf
+from pyspark.sql.pandas.types import to_arrow_type
 
-from gregor.schemas.framed_values import HEADER_SIZE, MAGIC, schema_id_of
-from gregor.spark import jvm_source_loaded
+from gregor.schemas.framed_values import HEADER_SIZE, MAGIC
+from gregor.spark import avro_columns, jvm_source_loaded
 
 _PRIMITIVES: dict[str, T.DataType] = {
     "null": T.NullType(), "boolean": T.BooleanType(), "int": T.IntegerType(),
@@ -46,7 +52,9 @@ _LOGICAL: dict[str, T.DataType] = {
     "timestamp-micros": T.TimestampType(), "uuid": T.StringType(),
 }
 JVM_DECODER = "io.gregor.spark.avro.ConfluentAvroDecoder"
-_readers: dict[tuple[str, tuple[str, ...]], Callable[[bytes | None], dict[str, Any] | None]] = {}
+JVM_ENCODER = "io.gregor.spark.avro.ConfluentAvroEncoder"
+JVM_ENCODER_NAME = "gregor_to_confluent_avro"
+_batch_readers: dict[tuple[str, tuple[str, ...]], FramedAvroBatches] = {}
 """Per Python worker: one reader per (registry, reader schema), writer schemas cached."""
 _writers: dict[tuple[str, ...], Any] = {}
 """Per Python worker: the parsed schemas values are written with."""
@@ -99,27 +107,32 @@ def from_confluent_avro(column: Column | str, registry_url: str, subject: str,
     struct = spark_type(_parse(reader_texts, named), named)
     if not isinstance(struct, T.StructType):
         raise ValueError(f"{subject}'s latest schema is not a record")
-    spark = SparkSession.getActiveSession()
-    if jvm is None:
-        jvm = spark is not None and jvm_source_loaded(spark)
-    if jvm:
-        if spark is None:
-            raise ValueError("decoding in the JVM needs an active SparkSession")
+    spark = _jvm_session(jvm)
+    if spark is not None:
         name = f"gregor_from_confluent_avro_{abs(hash(struct.json()))}"
         spark.udf.registerJavaFunction(name, JVM_DECODER, struct)
         # Binary literals: the JVM side finds its reading by the array's identity.
         return F.call_function(name, column, F.lit(bytearray(registry_url.encode())),
                                F.lit(bytearray(json.dumps(reader_texts).encode())))
-    names = [field.name for field in struct.fields]
+    target = to_arrow_type(struct, timezone="UTC")
+    texts = tuple(reader_texts)
 
-    @pandas_udf(struct)  # type: ignore[call-overload]  # pyspark's stubs omit StructType
-    def decode(values: pd.Series) -> pd.DataFrame:
-        read = _reader(registry_url, tuple(reader_texts))
-        empty = dict.fromkeys(names)
-        return pd.DataFrame.from_records([read(value) or empty for value in values],
-                                         columns=names)
+    @arrow_udf(struct)  # type: ignore[call-overload]  # pyspark's stubs omit StructType
+    def decode(values: pa.Array) -> pa.Array:
+        return _batch_reader(registry_url, texts, target).read(values)
 
     return decode(column)
+
+
+def _jvm_session(jvm: bool | None) -> SparkSession | None:
+    """The session whose JVM is to do the work (``jvm`` True, or None and the session
+    has gregor's jar), or None for the Python path."""
+    spark = SparkSession.getActiveSession()
+    if jvm is None:
+        jvm = spark is not None and jvm_source_loaded(spark)
+    if jvm and spark is None:
+        raise ValueError("Avro in the JVM needs an active SparkSession")
+    return spark if jvm else None
 
 
 def schema_texts(client: SchemaRegistryClient, schema: Schema) -> list[str]:
@@ -153,15 +166,27 @@ def _parse(texts: list[str] | tuple[str, ...], named: dict[str, Any] | None = No
     return parsed
 
 
-def to_confluent_avro(column: Column | str, registry_url: str, subject: str) -> Column:
+def to_confluent_avro(column: Column | str, registry_url: str, subject: str,
+                      jvm: bool = False) -> Column:
     """A binary column of the structs of ``column`` in Confluent's framing, written
     with ``subject``'s latest schema (found now, on the driver, as confluent-kafka's
     serializer does with ``use.latest.version``): what any Confluent deserializer
-    reads. A null struct gives a null value."""
+    reads. A null struct gives a null value. ``jvm``: encode in the JVM (True; Apache
+    Avro's writer, the session must have gregor's jar, and the DataFrame must be of
+    the active session: the function is registered in its catalog, which a
+    foreachBatch DataFrame, of its stream's own session, does not see) or in Python
+    (False, the default; fastavro in a pandas UDF)."""
     client = SchemaRegistryClient({"url": registry_url})
     latest = client.get_latest_version(subject)
     header = bytes([MAGIC]) + int(latest.schema_id or 0).to_bytes(4, "big")
     writer_texts = tuple(schema_texts(client, latest.schema))
+    spark = _jvm_session(jvm)
+    if spark is not None:
+        spark.udf.registerJavaFunction(JVM_ENCODER_NAME, JVM_ENCODER, T.BinaryType())
+        # Binary literals, found by the array's identity on the JVM side, as in decoding.
+        return F.call_function(JVM_ENCODER_NAME, column,
+                               F.lit(bytearray(json.dumps(writer_texts).encode())),
+                               F.lit(bytearray(header)))
 
     @pandas_udf(T.BinaryType())  # type: ignore[call-overload]
     def encode(rows: pd.DataFrame) -> pd.Series:
@@ -186,28 +211,79 @@ def _writer_schema(texts: tuple[str, ...]) -> Any:
     return _writers[texts]
 
 
-def _reader(registry_url: str, reader_texts: tuple[str, ...],
-            ) -> Callable[[bytes | None], dict[str, Any] | None]:
+def _batch_reader(registry_url: str, reader_texts: tuple[str, ...],
+                  target: pa.DataType) -> FramedAvroBatches:
     key = (registry_url, reader_texts)
-    if key not in _readers:
-        client = SchemaRegistryClient({"url": registry_url})
-        reader_schema = _parse(reader_texts)
-        # id -> (writer schema, reader schema or None when they are the same: fastavro
-        # then skips resolution, a third of the time per record)
-        writers: dict[int, tuple[Any, Any]] = {}
+    if key not in _batch_readers:
+        _batch_readers[key] = FramedAvroBatches(registry_url, reader_texts, target)
+    return _batch_readers[key]
 
-        def read(value: bytes | None) -> dict[str, Any] | None:
-            schema_id = schema_id_of(value)
-            if value is None or schema_id is None:
-                return None
-            if schema_id not in writers:
-                texts = tuple(schema_texts(client, client.get_schema(schema_id)))
-                writers[schema_id] = (_parse(texts),
-                                      None if texts == reader_texts else reader_schema)
-            writer, resolved_into = writers[schema_id]
-            record = fastavro.schemaless_reader(io.BytesIO(value[HEADER_SIZE:]), writer,
-                                                resolved_into)
-            return record if isinstance(record, dict) else None
 
-        _readers[key] = read
-    return _readers[key]
+class FramedAvroBatches:
+    """Batches of framed values (an Arrow binary array) read into a struct array in the
+    reader schema's shape (``target``): the values of each writer schema id decoded
+    together as columns (:mod:`gregor.spark.avro_columns`), or, for a writer schema that
+    module does not read, one at a time by fastavro. A null or unframed value gives a
+    null struct, as in the JVM decoder."""
+
+    def __init__(self, registry_url: str, reader_texts: tuple[str, ...],
+                 target: pa.DataType) -> None:
+        self._client = SchemaRegistryClient({"url": registry_url})
+        self._reader_texts = reader_texts
+        self._reader_named: dict[str, Any] = {}
+        self._reader = _parse(reader_texts, self._reader_named)
+        self._target = target
+        self._plans: dict[int, avro_columns.Plan | Callable[[bytes], Any]] = {}
+        """Per writer schema id: its columnar plan, or fastavro's reading of a value."""
+
+    def read(self, values: pa.Array) -> pa.Array:
+        offsets, data = avro_columns.binary_buffers(values)
+        starts = offsets[:-1]
+        framed = (offsets[1:] - starts) >= HEADER_SIZE
+        if values.null_count:
+            framed &= values.is_valid().to_numpy(zero_copy_only=False)
+        rows = np.flatnonzero(framed)
+        at = starts[rows]
+        rows, at = rows[data[at] == MAGIC], at[data[at] == MAGIC]
+        ids = ((data[at + 1].astype(np.int64) << 24) | (data[at + 2].astype(np.int64) << 16)
+               | (data[at + 3].astype(np.int64) << 8) | data[at + 4])
+        pieces: list[pa.Array] = []
+        order: list[np.ndarray] = []
+        for schema_id in np.unique(ids):
+            chosen = rows[ids == schema_id]
+            decoded = self._decode(values, offsets, data, chosen, int(schema_id))
+            pieces.append(decoded.cast(self._target))
+            order.append(chosen)
+        if len(pieces) == 1 and len(order[0]) == len(values):
+            return pieces[0]
+        present = np.zeros(len(values), dtype=bool)
+        where = np.zeros(len(values), dtype=np.int64)
+        if order:
+            placed = np.concatenate(order)
+            present[placed] = True
+            where[placed] = np.arange(len(placed))
+        whole = pa.concat_arrays(pieces) if pieces else pa.array([], self._target)
+        return whole.take(pa.array(where, mask=~present))
+
+    def _decode(self, values: pa.Array, offsets: np.ndarray, data: np.ndarray,
+                rows: np.ndarray, schema_id: int) -> pa.Array:
+        how = self._plans.get(schema_id)
+        if how is None:
+            how = self._plans[schema_id] = self._plan(schema_id)
+        if isinstance(how, avro_columns.Plan):
+            return avro_columns.decode(offsets, data, rows, HEADER_SIZE, how)
+        return pa.array([how(values[int(row)].as_py()) for row in rows], self._target)
+
+    def _plan(self, schema_id: int) -> avro_columns.Plan | Callable[[bytes], Any]:
+        texts = tuple(schema_texts(self._client, self._client.get_schema(schema_id)))
+        named: dict[str, Any] = {}
+        writer = _parse(texts, named)
+        try:
+            if texts == self._reader_texts:
+                return avro_columns.plan(writer, named)
+            return avro_columns.plan(writer, named, self._reader, self._reader_named)
+        except avro_columns.Unsupported:
+            # fastavro skips resolution for a value written with the reader's schema.
+            reader = None if texts == self._reader_texts else self._reader
+            return lambda value: fastavro.schemaless_reader(
+                io.BytesIO(value[HEADER_SIZE:]), writer, reader)

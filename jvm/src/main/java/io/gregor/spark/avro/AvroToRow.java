@@ -54,17 +54,7 @@ interface AvroToRow extends Serializable {
       case RECORD:
         return record(schema);
       case UNION:
-        List<Schema> branches = new ArrayList<>();
-        for (Schema branch : schema.getTypes()) {
-          if (branch.getType() != Schema.Type.NULL) {
-            branches.add(branch);
-          }
-        }
-        if (branches.size() != 1) {
-          throw new IllegalArgumentException(
-              "unions of several types (" + schema + ") have no Spark column type");
-        }
-        return of(branches.get(0));
+        return of(NullableUnion.valueBranch(schema));
       case STRING:
       case ENUM:
         return datum -> datum == null ? null : datum.toString();
