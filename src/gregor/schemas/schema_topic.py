@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 
 TOPIC = "_schemas"
 _POLL_S = 0.1
+# Errors of a topic its leader has not opened yet, which list_offsets does not call retriable.
+_NOT_THERE_YET = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE,
+                  KafkaError.NOT_LEADER_FOR_PARTITION)
 
 
 class SchemaTopic:
@@ -75,8 +78,11 @@ class SchemaTopic:
                 break
             except KafkaException as exc:
                 # A topic just created: its leader may not have opened it yet
-                # (UNKNOWN_TOPIC_OR_PARTITION, retriable as in Kafka).
-                if not exc.args[0].retriable() or time.monotonic() > deadline:
+                # (UNKNOWN_TOPIC_OR_PARTITION, retriable in Kafka, though librdkafka's
+                # list_offsets error does not say so: its code is checked).
+                error = exc.args[0]
+                if not (error.retriable() or error.code() in _NOT_THERE_YET) \
+                        or time.monotonic() > deadline:
                     raise errors.store_error(f"reading the end of {self.topic}: {exc}") from None
                 time.sleep(0.1)
         self._wait_applied(end)
