@@ -24,6 +24,7 @@ offline (KIP-112): its logs are dropped from memory, never written again, and
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -113,6 +114,10 @@ class LogManager:
         # flush check visits (with thousands of logs, looking at each every second was
         # most of an idle broker's CPU).
         self._timed_flushes: set[Log] = set()
+        # How many logs (current and future) each directory holds: where a new one goes.
+        # Counted as logs come and go: counting them for each new partition made
+        # creating 10,000 partitions quadratic (the controller never answered).
+        self._placed: collections.Counter[Path] = collections.Counter()
         # The recovery points and high watermarks last written: an idle broker's periodic
         # checkpoint, unchanged, is not formatted and fsynced again.
         self._checkpointed: _Checkpoint | None = None
@@ -224,12 +229,7 @@ class LogManager:
         preferred = self.preferred_dirs.pop(tp, None)
         if preferred is not None and self.dirs[preferred].online:
             return preferred
-        counts = dict.fromkeys((d.path for d in online), 0)
-        for lg in (*self.logs.values(), *self.futures.values()):
-            parent = self.dir_of(lg)
-            if parent in counts:
-                counts[parent] += 1
-        return min(counts, key=lambda p: counts[p])
+        return min((d.path for d in online), key=lambda path: self._placed[path])
 
     def get_or_create(self, topic: str, partition: int, config: TopicConfig) -> Log:
         tp = (topic, partition)
@@ -248,6 +248,7 @@ class LogManager:
         return lg
 
     def _setup(self, lg: Log) -> Log:
+        self._placed[self.dir_of(lg)] += 1
         lg.on_log_start_offset_moved = self._log_start_offset_moved
         lg.on_timed_flush_pending = self._timed_flushes.add
         lg.segment_flusher = self.segment_flusher
@@ -281,6 +282,7 @@ class LogManager:
         future = self.futures.pop(tp, None)
         if future is None:
             return
+        self._placed[self.dir_of(future)] -= 1
         self._timed_flushes.discard(future)
         if delete:
             future.delete()
@@ -295,6 +297,7 @@ class LogManager:
         place; the log is opened again there (its files' paths changed), with the
         current log's leader epochs."""
         current, future = self.logs[tp], self.futures.pop(tp)
+        self._placed.subtract((self.dir_of(current), self.dir_of(future)))
         self._timed_flushes.difference_update((current, future))
         future.close()
         doomed = current.directory.with_name(marked_dir_name(tp, DELETE_SUFFIX))
@@ -329,6 +332,7 @@ class LogManager:
                   "offline", path, exc, len(lost), len(lost_futures))
         for lg in [*(self.logs.pop(tp) for tp in lost),
                    *(self.futures.pop(tp) for tp in lost_futures)]:
+            self._placed[path] -= 1
             self._timed_flushes.discard(lg)
             _close_quietly(lg)
         if not self.online_dirs:
@@ -399,6 +403,7 @@ class LogManager:
         self.abandon_future((topic, partition))
         doomed = self.logs.pop((topic, partition), None)
         if doomed is not None:
+            self._placed[self.dir_of(doomed)] -= 1
             self._timed_flushes.discard(doomed)
             doomed.delete()
 
