@@ -23,6 +23,7 @@ from gregor.protocol.metadata_response import (
     TopicEntry,
     encode_metadata_response,
     encode_partitions,
+    with_throttle,
 )
 
 _KEY = ApiKey.METADATA
@@ -104,3 +105,18 @@ def test_a_client_sees_added_partitions_through_the_kept_answer(
     partitions = admin.list_topics(timeout=10).topics[topic_name].partitions
     assert sorted(partitions) == [0, 1, 2, 3, 4]
     assert all(p.leader == broker.broker_id for p in partitions.values())
+
+
+@pytest.mark.parametrize("version", range(MAX_VERSION + 1))
+def test_a_throttled_answer_carries_its_throttle_time(version: int) -> None:
+    """A client over its request quota gets the same answer with throttle_time_ms set
+    (v3+), as kio would encode it."""
+    ours = encode_metadata_response(version, 77, 0, BROKERS, "c", 2, [], 0)
+    kio_body = build(response_schema(_KEY, version),
+                     throttle_time=datetime.timedelta(milliseconds=1234),
+                     brokers=tuple(build(nested(_KEY, version, "MetadataResponseBroker"),
+                                         node_id=b.node_id, host=b.host, port=b.port,
+                                         rack=b.rack) for b in BROKERS),
+                     cluster_id="c", controller_id=2, topics=(),
+                     cluster_authorized_operations=0)
+    assert with_throttle(ours, version, 1234) == encode_response(_KEY, version, 77, kio_body)

@@ -30,6 +30,7 @@ from typing import Any
 from gregor.broker.request import RawResponse, Request
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.fetch_response import with_throttle as fetch_with_throttle
+from gregor.protocol.metadata_response import with_throttle as metadata_with_throttle
 from gregor.security.quotas import PERCENT_PER_SECOND, ClientQuotas
 
 # The first version of each API whose client waits out a throttle itself (KIP-219);
@@ -136,8 +137,12 @@ class Charge:
 
 def with_throttle(api_key: int, version: int, result: Any, throttle_ms: int) -> Any:
     """The answer with its ``throttle_time_ms`` set (None, for no answer, stays None)."""
-    if isinstance(result, RawResponse):
-        assert api_key == ApiKey.FETCH  # the one API answered in pre-encoded chunks
+    if isinstance(result, RawResponse):  # the APIs answered in pre-encoded chunks
+        if api_key == ApiKey.METADATA:
+            (frame,) = result.chunks
+            assert isinstance(frame, bytes)
+            return RawResponse([metadata_with_throttle(frame, version, throttle_ms)])
+        assert api_key == ApiKey.FETCH
         return RawResponse(fetch_with_throttle(result.chunks, version, throttle_ms))
     if result is None or not hasattr(result, "throttle_time"):
         return result

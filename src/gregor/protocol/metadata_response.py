@@ -165,3 +165,14 @@ def encode_metadata_response(version: int, correlation_id: int, throttle_ms: int
         out += _I32.pack(cluster_operations)
     out += tags
     return _I32.pack(len(out)) + bytes(out)
+
+
+def with_throttle(frame: bytes, version: int, throttle_ms: int) -> bytes:
+    """The same response with its ``throttle_time_ms`` set (v3+; before, it has none):
+    it follows the size prefix, the correlation id and, when flexible, the header's
+    tag section."""
+    if version < 3:
+        return frame
+    patched = bytearray(frame)
+    _I32.pack_into(patched, 8 + (version >= FLEXIBLE_FROM), throttle_ms)
+    return bytes(patched)

@@ -25,8 +25,9 @@ log = logging.getLogger(__name__)
 TOPIC = "_schemas"
 _POLL_S = 0.1
 # Errors of a topic its leader has not opened yet, which list_offsets does not call retriable.
+# (_NOENT: librdkafka found no leader for it in its metadata yet.)
 _NOT_THERE_YET = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE,
-                  KafkaError.NOT_LEADER_FOR_PARTITION)
+                  KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._NOENT)
 
 
 class SchemaTopic:

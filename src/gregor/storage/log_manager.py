@@ -372,11 +372,18 @@ class LogManager:
 
     def _by_dir(self, values: dict[TopicPartition, int]) -> dict[Path, dict[TopicPartition, int]]:
         """Per live directory, the values of the partitions whose log is there."""
-        split: dict[Path, dict[TopicPartition, int]] = {d.path: {} for d in self.online_dirs}
+        online = self.online_dirs
+        if len(online) == 1 and len(self.dirs) == 1:
+            # One directory (most brokers): every log is there, and a checkpoint of
+            # thousands of partitions need not make and hash a Path for each.
+            return {online[0].path: {tp: v for tp, v in values.items() if tp in self.logs}}
+        split: dict[Path, dict[TopicPartition, int]] = {d.path: {} for d in online}
         for tp, value in values.items():
             lg = self.logs.get(tp)
-            if lg is not None and self.dir_of(lg) in split:
-                split[self.dir_of(lg)][tp] = value
+            if lg is not None:
+                parent = self.dir_of(lg)
+                if parent in split:
+                    split[parent][tp] = value
         return split
 
     def _dir_writer(self, name: str, values: dict[TopicPartition, int]) -> Callable[[], None]:
