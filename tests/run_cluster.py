@@ -42,13 +42,18 @@ class RunningCluster:
         self.process = subprocess.Popen([str(SCRIPT), *args], env=env, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True)
         self.output: list[str] = []
+        self.ready = False
 
     def wait_ready(self) -> None:
-        """Read the script's output up to its "cluster ready" line."""
+        """Read the script's output up to its "cluster ready" line, once: a module's tests
+        share the cluster, and a second read would wait for a line already read."""
         assert self.process.stdout is not None
+        if self.ready:
+            return
         for line in self.process.stdout:
             self.output.append(line)
             if line.startswith("cluster ready"):
+                self.ready = True
                 return
         raise AssertionError("run-cluster.sh ended before the cluster was ready:\n"
                              + "".join(self.output))
