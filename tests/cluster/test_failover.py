@@ -440,7 +440,10 @@ def test_elections_an_admin_asks_for(cluster: Cluster) -> None:
                             (ElectionType.UNCLEAN, None)):
         (result,) = admin.elect_leaders(election, [u]).result(30).values()
         assert (result and result.code()) == error
-    assert (cluster.leader("u"), cluster.isr("u")) == (3, [3])
+    # As above: the answer means the controller has it; other brokers learn it after.
+    cluster.wait_for(lambda m: (m.topics["u"].partitions[0].leader,
+                                m.topics["u"].partitions[0].isrs) == (3, [3]),
+                     "3 to lead u alone")
 
 
 def leader_seen_by(cluster: Cluster, broker_id: int, topic: str) -> int:
