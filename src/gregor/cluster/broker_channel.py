@@ -1,7 +1,9 @@
 """BrokerChannel: one connection from this broker to another, as a Kafka client.
 
 Followers fetch from leaders over it with Kafka's own requests (Fetch with a
-replica id, OffsetForLeaderEpoch), encoded and decoded by kio like any client's. It
+replica id, OffsetForLeaderEpoch), encoded and decoded by kio like any client's but
+for the follower's Fetch, which has a hand-written codec
+(:mod:`gregor.protocol.replica_fetch`) that leaves the records in the received frame. It
 connects to the other broker's inter-broker listener with that listener's security
 (:mod:`gregor.security.inter_broker`): TLS, and SASL (PLAIN or SCRAM, whose server
 signature is checked) right after connecting, before the first request.
@@ -10,8 +12,8 @@ connection is dropped and opened again by the next request.
 
 Answers are read as the broker reads requests (:class:`FrameProtocol`): a fetch
 answer of a megabyte is received straight into a buffer reused from one answer to
-the next, and kio copies the records out of it once. asyncio's streams copied it
-three times more (``recv`` into new ``bytes``, into the reader's buffer, out of it).
+the next, and the follower appends the records from it. asyncio's streams copied it
+three times (``recv`` into new ``bytes``, into the reader's buffer, out of it).
 """
 
 from __future__ import annotations
@@ -33,6 +35,18 @@ _MIN_ANSWER_BYTES = 4
 _MAX_ANSWER_BYTES = 2**31 - 1
 
 
+# A correlation id -> the size-prefixed request frame.
+Encode = Callable[[int], bytes]
+# An answer frame (no size prefix) -> its correlation id and the answer.
+Decode = Callable[[bytes | memoryview], tuple[int, Any]]
+
+
+def _kio(api_key: int, version: int, body: Any) -> tuple[Encode, Decode]:
+    return (lambda correlation_id: encode_request(api_key, version, correlation_id,
+                                                  CLIENT_ID, body),
+            lambda frame: decode_response(api_key, version, frame))
+
+
 class ChannelError(Exception):
     """The other broker could not be reached or answered nothing usable."""
 
@@ -50,32 +64,38 @@ class BrokerChannel:
         self._correlation_id = 0
 
     async def request(self, api_key: int, version: int, body: Any) -> Any:
+        """A request built with kio, and kio's decoding of its answer."""
+        return await self.exchange(*_kio(api_key, version, body))
+
+    async def exchange(self, encode: Encode, decode: Decode) -> Any:
+        """One request framed by ``encode`` and its answer read by ``decode``: kio's, or a
+        hand-written codec's where a profile asked for one (the follower's Fetch), whose
+        answer may view the received frame until the channel's next exchange."""
         try:
             # asyncio.timeout rather than wait_for: Python 3.11's wait_for can swallow a
             # cancellation that arrives as the request fails, leaving a fetcher that
             # cannot be stopped.
             async with asyncio.timeout(self.timeout_s):
-                return await self._exchange(api_key, version, body)
+                protocol = self._protocol or await self._connect()
+                return await self._round_trip(protocol, encode, decode)
         except (OSError, TimeoutError, FrameSizeError, ValueError) as exc:
             self.close()
             raise ChannelError(f"broker {self.broker_id}: {exc or type(exc).__name__}") from exc
 
-    async def _exchange(self, api_key: int, version: int, body: Any) -> Any:
-        protocol = self._protocol
-        if protocol is None:
-            address = self._address(self.broker_id)
-            if address is None:
-                raise ChannelError(f"broker {self.broker_id} is not live")
-            security = self._security
-            context = None if security is None else security.ssl_context
-            _, protocol = await asyncio.get_running_loop().create_connection(
-                lambda: FrameProtocol(_MIN_ANSWER_BYTES, _MAX_ANSWER_BYTES, _connected),
-                *address, local_addr=self._local, ssl=context,
-                server_hostname=address[0] if context is not None else None)
-            self._protocol = protocol
-            if security is not None and security.sasl_mechanism is not None:
-                await self._authenticate(protocol, security, security.sasl_mechanism)
-        return await self._round_trip(protocol, api_key, version, body)
+    async def _connect(self) -> FrameProtocol:
+        address = self._address(self.broker_id)
+        if address is None:
+            raise ChannelError(f"broker {self.broker_id} is not live")
+        security = self._security
+        context = None if security is None else security.ssl_context
+        _, protocol = await asyncio.get_running_loop().create_connection(
+            lambda: FrameProtocol(_MIN_ANSWER_BYTES, _MAX_ANSWER_BYTES, _connected),
+            *address, local_addr=self._local, ssl=context,
+            server_hostname=address[0] if context is not None else None)
+        self._protocol = protocol
+        if security is not None and security.sasl_mechanism is not None:
+            await self._authenticate(protocol, security, security.sasl_mechanism)
+        return protocol
 
     async def _authenticate(self, protocol: FrameProtocol, security: ChannelSecurity,
                             mechanism: str) -> None:
@@ -83,7 +103,7 @@ class BrokerChannel:
         refusal closes the channel (the next request tries again)."""
 
         async def request(api_key: int, version: int, body: Any) -> Any:
-            return await self._round_trip(protocol, api_key, version, body)
+            return await self._round_trip(protocol, *_kio(api_key, version, body))
 
         try:
             await sasl_client.authenticate_async(sasl_client.exchange(
@@ -92,14 +112,13 @@ class BrokerChannel:
             self.close()
             raise ChannelError(f"broker {self.broker_id}: SASL {mechanism}: {exc}") from None
 
-    async def _round_trip(self, protocol: FrameProtocol, api_key: int, version: int,
-                          body: Any) -> Any:
+    async def _round_trip(self, protocol: FrameProtocol, encode: Encode, decode: Decode) -> Any:
         assert protocol.transport is not None
         self._correlation_id += 1
-        protocol.transport.write(encode_request(api_key, version, self._correlation_id,
-                                                CLIENT_ID, body))
-        # The frame's buffer is reused by the next answer: decoding copies what it keeps.
-        correlation_id, answer = decode_response(api_key, version, await protocol.read_frame())
+        protocol.transport.write(encode(self._correlation_id))
+        # The frame's buffer is reused by the next answer: kio's decoding copies what it
+        # keeps; a view of it is valid until the next read_frame.
+        correlation_id, answer = decode(await protocol.read_frame())
         if correlation_id != self._correlation_id:
             raise ValueError(f"answer {correlation_id} to request {self._correlation_id}")
         return answer

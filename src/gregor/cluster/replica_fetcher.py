@@ -33,21 +33,16 @@ partitions with data rather than every partition followed.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from kio.schema.fetch.v12 import request as fetch_request
-
-from gregor.cluster.broker_channel import BrokerChannel, ChannelError
+from gregor.cluster.broker_channel import CLIENT_ID, BrokerChannel, ChannelError
 from gregor.cluster.fetch_session_handler import FetchSessionHandler, FetchState
 from gregor.cluster.partition import Partition
 from gregor.cluster.replication_quota import ReplicationQuota
-from gregor.protocol.api_keys import ApiKey
-from gregor.protocol.codec import build
+from gregor.protocol import replica_fetch
 from gregor.protocol.errors import ErrorCode
 from gregor.security.inter_broker import ChannelSecurity
 from gregor.storage.log import LogAppendError
@@ -55,7 +50,6 @@ from gregor.storage.log_manager import TopicPartition
 
 log = logging.getLogger(__name__)
 
-FETCH_VERSION = 12
 # Errors after which the partition waits for the controller's newer state.
 _WAIT_FOR_METADATA = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
                                 ErrorCode.unknown_leader_epoch,
@@ -262,25 +256,20 @@ class ReplicaFetcher:
         delayed = self.delayed
         named, forgotten = self.session.build(
             (tp for tp in self.targets if tp not in delayed), self._state)
-        topics: dict[str, list[fetch_request.FetchPartition]] = {}
+        topics: dict[str, list[replica_fetch.Position]] = {}
         for (topic, index), (epoch, offset, last_epoch, start) in named:
-            topics.setdefault(topic, []).append(build(
-                fetch_request.FetchPartition, partition=index, current_leader_epoch=epoch,
-                fetch_offset=offset, last_fetched_epoch=last_epoch, log_start_offset=start,
-                partition_max_bytes=self.settings.partition_max_bytes))
+            topics.setdefault(topic, []).append(replica_fetch.Position(
+                index, epoch, offset, last_epoch, start, self.settings.partition_max_bytes))
         gone: dict[str, list[int]] = {}
         for topic, index in forgotten:
             gone.setdefault(topic, []).append(index)
-        body = build(fetch_request.FetchRequest, replica_id=self.settings.broker_id,
-                     max_wait=datetime.timedelta(milliseconds=self.settings.max_wait_ms),
-                     min_bytes=self.settings.min_bytes, max_bytes=self.settings.max_bytes,
-                     session_id=self.session.session_id, session_epoch=self.session.epoch,
-                     topics=tuple(build(fetch_request.FetchTopic, topic=name,
-                                        partitions=tuple(ps)) for name, ps in topics.items()),
-                     forgotten_topics_data=tuple(
-                         build(fetch_request.ForgottenTopic, topic=name, partitions=tuple(ps))
-                         for name, ps in gone.items()))
-        answer = await self.channel.request(ApiKey.FETCH, FETCH_VERSION, body)
+        settings, session = self.settings, self.session
+        answer = await self.channel.exchange(
+            lambda correlation_id: replica_fetch.encode_request(
+                correlation_id, CLIENT_ID, settings.broker_id, settings.max_wait_ms,
+                settings.min_bytes, settings.max_bytes, session.session_id, session.epoch,
+                topics, gone),
+            replica_fetch.decode_response)
         if answer.error_code != ErrorCode.none:
             if answer.error_code not in _SESSION_ERRORS:
                 self._warn("fetch", f"leader {self.leader_id} refused the fetch: "
@@ -317,7 +306,7 @@ class ReplicaFetcher:
         # before it fetches again.
         await asyncio.gather(*flushes)
 
-    def _apply(self, target: _Target, data: Any) -> None:
+    def _apply(self, target: _Target, data: replica_fetch.PartitionAnswer) -> None:
         partition = target.partition
         tp = (partition.topic, partition.index)
         error = ErrorCode(data.error_code)

@@ -368,9 +368,10 @@ class Log:
 
         Offsets and leader epochs are the leader's; each batch's CRC is checked (a
         replica never stores what it cannot serve) and the batches must continue
-        this log without a gap. Returns the number of bytes appended.
+        this log without a gap. Returns the number of bytes appended. ``records`` may
+        view a buffer its caller reuses afterwards: nothing of it is kept.
         """
-        data = bytes(records)
+        data = records
         try:
             spans = record_batch.split_batches(data)
         except InvalidRecordBatch as exc:
@@ -830,7 +831,7 @@ class Log:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def _control_batch(data: bytes | bytearray, header: record_batch.BatchHeader, pos: int,
+def _control_batch(data: bytes | bytearray | memoryview, header: record_batch.BatchHeader, pos: int,
                    size: int) -> memoryview | None:
     """A marker's bytes (read to tell commit from abort); None for any other batch."""
     return memoryview(data)[pos : pos + size] if header.is_control else None
