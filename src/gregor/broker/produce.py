@@ -18,18 +18,17 @@ producer's first batch in a partition where it has no transaction open (KIP-890,
 from __future__ import annotations
 
 import asyncio
-import datetime
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gregor.broker.authorization import topic_allowed, transactional_refusal
 from gregor.broker.connection import ConnectionClosed
-from gregor.broker.request import DelayedResponse, Request
+from gregor.broker.request import DelayedResponse, RawResponse, Request
 from gregor.metrics.broker_metrics import NONE
 from gregor.protocol import record_batch
-from gregor.protocol.api_keys import ApiKey
-from gregor.protocol.codec import build, nested, response_schema
+from gregor.protocol.codec import RequestHeader
 from gregor.protocol.errors import ErrorCode
+from gregor.protocol.produce_response import encode_produce_response
 from gregor.protocol.record_batch import InvalidRecordBatch
 from gregor.security.acls import Operation
 from gregor.storage.log import AppendOrigin, LogAppendError
@@ -39,9 +38,7 @@ if TYPE_CHECKING:
     from gregor.cluster.partition import Partition
 
 
-_KEY = ApiKey.PRODUCE
 _VALID_ACKS = (-1, 0, 1)
-_RECORD_ERRORS_VERSION = 8  # KIP-467: the records at fault, by their index in the batch
 
 
 @dataclass(slots=True)
@@ -49,7 +46,7 @@ class _PartitionResult:
     error: ErrorCode = ErrorCode.none
     message: str | None = None
     base_offset: int = -1
-    log_append_time: datetime.datetime | None = None
+    log_append_time_ms: int = -1
     log_start_offset: int = -1
     record_errors: tuple[tuple[int, str], ...] = ()  # the records at fault, by batch index
 
@@ -109,11 +106,8 @@ def _append(broker: Broker, request: Request, topic: str, data, verified: _Verif
         if metrics is not None:
             # The record count is the batch headers' (the log never reads records).
             metrics.appended(topic, result.record_count, len(data.records))
-    append_time = None
-    if result.log_append_time >= 0:
-        append_time = datetime.datetime.fromtimestamp(result.log_append_time / 1000,
-                                                       tz=datetime.UTC)
-    answer = _PartitionResult(base_offset=result.first_offset, log_append_time=append_time,
+    answer = _PartitionResult(base_offset=result.first_offset,
+                              log_append_time_ms=result.log_append_time,
                               log_start_offset=partition.log_start_offset)
     return answer, partition, result.last_offset + 1
 
@@ -199,7 +193,7 @@ def _settle(waits: list[tuple[_PartitionResult, Partition, int]], errors: list[E
             result.error, result.message = error, None
 
 
-async def _answer_when_replicated(broker: Broker, version: int,
+async def _answer_when_replicated(broker: Broker, header: RequestHeader,
                                   appended: list[tuple[str, list[tuple[int, _PartitionResult]]]],
                                   waits: list[tuple[_PartitionResult, Partition, int]],
                                   timeout_s: float, flushes: list[asyncio.Future[None]]):
@@ -208,14 +202,14 @@ async def _answer_when_replicated(broker: Broker, version: int,
     _settle(waits, await broker.replica_manager.delayed_produce.wait(
         [(partition, required) for _, partition, required in waits], timeout_s))
     await asyncio.gather(*flushes)
-    return _response(broker, version, -1, appended)
+    return _response(broker, header, -1, appended)
 
 
-async def _answer_when_flushed(broker: Broker, version: int, acks: int,
+async def _answer_when_flushed(broker: Broker, header: RequestHeader, acks: int,
                                appended: list[tuple[str, list[tuple[int, _PartitionResult]]]],
                                flushes: list[asyncio.Future[None]]):
     await asyncio.gather(*flushes)
-    return _response(broker, version, acks, appended)
+    return _response(broker, header, acks, appended)
 
 
 async def handle(broker: Broker, request: Request):
@@ -255,39 +249,21 @@ async def handle(broker: Broker, request: Request):
             # Appended: what is left is waiting for the followers, and the connection
             # may append the producer's next request meanwhile.
             return DelayedResponse(_answer_when_replicated(
-                broker, request.version, appended, waits, body.timeout.total_seconds(),
+                broker, request.header, appended, waits, body.timeout.total_seconds(),
                 flushes))
         _settle(waits, settled)  # on one broker, always at once
     if flushes and body.acks != 0:
-        return DelayedResponse(_answer_when_flushed(broker, request.version, body.acks,
+        return DelayedResponse(_answer_when_flushed(broker, request.header, body.acks,
                                                     appended, flushes))
-    return _response(broker, request.version, body.acks, appended)
+    return _response(broker, request.header, body.acks, appended)
 
 
-def _response(broker: Broker, version: int, acks: int,
-              appended: list[tuple[str, list[tuple[int, _PartitionResult]]]]):
-    partition_cls = nested(_KEY, version, "PartitionProduceResponse")
-    topic_cls = nested(_KEY, version, "TopicProduceResponse")
-    record_error_cls = (nested(_KEY, version, "BatchIndexAndErrorMessage")
-                        if version >= _RECORD_ERRORS_VERSION else None)
-    failed = False
-    responses = []
-    answered = 0
-    for name, results in appended:
-        partition_responses = []
-        for index, result in results:
-            failed = failed or result.error != ErrorCode.none
-            partition_responses.append(build(
-                partition_cls, index=index, error_code=result.error,
-                base_offset=result.base_offset, log_append_time=result.log_append_time,
-                log_start_offset=result.log_start_offset,
-                record_errors=() if record_error_cls is None else tuple(
-                    build(record_error_cls, batch_index=position, batch_index_error_message=why)
-                    for position, why in result.record_errors),
-                error_message=result.message))
-        answered += len(partition_responses)
-        responses.append(build(topic_cls, name=name,
-                               partition_responses=tuple(partition_responses)))
+def _response(broker: Broker, header: RequestHeader, acks: int,
+              appended: list[tuple[str, list[tuple[int, _PartitionResult]]]]
+              ) -> RawResponse | None:
+    failed = any(result.error != ErrorCode.none for _, results in appended
+                 for _, result in results)
+    answered = sum(len(results) for _, results in appended)
     metrics = broker.metrics
     if metrics is not None:
         # The answer's errors, one per partition as Kafka's ErrorsPerSec counts them.
@@ -303,5 +279,5 @@ def _response(broker: Broker, version: int, acks: int,
         if failed:
             raise ConnectionClosed
         return None
-    return build(response_schema(_KEY, version), responses=tuple(responses),
-                 throttle_time=datetime.timedelta(0))
+    return RawResponse([encode_produce_response(header.api_version, header.correlation_id, 0,
+                                                appended)])

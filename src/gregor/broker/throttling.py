@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
@@ -31,6 +32,7 @@ from gregor.broker.request import RawResponse, Request
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.fetch_response import with_throttle as fetch_with_throttle
 from gregor.protocol.metadata_response import with_throttle as metadata_with_throttle
+from gregor.protocol.produce_response import with_throttle as produce_with_throttle
 from gregor.security.quotas import PERCENT_PER_SECOND, ClientQuotas
 
 # The first version of each API whose client waits out a throttle itself (KIP-219);
@@ -135,13 +137,18 @@ class Charge:
         return throttle
 
 
+# The APIs answered in one pre-encoded frame, and how each sets its throttle time.
+_PATCH_FRAME: dict[int, Callable[[bytes, int, int], bytes]] = {
+    ApiKey.METADATA: metadata_with_throttle, ApiKey.PRODUCE: produce_with_throttle}
+
+
 def with_throttle(api_key: int, version: int, result: Any, throttle_ms: int) -> Any:
     """The answer with its ``throttle_time_ms`` set (None, for no answer, stays None)."""
     if isinstance(result, RawResponse):  # the APIs answered in pre-encoded chunks
-        if api_key == ApiKey.METADATA:
+        if api_key in _PATCH_FRAME:
             (frame,) = result.chunks
             assert isinstance(frame, bytes)
-            return RawResponse([metadata_with_throttle(frame, version, throttle_ms)])
+            return RawResponse([_PATCH_FRAME[api_key](frame, version, throttle_ms)])
         assert api_key == ApiKey.FETCH
         return RawResponse(fetch_with_throttle(result.chunks, version, throttle_ms))
     if result is None or not hasattr(result, "throttle_time"):

@@ -12,6 +12,7 @@ import struct
 from dataclasses import dataclass
 from typing import Protocol
 
+from gregor.protocol.primitives import Encoding
 from gregor.protocol.varint import encode_uvarint
 
 _I16 = struct.Struct(">h")
@@ -62,15 +63,10 @@ def encode_fetch_response(version: int, correlation_id: int, throttle_ms: int, e
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise ValueError(f"fetch v{version} is not supported by this encoder")
     flexible = version >= FLEXIBLE_FROM
+    encoding = Encoding(flexible)
+    array_len, string = encoding.array_length, encoding.string
     chunks: list[Chunk] = []
     buf = bytearray()
-
-    def array_len(n: int) -> bytes:
-        return encode_uvarint(n + 1) if flexible else _I32.pack(n)
-
-    def string(s: str) -> bytes:
-        raw = s.encode()
-        return (encode_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
 
     buf += _I32.pack(correlation_id)
     if flexible:

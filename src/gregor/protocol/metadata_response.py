@@ -18,7 +18,7 @@ from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gregor.protocol.varint import encode_uvarint
+from gregor.protocol.primitives import Encoding
 
 MAX_VERSION = 12
 FLEXIBLE_FROM = 9
@@ -61,30 +61,6 @@ class TopicEntry:
     authorized_operations: int
 
 
-class _Writer:
-    """The primitives of one version's encoding (compact or classic)."""
-
-    def __init__(self, version: int) -> None:
-        self.flexible = version >= FLEXIBLE_FROM
-
-    def array_length(self, n: int) -> bytes:
-        return encode_uvarint(n + 1) if self.flexible else _I32.pack(n)
-
-    def string(self, value: str | None) -> bytes:
-        if value is None:
-            return b"\x00" if self.flexible else _I16.pack(-1)
-        raw = value.encode()
-        return (encode_uvarint(len(raw) + 1) if self.flexible else _I16.pack(len(raw))) + raw
-
-    def int32s(self, values: Sequence[int]) -> bytes:
-        return self.array_length(len(values)) + struct.pack(f">{len(values)}i", *values)
-
-    @property
-    def tags(self) -> bytes:
-        """An empty tagged-field section where the version has one."""
-        return b"\x00" if self.flexible else b""
-
-
 def encode_partitions(version: int, states: Sequence[PartitionState],
                       live: Container[int]) -> bytes:
     """A topic's partition array, partition ``i`` being ``states[i]``.
@@ -92,7 +68,7 @@ def encode_partitions(version: int, states: Sequence[PartitionState],
     LEADER_NOT_AVAILABLE (no leader id) for a partition whose leader is not live: while
     no replica may lead (the whole ISR down, unclean election off), clients retry until
     one returns."""
-    w = _Writer(version)
+    w = Encoding(version >= FLEXIBLE_FROM)
     with_epoch, with_offline, tags = version >= 7, version >= 5, w.tags
     out = bytearray(w.array_length(len(states)))
     # Replica sets repeat across a topic's partitions: each is encoded once, and so are
@@ -132,7 +108,7 @@ def encode_metadata_response(version: int, correlation_id: int, throttle_ms: int
     """A whole size-prefixed Metadata response."""
     if not 0 <= version <= MAX_VERSION:
         raise ValueError(f"metadata v{version} is not supported by this encoder")
-    w = _Writer(version)
+    w = Encoding(version >= FLEXIBLE_FROM)
     tags = w.tags
     out = bytearray(_I32.pack(correlation_id))
     out += tags  # the response header's (v1 from the first flexible version)

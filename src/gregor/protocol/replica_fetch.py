@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from gregor.protocol.varint import encode_uvarint
+from gregor.protocol.primitives import COMPACT
 
 VERSION = 12
 API_KEY = 1
@@ -53,26 +53,19 @@ def encode_request(correlation_id: int, client_id: str, replica_id: int, max_wai
     parts = [_HEADER.pack(API_KEY, VERSION, correlation_id, len(client)), client, _NO_TAGS,
              _BODY_START.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, session_id,
                               session_epoch),
-             encode_uvarint(len(topics) + 1)]
+             COMPACT.array_length(len(topics))]
     for name, positions in topics.items():
-        parts += (_compact_string(name), encode_uvarint(len(positions) + 1))
+        parts += (COMPACT.string(name), COMPACT.array_length(len(positions)))
         parts += (_POSITION.pack(p.partition, p.current_leader_epoch, p.fetch_offset,
                                  p.last_fetched_epoch, p.log_start_offset,
                                  p.partition_max_bytes) + _NO_TAGS for p in positions)
         parts.append(_NO_TAGS)
-    parts.append(encode_uvarint(len(forgotten) + 1))
+    parts.append(COMPACT.array_length(len(forgotten)))
     for name, indexes in forgotten.items():
-        parts += (_compact_string(name), encode_uvarint(len(indexes) + 1))
-        parts += (_I32.pack(index) for index in indexes)
-        parts.append(_NO_TAGS)
-    parts += (b"\x01", _NO_TAGS)  # rack id "", no tags
+        parts += (COMPACT.string(name), COMPACT.int32s(indexes), _NO_TAGS)
+    parts += (COMPACT.string(""), _NO_TAGS)  # rack id, no tags
     payload = b"".join(parts)
     return _I32.pack(len(payload)) + payload
-
-
-def _compact_string(value: str) -> bytes:
-    encoded = value.encode()
-    return encode_uvarint(len(encoded) + 1) + encoded
 
 
 @dataclass(frozen=True, slots=True)
