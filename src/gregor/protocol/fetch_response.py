@@ -1,8 +1,7 @@
 """Fetch response encoder that leaves record bytes in the segment files.
 
 kio would need every record set as an in-memory ``bytes``; the fetch path
-instead hands back file regions so the connection can ``sendfile`` them. This is
-the one hand-written message encoder, justified by zero-copy fetch, and it is
+instead hands back file regions so the connection can ``sendfile`` them. It is
 checked against kio's decoder in the tests.
 """
 
