@@ -365,18 +365,34 @@ class Connection:
         if isinstance(response, bytes):
             transport.write(response)
         else:
+            # Consecutive small pieces (a fetch's headers and the record sets too small
+            # to sendfile) go out in one write: one per piece made a send, and a wakeup
+            # of the client, each.
             loop = asyncio.get_running_loop()
+            pending: list[bytes] = []
+            size = 0
             for chunk in response.chunks:
                 if isinstance(chunk, bytes):
-                    transport.write(chunk)
+                    piece = chunk
                 elif (isinstance(chunk, FileRegion) and chunk.length >= SENDFILE_THRESHOLD
                       and self._zero_copy):
+                    if pending:
+                        transport.write(b"".join(pending))
+                        pending, size = [], 0
                     await self._send_region(loop, chunk)
+                    continue
                 else:
-                    transport.write(chunk.read())
+                    piece = chunk.read()
+                pending.append(piece)
+                size += len(piece)
+                if size >= SENDFILE_THRESHOLD:
                     # A fetch may hold many small regions: never buffer more than the
                     # transport's high-water mark of them for a client that is not reading.
+                    transport.write(b"".join(pending))
+                    pending, size = [], 0
                     await self.frames.drain()
+            if pending:
+                transport.write(b"".join(pending))
         await self.frames.drain()
 
     async def _send_region(self, loop: asyncio.AbstractEventLoop, region: FileRegion) -> None:
