@@ -68,6 +68,7 @@ class Broker:
         self.log_manager.segment_flusher = self.log_flusher.segment_rolled
         self.log_manager.active_segment_flusher = self.log_flusher.segment_due
         self.log_manager.checkpoint_writer = self.log_flusher.write
+        self.log_flusher.on_storage_error = self.log_manager.dir_failed
         # In a cluster, metadata lives in ZooKeeper; alone, in a file beside the logs.
         self.cluster = ZkClusterMember(config) if config.zookeeper_mode else None
         self.controller: ClusterAdmin
