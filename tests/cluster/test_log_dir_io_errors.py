@@ -10,6 +10,12 @@ one under test: a consumer's fetch reading a segment, or the ``flush.ms`` fsync 
 the broker's flusher thread runs. Either must take the directory offline: its
 partitions' leaderships move off broker 1, which keeps serving the other directory.
 
+Every broker's Metadata answers then list broker 1's replicas of the failed directory
+in ``offline_replicas`` (as Kafka's do), read by kafka-python's admin client and by
+each broker's own answer, and still do after the controller is killed and restarted
+(a new controller, and a broker that starts after the failure, learn them from
+ZooKeeper).
+
 Needs root and a free loop device; skipped otherwise.
 """
 
@@ -27,6 +33,7 @@ import pytest
 from clients import (
     FETCH_VERSION,
     PRODUCE_VERSION,
+    TIMEOUT,
     WireConnection,
     fetch_request,
     make_batch,
@@ -34,6 +41,7 @@ from clients import (
     versioned_request,
 )
 from harness import Cluster
+from kafka.admin import KafkaAdminClient
 
 from gregor.cluster.zookeeper_server import ZooKeeperServer
 from gregor.protocol.api_keys import ApiKey
@@ -148,3 +156,46 @@ def test_a_failed_fsync_on_the_flusher_thread_takes_the_directory_offline(
         _moved_off_broker_1(cluster, "f", lost)
         _offline_in_describe_log_dirs(cluster, ext4_disk)
         assert 1 in cluster.registered()
+
+
+def _offline_everywhere(cluster: Cluster, topic: str, lost: set[int]) -> None:
+    expected = {i: [1] if i in lost else [] for i in range(_PARTITIONS)}
+    cluster.wait_everywhere(lambda m: {
+        p.partition_index: sorted(p.offline_replicas) for t in m.topics if t.name == topic
+        for p in t.partitions} == expected,
+        "every broker to name broker 1's lost replicas offline", topics=[topic])
+
+
+def test_metadata_names_the_replicas_of_a_failed_directory_offline(
+        zookeeper: ZooKeeperServer, tmp_path: Path, ext4_disk: Path) -> None:
+    with _cluster(zookeeper, tmp_path, ext4_disk) as cluster:
+        cluster.create_topic("m", partitions=_PARTITIONS)
+        lost = _on_disk(ext4_disk, "m")
+        assert lost and len(lost) < _PARTITIONS
+        _shut_down(ext4_disk)
+        # A write to each lost partition fails on broker 1 (leader or follower).
+        for index in sorted(lost):
+            leader = cluster.leader("m", index)
+            with WireConnection(cluster.brokers[leader].bootstrap) as connection:
+                connection.request(ApiKey.PRODUCE, PRODUCE_VERSION, produce_request(
+                    "m", index, make_batch([b"after"]), acks=1))
+        _moved_off_broker_1(cluster, "m", lost)
+        _offline_everywhere(cluster, "m", lost)
+        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap,
+                                 request_timeout_ms=int(TIMEOUT * 1000))
+        try:
+            (described,) = admin.describe_topics(["m"])
+        finally:
+            admin.close()
+        assert {p["partition_index"]: p["offline_replicas"] for p in described["partitions"]} == {
+            i: [1] if i in lost else [] for i in range(_PARTITIONS)}
+        # A new controller, and a broker started after the failure, know it too.
+        controller = cluster.metadata().controller_id
+        restarted = controller if controller != 1 else 2
+        cluster.brokers[restarted].kill()
+        cluster.wait_for(lambda m: m.controller_id not in (-1, restarted)
+                         and restarted not in m.brokers, "a new controller")
+        cluster.brokers[restarted].start()
+        cluster.wait_everywhere(lambda m: {b.node_id for b in m.brokers} == {1, 2, 3},
+                                f"broker {restarted} to be back")
+        _offline_everywhere(cluster, "m", lost)

@@ -84,6 +84,7 @@ class Broker:
             # Partitions lost with a failed log directory, told to the controller.
             self.log_dir_failures = LogDirFailureNotifier(self.cluster.zk, self.broker_id)
             self.replica_manager.on_offline = self.log_dir_failures.report
+            self.replica_manager.on_offline_changed = self.log_dir_failures.offline_changed
         else:
             self.image = MetadataImage.load(config.log_dir)
             self.replica_manager = ReplicaManager(config, self.log_manager)
