@@ -14,7 +14,7 @@ Every broker's Metadata answers then list broker 1's replicas of the failed dire
 in ``offline_replicas`` (as Kafka's do), read by kafka-python's admin client and by
 each broker's own answer, and still do after the controller is killed and restarted
 (a new controller, and a broker that starts after the failure, learn them from
-ZooKeeper).
+ZooKeeper), and after broker 1's own session expired and it registered again.
 
 Needs root and a free loop device; skipped otherwise.
 """
@@ -198,4 +198,14 @@ def test_metadata_names_the_replicas_of_a_failed_directory_offline(
         cluster.brokers[restarted].start()
         cluster.wait_everywhere(lambda m: {b.node_id for b in m.brokers} == {1, 2, 3},
                                 f"broker {restarted} to be back")
+        _offline_everywhere(cluster, "m", lost)
+        # Broker 1's session expires (paused past its timeout): its ephemeral nodes go,
+        # and it writes its offline replicas again once registered in a new session.
+        cluster.brokers[1].pause()
+        try:
+            cluster.wait_for(lambda m: 1 not in m.brokers, "broker 1's session to expire")
+        finally:
+            cluster.brokers[1].resume()
+        cluster.wait_everywhere(lambda m: {b.node_id for b in m.brokers} == {1, 2, 3},
+                                "broker 1 to register again")
         _offline_everywhere(cluster, "m", lost)

@@ -85,6 +85,7 @@ class Broker:
             self.log_dir_failures = LogDirFailureNotifier(self.cluster.zk, self.broker_id)
             self.replica_manager.on_offline = self.log_dir_failures.report
             self.replica_manager.on_offline_changed = self.log_dir_failures.offline_changed
+            self.cluster.reregistered = self.log_dir_failures.registered
         else:
             self.image = MetadataImage.load(config.log_dir)
             self.replica_manager = ReplicaManager(config, self.log_manager)
