@@ -63,6 +63,7 @@ UNTHROTTLED = range(2, PARTITIONS)
 BROKERS = ("1", "2", "3", "4")
 POLL_S = 0.1
 LOAD_WINDOW_S = 10.0  # the load's measured window, alone and during the throttled move
+CREDIBLE_P99_MS = 100.0  # above it, the p99 alone measures the machine's load
 
 
 def bytes_of(broker: BrokerProcess, partitions: range) -> int:
@@ -204,7 +205,9 @@ def report(r: dict) -> str:
          f"{t['seconds']:.1f} s)", "within 10%", abs(off) <= 0.10),
         ("load p99 alone", f"{r['p99_alone_ms']:.1f} ms", "", None),
         ("load p99 during the throttled move", f"{r['p99_throttled_ms']:.1f} ms "
-         f"({ratio:.2f}x alone)", "< 3x alone", ratio < 3),
+         f"({ratio:.2f}x alone)", "< 3x alone",
+         # A p99 alone this high is the busy machine's: no ratio to it says anything.
+         ratio < 3 if r["p99_alone_ms"] <= CREDIBLE_P99_MS else None),
         ("load p99 during the unthrottled move", f"{r['p99_unthrottled_ms']:.1f} ms", "",
          None),
     ]
@@ -289,6 +292,25 @@ twice to a disk shared with four other sessions, and a longer copy only repeats 
 steady part the plot shows; `--mb` sets it).
 
 ![copied MB and MB/s over time](img/bench-reassign.png)
+
+**Reading the latency rows.** The ratio is only as good as the p99 alone: at a load
+average well above the two cores, the paced producer and the three brokers wait for
+the cores and the p99 alone reaches hundreds of ms or seconds, which then hides what
+the move adds. The figure to judge the target by is one taken on a quiet machine.
+
+**Where an unthrottled move spends its time** (`--profile`, py-spy at 100 Hz on
+broker 4 and on broker 1, an 800 MB run, 2026-11-29 09:59 UTC, load 3-6): the new
+broker is busy about 88% of the move (12% in `select`), all of it the replica
+fetcher's batch-level path: `LogSegment.append`'s `write()` into the page cache 24%,
+kio's `decode_response` of the Fetch answer 12% (the record bytes are kept whole, not
+decoded), reading the socket 12%, `validate_batch` (the batch headers) 6%; no record
+is decoded. Each leader spends most of its time on its producer's appends and the
+`sendfile` of the follower's fetches. The move is CPU-bound on the new broker, which
+shares two cores with three other brokers, the producer and the load generator: the
+same copy path ran at 227 MB/s (one follower catching up, quiet machine) in
+`cluster_bench`. Reaching 300 MB/s here means fewer copies of each byte on the
+follower (the answer read into one buffer and written from it), the replica
+fetcher's own work, not the reassignment's.
 """
 
 
