@@ -53,28 +53,33 @@ POLL_S = 0.1
 UNLIMITED = str(2**63 - 1)
 
 
-def fill(servers: str, megabytes: int) -> None:
+def fill(servers: str, megabytes: int, topic: str = TOPIC, partitions: int = PARTITIONS
+         ) -> None:
+    """``megabytes`` of incompressible 10 KB records, round-robin over the partitions."""
     producer = Producer({"bootstrap.servers": servers, "acks": "1", "linger.ms": 20,
                          "log_level": 0})
     payload = os.urandom(RECORD)
     for i in range(megabytes * 1_000_000 // RECORD):
         while True:
             try:
-                producer.produce(TOPIC, payload, partition=i % PARTITIONS)
+                producer.produce(topic, payload, partition=i % partitions)
                 break
             except BufferError:
                 producer.poll(0.1)
     producer.flush(60)
 
 
-def set_throttle(servers: str, rate: str, replicas: str) -> None:
+def set_throttle(servers: str, rate: str, replicas: str, brokers: tuple[str, ...] = ("1", "2"),
+                 topic: str = TOPIC) -> None:
+    """Set the throttles as ``kafka-reassign-partitions.sh --throttle`` does: both rates
+    on every broker named, the replica lists on the topic."""
     admin = AdminClient({"bootstrap.servers": servers, "log_level": 0})
     # One broker per call: librdkafka sends each to the broker it names.
     calls = [[ConfigResource("broker", broker_id, incremental_configs=[
         ConfigEntry(name, rate, incremental_operation=AlterConfigOpType.SET)
         for name in ("leader.replication.throttled.rate",
-                     "follower.replication.throttled.rate")])] for broker_id in ("1", "2")]
-    calls.append([ConfigResource("topic", TOPIC, incremental_configs=[
+                     "follower.replication.throttled.rate")])] for broker_id in brokers]
+    calls.append([ConfigResource("topic", topic, incremental_configs=[
         ConfigEntry(name, replicas, incremental_operation=AlterConfigOpType.SET)
         for name in ("leader.replication.throttled.replicas",
                      "follower.replication.throttled.replicas")])])
@@ -83,10 +88,15 @@ def set_throttle(servers: str, rate: str, replicas: str) -> None:
             future.result(30)
 
 
-def reassign(servers: str, work: Path, replicas: list[int]) -> None:
+def reassign(servers: str, work: Path, replicas: list[int],
+             moves: dict[tuple[str, int], list[int]] | None = None) -> None:
+    """``gregor cluster reassign --execute``: every partition of ``TOPIC`` to
+    ``replicas``, or the (topic, partition) -> replicas of ``moves``."""
+    if moves is None:
+        moves = {(TOPIC, p): replicas for p in range(PARTITIONS)}
     plan = work / "plan.json"
     plan.write_text(json.dumps({"version": 1, "partitions": [
-        {"topic": TOPIC, "partition": p, "replicas": replicas} for p in range(PARTITIONS)]}))
+        {"topic": t, "partition": p, "replicas": r} for (t, p), r in moves.items()]}))
     subprocess.run([sys.executable, "-m", "gregor.cli.main", "cluster", "reassign",
                     "--execute", "--reassignment-json-file", str(plan),
                     "--bootstrap-server", servers], check=True, capture_output=True)

@@ -88,6 +88,11 @@ def test_a_topics_partitions_are_encoded_again_only_once_they_change() -> None:
     assert moved != first and moved == encode_partitions(12, topic.partitions, LIVE)
     assert cache.of(topic, 12, frozenset({1, 2, 3})) == encode_partitions(
         12, topic.partitions, {1, 2, 3})  # broker 3 came back: partition 1 has a leader
+    # Broker 1's replica of partition 0 is on a failed log directory (KIP-112).
+    lost = {0: frozenset({1})}
+    failed = cache.of(topic, 12, LIVE, lost)
+    assert failed == encode_partitions(12, topic.partitions, LIVE, lost)
+    assert failed != cache.of(topic, 12, LIVE)
     recreated = TopicMetadata("t", str(uuid.uuid4()), [STATES[0]])
     assert cache.of(recreated, 12, LIVE) == encode_partitions(12, [STATES[0]], LIVE)
     cache.forget_gone({})

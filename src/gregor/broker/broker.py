@@ -68,6 +68,7 @@ class Broker:
         self.log_manager.segment_flusher = self.log_flusher.segment_rolled
         self.log_manager.active_segment_flusher = self.log_flusher.segment_due
         self.log_manager.checkpoint_writer = self.log_flusher.write
+        self.log_flusher.on_storage_error = self.log_manager.dir_failed
         # In a cluster, metadata lives in ZooKeeper; alone, in a file beside the logs.
         self.cluster = ZkClusterMember(config) if config.zookeeper_mode else None
         self.controller: ClusterAdmin
@@ -83,6 +84,8 @@ class Broker:
             # Partitions lost with a failed log directory, told to the controller.
             self.log_dir_failures = LogDirFailureNotifier(self.cluster.zk, self.broker_id)
             self.replica_manager.on_offline = self.log_dir_failures.report
+            self.replica_manager.on_offline_changed = self.log_dir_failures.offline_changed
+            self.cluster.reregistered = self.log_dir_failures.registered
         else:
             self.image = MetadataImage.load(config.log_dir)
             self.replica_manager = ReplicaManager(config, self.log_manager)

@@ -170,6 +170,10 @@ def _read_partition(broker: Broker, topic: str, wanted, budget: int, replica_id:
     except OffsetOutOfRange:
         return FetchedPartition(wanted.partition, ErrorCode.offset_out_of_range,
                                 hw, lso, start, None), 0
+    except OSError as exc:  # a read error: its log directory failed (KIP-112)
+        broker.replica_manager.storage_failed(partition, exc)
+        return FetchedPartition(wanted.partition, ErrorCode.kafka_storage_error,
+                                hw, lso, start, None), 0
     if replica_id >= 0 and record_fetch:
         # Only the fetch as it arrives counts, not its re-reads after a long poll.
         broker.replica_manager.record_follower_fetch(

@@ -9,6 +9,10 @@ from overtaking each other. The same goes for the fsyncs that ``flush.messages``
 ``flush.ms`` ask of the active segment, and for the log start offsets that DeleteRecords
 moves: those who must answer after them (a produce, a DeleteRecords) wait for their
 future, and the loop serves everyone else meanwhile.
+
+An fsync that fails is an IO error of the segment's log directory: as every IO error
+there (KIP-112), it takes the directory offline (``on_storage_error``), not only a line
+in the log; a checkpoint write reports its own directory.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from gregor.storage.log import Log
 from gregor.storage.segment import LogSegment
@@ -37,17 +42,22 @@ class LogFlusher:
             collections.deque())
         self._lock = threading.Lock()
         self._draining = False
+        # Told, on the event loop, of a log directory whose fsync failed.
+        self.on_storage_error: Callable[[Path, OSError], None] | None = None
 
     def segment_rolled(self, owner: Log, segment: LogSegment, next_offset: int) -> None:
         """Fsync ``segment`` in the background, and the log's leader epochs (the recovery
         point is about to pass them); the log hears back on the event loop."""
         future = self._submit(functools.partial(_flush_rolled, owner, segment))
         future.add_done_callback(functools.partial(self._flushed, owner, segment, next_offset))
+        future.add_done_callback(functools.partial(self._storage_error, segment))
 
     def segment_due(self, segment: LogSegment) -> asyncio.Future[None]:
         """Fsync the active ``segment`` (flush.messages, flush.ms) on the worker, after
         what came before; done once it is on disk."""
-        return self._reported(self._submit(segment.fsync), "fsync of an active segment")
+        future = self._reported(self._submit(segment.fsync), "fsync of an active segment")
+        future.add_done_callback(functools.partial(self._storage_error, segment))
+        return future
 
     def write(self, action: Callable[[], None]) -> asyncio.Future[None]:
         """Run ``action`` (a checkpoint write) on the worker, after what came before;
@@ -94,6 +104,15 @@ class LogFlusher:
                 error = exc
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 loop.call_soon_threadsafe(_settle, future, error)
+
+    def _storage_error(self, segment: LogSegment, future: asyncio.Future[None]) -> None:
+        """A failed fsync of ``segment``: its log directory (the parent of its
+        partition's) fails."""
+        if future.cancelled() or self.on_storage_error is None:
+            return
+        error = future.exception()
+        if isinstance(error, OSError):
+            self.on_storage_error(segment.directory.parent, error)
 
     @staticmethod
     def _reported(future: asyncio.Future[None], what: str) -> asyncio.Future[None]:

@@ -71,18 +71,22 @@ class _EncodedPartitions:
     partitions is encoded once per change, not once per client request."""
 
     def __init__(self) -> None:
-        self._kept: dict[tuple[str, int], tuple[TopicMetadata, tuple, frozenset[int], bytes]] = {}
+        self._kept: dict[tuple[str, int], tuple[TopicMetadata, tuple, frozenset[int],
+                                                object, bytes]] = {}
 
-    def of(self, topic: TopicMetadata, version: int, live: frozenset[int]) -> bytes:
+    def of(self, topic: TopicMetadata, version: int, live: frozenset[int],
+           lost: dict[int, frozenset[int]] | None = None) -> bytes:
+        """``lost``: the topic's replicas on failed log directories, by partition."""
         key = (topic.name, version)
         states = tuple(topic.partitions)
         kept = self._kept.get(key)
         # States are immutable and replaced on change: comparing the tuples is mostly
         # comparing identities.
-        if kept is not None and kept[0] is topic and kept[2] == live and kept[1] == states:
-            return kept[3]
-        encoded = encode_partitions(version, states, live)
-        self._kept[key] = (topic, states, live, encoded)
+        if (kept is not None and kept[0] is topic and kept[2] == live and kept[3] == lost
+                and kept[1] == states):
+            return kept[4]
+        encoded = encode_partitions(version, states, live, lost)
+        self._kept[key] = (topic, states, live, lost, encoded)
         return encoded
 
     def forget_gone(self, topics: dict[str, TopicMetadata]) -> None:
@@ -96,9 +100,10 @@ _encoded_partitions = _EncodedPartitions()
 
 
 def _topic_entry(version: int, topic: TopicMetadata, live: frozenset[int],
-                 operations: int) -> TopicEntry:
+                 lost: dict[str, dict[int, frozenset[int]]], operations: int) -> TopicEntry:
     return TopicEntry(ErrorCode.none, topic.name, topic.uuid, topic.internal,
-                      _encoded_partitions.of(topic, version, live), operations)
+                      _encoded_partitions.of(topic, version, live, lost.get(topic.name)),
+                      operations)
 
 
 def _error_entry(version: int, name: str | None, error: ErrorCode,
@@ -148,9 +153,11 @@ async def handle(broker: Broker, request: Request):
 
     entries = []
     live = frozenset(broker.image.brokers)
+    # Replicas on failed log directories of live brokers (KIP-112).
+    lost = broker.image.offline_replicas
     if wanted is None:
         # As in Kafka, topics the client may not describe are left out.
-        entries = [_topic_entry(version, t, live, operations(t.name))
+        entries = [_topic_entry(version, t, live, lost, operations(t.name))
                    for t in broker.image.topics.values()
                    if topic_allowed(broker, request, Operation.DESCRIBE, t.name)]
         _encoded_partitions.forget_gone(broker.image.topics)
@@ -173,7 +180,7 @@ async def handle(broker: Broker, request: Request):
                     continue
                 topic = await _auto_create(broker, name)
             if topic is not None:
-                entries.append(_topic_entry(version, topic, live, operations(name)))
+                entries.append(_topic_entry(version, topic, live, lost, operations(name)))
             elif invalid_topic_reason(name):
                 entries.append(_error_entry(version, name, ErrorCode.invalid_topic_exception,
                                             operations=operations(name)))

@@ -60,6 +60,9 @@ class MetadataImage:
     # controller drives and ListPartitionReassignments lists, without a walk of every
     # partition.
     reassigning: dict[tuple[str, int], Reassignment] = field(default_factory=dict)
+    # Replicas on live brokers' failed log directories (a cluster only, KIP-112): topic
+    # -> partition index -> broker ids; replaced whole on change.
+    offline_replicas: dict[str, dict[int, frozenset[int]]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, log_dir: Path) -> MetadataImage:

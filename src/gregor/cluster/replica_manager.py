@@ -96,6 +96,8 @@ class ReplicaManager:
         # who to tell about them (the cluster, given every offline partition here).
         self.offline: set[TopicPartition] = set()
         self.on_offline: Callable[[list[TopicPartition]], None] | None = None
+        # Told of the whole set whenever it changes (every broker's Metadata lists them).
+        self.on_offline_changed: Callable[[set[TopicPartition]], None] | None = None
         # The partition epoch of each offline partition's state last reported.
         self._reported: dict[TopicPartition, int] = {}
 
@@ -112,7 +114,7 @@ class ReplicaManager:
             tp = (topic.name, index)
             if tp not in self.partitions and self.broker_id in state.replicas:
                 if existing and self._lost_with_a_dir(tp):
-                    self.offline.add(tp)
+                    self._take_offline(tp)
                     continue
                 self._open(topic, index, state)
 
@@ -141,14 +143,14 @@ class ReplicaManager:
             return
         partition = self.partitions.get(tp)
         if partition is None and self._lost_with_a_dir(tp):
-            self.offline.add(tp)
+            self._take_offline(tp)
             self._offline_state(tp, state)
             return
         if partition is None:
             try:
                 partition = self._open(topic, index, state)
             except OSError:  # its directory failed as the log was made (and went offline)
-                self.offline.add(tp)
+                self._take_offline(tp)
                 self._offline_state(tp, state)
                 return
             change = StateChange.LEADER_EPOCH
@@ -194,7 +196,9 @@ class ReplicaManager:
     def remove_partition(self, topic: str, index: int) -> None:
         """This broker no longer hosts the partition: stop it and delete its log."""
         tp = (topic, index)
-        self.offline.discard(tp)
+        if tp in self.offline:
+            self.offline.discard(tp)
+            self._offline_changed()
         self._reported.pop(tp, None)
         if self.partitions.pop(tp, None) is None:
             return
@@ -246,7 +250,7 @@ class ReplicaManager:
         and the cluster is told."""
         for tp in lost:
             self.partitions.pop(tp, None)
-            self.offline.add(tp)
+            self._take_offline(tp)
             self._stop_fetching(tp)
             # Produces waiting on it are answered, fetches woken.
             self._partition_changed(tp)
@@ -272,6 +276,15 @@ class ReplicaManager:
                 and self._reported.get(tp) != state.partition_epoch):
             self._reported[tp] = state.partition_epoch
             self._report_offline()
+
+    def _take_offline(self, tp: TopicPartition) -> None:
+        if tp not in self.offline:
+            self.offline.add(tp)
+            self._offline_changed()
+
+    def _offline_changed(self) -> None:
+        if self.on_offline_changed is not None:
+            self.on_offline_changed(self.offline)
 
     def _report_offline(self) -> None:
         if self.on_offline is not None and self.offline:

@@ -60,6 +60,9 @@ class ZkClusterMember:
         self.user_configs = ZkUserConfigs(self.zk, self.image)
         self.acls = ZkAcls(self.zk, self.image)
         self._endpoints: tuple[znodes.Endpoint, ...] = ()
+        # Called once registered again in a new session (the old one's ephemeral nodes,
+        # such as this broker's offline replicas, went with it).
+        self.reregistered: Callable[[], None] = lambda: None
         self._session_lost = False
         self._closing = False
         self._tasks: set[asyncio.Task] = set()
@@ -178,6 +181,7 @@ class ZkClusterMember:
         await self.acls.start()
         if self._endpoints:
             await self._register()
+            self.reregistered()
             await self.controller.try_to_become_controller()
 
     def _spawn(self, work) -> None:

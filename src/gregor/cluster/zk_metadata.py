@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from kazoo.exceptions import KazooException
 
 from gregor.cluster import znodes
+from gregor.cluster.log_dir_events import read_offline_replicas
 from gregor.cluster.metadata_image import MetadataImage, TopicMetadata
 from gregor.cluster.partition_state import NO_LEADER, PartitionState, Reassignment
 from gregor.cluster.zookeeper import ZooKeeperSession
@@ -82,6 +83,7 @@ class ZkMetadataCache:
         await self._refresh_brokers()
         await self._refresh_shutdowns()
         await self._refresh_controller()
+        await self._refresh_offline_replicas()
         await self._refresh_broker_configs(every_entity=True)
         await self._refresh_topics(every_topic=True)
         await self._serialized("changes", self._refresh_changes)
@@ -174,6 +176,11 @@ class ZkMetadataCache:
         if controller_id != self.image.controller_id:
             self.image.controller_id = controller_id
             self.listeners.controller_changed(controller_id)
+
+    async def _refresh_offline_replicas(self) -> None:
+        """Replicas on live brokers' failed log directories (``log_dir_events``)."""
+        self.image.offline_replicas = await read_offline_replicas(
+            self.zk, self._spawn("offline-replicas", self._refresh_offline_replicas))
 
     # ---------------------------------------------------- dynamic broker configs
     async def _refresh_broker_configs(self, every_entity: bool = False) -> None:

@@ -54,10 +54,15 @@ STATE_CHANGES = "/partition_state_changes"
 STATE_CHANGE_PREFIX = f"{STATE_CHANGES}/change-"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CLUSTER_ID = "/cluster/id"
+# gregor's: each live broker's replicas on failed log directories (KIP-112), an
+# ephemeral node per broker, read by every broker (Metadata's offline_replicas) and by
+# a newly elected controller. Kafka's controller holds this in memory and sends it in
+# UpdateMetadata; gregor's brokers follow ZooKeeper instead.
+OFFLINE_REPLICAS = "/offline_replicas"
 
 # Every path a fresh cluster needs before brokers register and watch.
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, BROKER_CONFIGS, DELETE_TOPICS,
-                    CONTROLLED_SHUTDOWN, STATE_CHANGES, "/cluster")
+                    CONTROLLED_SHUTDOWN, STATE_CHANGES, OFFLINE_REPLICAS, "/cluster")
 
 
 def broker_path(broker_id: int) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Container, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -62,12 +62,14 @@ class TopicEntry:
 
 
 def encode_partitions(version: int, states: Sequence[PartitionState],
-                      live: Container[int]) -> bytes:
+                      live: Container[int],
+                      lost: Mapping[int, Container[int]] | None = None) -> bytes:
     """A topic's partition array, partition ``i`` being ``states[i]``.
 
     LEADER_NOT_AVAILABLE (no leader id) for a partition whose leader is not live: while
     no replica may lead (the whole ISR down, unclean election off), clients retry until
-    one returns."""
+    one returns. A replica is offline when its broker is not live, or when ``lost``
+    names it for the partition's index (its log directory failed, KIP-112)."""
     w = Encoding(version >= FLEXIBLE_FROM)
     with_epoch, with_offline, tags = version >= 7, version >= 5, w.tags
     out = bytearray(w.array_length(len(states)))
@@ -93,10 +95,15 @@ def encode_partitions(version: int, states: Sequence[PartitionState],
         out += int32s(replicas)
         out += int32s(state.isr)
         if with_offline:
-            gone = offline.get(replicas)
-            if gone is None:
-                gone = offline[replicas] = w.int32s([r for r in replicas if r not in live])
-            out += gone
+            failed = lost.get(index) if lost else None
+            if failed:
+                out += w.int32s([r for r in replicas if r not in live or r in failed])
+            else:
+                gone = offline.get(replicas)
+                if gone is None:
+                    gone = offline[replicas] = w.int32s([r for r in replicas
+                                                         if r not in live])
+                out += gone
         out += tags
     return bytes(out)
 
