@@ -10,7 +10,7 @@ import uuid
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from gregor.broker.metadata import _EncodedPartitions
+from gregor.broker.metadata import EncodedPartitions
 from gregor.broker.process import BrokerProcess
 from gregor.cluster.metadata_image import TopicMetadata
 from gregor.cluster.partition_state import PartitionState
@@ -78,7 +78,7 @@ def test_every_version_encodes_as_kio_does(version: int) -> None:
 
 
 def test_a_topics_partitions_are_encoded_again_only_once_they_change() -> None:
-    cache = _EncodedPartitions()
+    cache = EncodedPartitions()
     topic = TopicMetadata("t", str(TOPIC_ID), list(STATES))
     first = cache.of(topic, 12, LIVE)
     assert cache.of(topic, 12, LIVE) is first

@@ -19,6 +19,7 @@ from gregor.broker.authentication import scram_credential
 from gregor.broker.connection import MIN_REQUEST_SIZE, Connection
 from gregor.broker.frame_protocol import FrameProtocol
 from gregor.broker.log_flusher import LogFlusher
+from gregor.broker.metadata import EncodedPartitions
 from gregor.broker.request import Request
 from gregor.broker.router import Router
 from gregor.broker.shutdown import CLOSE_BOUND_S, StopSignals, shutdown_bound_s
@@ -91,6 +92,7 @@ class Broker:
             self.replica_manager = ReplicaManager(config, self.log_manager)
             self.controller = SingleNodeController(config, self.image, self.replica_manager)
         self.router = Router()
+        self.encoded_partitions = EncodedPartitions()  # Metadata answers' partition arrays
         # None when metrics.listener is unset: the hot path then counts nothing.
         self.metrics: BrokerMetrics | None = None
         self.metrics_server: MetricsServer | None = None

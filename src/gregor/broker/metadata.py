@@ -65,10 +65,11 @@ def _brokers(broker: Broker, listener: str) -> list[BrokerEntry]:
     return entries
 
 
-class _EncodedPartitions:
+class EncodedPartitions:
     """Each topic's encoded partition array per version, kept while the topic's states
     and the live brokers are those it was encoded from: a topic of thousands of
-    partitions is encoded once per change, not once per client request."""
+    partitions is encoded once per change, not once per client request. Each broker
+    keeps its own (``Broker.encoded_partitions``)."""
 
     def __init__(self) -> None:
         self._kept: dict[tuple[str, int], tuple[TopicMetadata, tuple, frozenset[int],
@@ -96,13 +97,12 @@ class _EncodedPartitions:
                 del self._kept[key]
 
 
-_encoded_partitions = _EncodedPartitions()
 
-
-def _topic_entry(version: int, topic: TopicMetadata, live: frozenset[int],
-                 lost: dict[str, dict[int, frozenset[int]]], operations: int) -> TopicEntry:
+def _topic_entry(encoded: EncodedPartitions, version: int, topic: TopicMetadata,
+                 live: frozenset[int], lost: dict[str, dict[int, frozenset[int]]],
+                 operations: int) -> TopicEntry:
     return TopicEntry(ErrorCode.none, topic.name, topic.uuid, topic.internal,
-                      _encoded_partitions.of(topic, version, live, lost.get(topic.name)),
+                      encoded.of(topic, version, live, lost.get(topic.name)),
                       operations)
 
 
@@ -157,10 +157,11 @@ async def handle(broker: Broker, request: Request):
     lost = broker.image.offline_replicas
     if wanted is None:
         # As in Kafka, topics the client may not describe are left out.
-        entries = [_topic_entry(version, t, live, lost, operations(t.name))
+        entries = [_topic_entry(broker.encoded_partitions, version, t, live, lost,
+                                operations(t.name))
                    for t in broker.image.topics.values()
                    if topic_allowed(broker, request, Operation.DESCRIBE, t.name)]
-        _encoded_partitions.forget_gone(broker.image.topics)
+        broker.encoded_partitions.forget_gone(broker.image.topics)
     else:
         for name, topic_id in wanted:
             if name is None:
@@ -180,7 +181,8 @@ async def handle(broker: Broker, request: Request):
                     continue
                 topic = await _auto_create(broker, name)
             if topic is not None:
-                entries.append(_topic_entry(version, topic, live, lost, operations(name)))
+                entries.append(_topic_entry(broker.encoded_partitions, version, topic, live,
+                                            lost, operations(name)))
             elif invalid_topic_reason(name):
                 entries.append(_error_entry(version, name, ErrorCode.invalid_topic_exception,
                                             operations=operations(name)))
