@@ -15,13 +15,21 @@ machine, in one run, with a real ZooKeeper and real broker processes:
   the same run. With each broker's CPU per record (the same cores do three times the
   work);
 * a follower catching up: one follower paused while 1 GiB of 1 KiB records is
-  written, then MB/s until it holds all of it (target 500 MB/s);
+  written, then MB/s until it holds all of it (target 500 MB/s), beside the rate at
+  which a plain loop appends as many bytes to a new file in the same run
+  (``bench.page_cache``: on this VM, memory the page cache takes for the first time
+  costs more than the copy into it, so the machine bounds what any follower can do);
 * latency: produce-to-acknowledgement percentiles at acks=all and 20,000 records/s
   over 8 partitions, after a second's warm-up (target: p99 under 10 ms);
 * unavailability: under a steady acks=all load, the longest gap between two
   acknowledgements when the leader is killed (``kill -9``; target: the ZooKeeper
   session timeout plus 1 s) and when it is stopped cleanly (SIGTERM, controlled
   shutdown; target: under 1 s with no error seen by the producer).
+
+Each throughput window also says how the machine's CPU went: each broker's CPU a
+record and how much of it the kernel spent, and the whole machine's busy and stolen
+CPU beside the brokers' (the rest is the load, ZooKeeper and the kernel's own threads:
+writeback, memory compaction), so a ratio can be told the machine's or gregor's.
 
 Every acknowledged record of the failure runs is read back and checked (count,
 uniqueness, offsets). It prints a table, writes ``cluster_bench.json`` to
@@ -570,6 +578,14 @@ Kafka's documented defaults for comparison: `zookeeper.session.timeout.ms`
 after at least that long), `replica.lag.time.max.ms`
 {KAFKA_DEFAULTS['replica.lag.time.max.ms']} ms; a controlled shutdown moves
 leaderships before the broker stops, so producers see no error.
+
+How to read the notes: "us a record (in the kernel)" splits each broker's CPU into its
+own work and the kernel's; "machine busy" is every CPU of the machine over the window,
+beside what the brokers were charged. The follower's catch-up is compared with a plain
+loop appending the same bytes to a new file right after it: on this virtual machine,
+page-cache pages a process never had cost 1.3-1.9 ms of kernel CPU a megabyte (the
+host backs guest memory on first touch), against 0.2-0.4 ms for pages freed moments
+before, and every byte is written three times in a cluster.
 
 ![throughput](img/bench-cluster.png)
 """
