@@ -21,7 +21,7 @@ from starlette.routing import Route
 from gregor.schemas import errors
 from gregor.schemas.registry import SchemaRegistry, SchemaRequest
 from gregor.schemas.schema_types import SCHEMA_TYPES, Reference
-from gregor.schemas.serving import DirectAnswer
+from gregor.schemas.serving import DirectAnswer, KeptAnswer
 from gregor.schemas.state import StoredSchema, SubjectVersion
 
 MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -162,6 +162,14 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None,
         return register
 
     def answer_directly(method: str, path: str, query: bytes, body: bytes) -> Response | None:
+        # The call every deserializer makes, without a Request (only ``format`` matters
+        # in its query; confluent-kafka's client sends ``subject``).
+        if (method == "GET" and path.startswith("/schemas/ids/") and path[13:].isdigit()
+                and b"format" not in query):
+            try:
+                return id_answer(int(path[13:]))
+            except errors.RegistryError as exc:
+                return _error(exc)
         for wanted, pattern, now in direct:
             found = pattern.fullmatch(path)
             if found is not None and method == wanted:
@@ -188,16 +196,22 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None,
     """Each id's answer, encoded once: an id's schema never changes (though a permanent
     delete may remove it, and the state then knows it no more)."""
 
+    def id_answer(schema_id: int) -> Response:
+        found = registry.schema(schema_id)
+        cached = id_answers.get(schema_id)
+        if cached is None or cached[0] is not found:
+            cached = id_answers[schema_id] = (found, KeptAnswer(
+                _schema_body(found, found.text), media_type=MEDIA_TYPE))
+        return cached[1]
+
     @add("/schemas/ids/{schema_id}", ["GET"], hot=True)
     def schema_by_id(request: Request, body: bytes) -> Any:
+        fmt = request.query_params.get("format")
+        if fmt is None:
+            return id_answer(_schema_id(request))
         found = registry.schema(_schema_id(request))
-        text = registry.text_in_format(found, request.query_params.get("format"))
-        if text is not found.text:
-            return _schema_body(found, text)
-        cached = id_answers.get(found.schema_id)
-        if cached is None or cached[0] is not found:
-            cached = id_answers[found.schema_id] = (found, _answer(_schema_body(found, text)))
-        return cached[1]
+        text = registry.text_in_format(found, fmt)
+        return id_answer(found.schema_id) if text is found.text else _schema_body(found, text)
 
     @add("/schemas/ids/{schema_id}/schema", ["GET"])
     def raw_schema_by_id(request: Request, body: bytes) -> Any:
