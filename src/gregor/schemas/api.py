@@ -11,12 +11,14 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import unquote
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gregor.schemas import errors
 from gregor.schemas.registry import SchemaRegistry, SchemaRequest
@@ -109,7 +111,7 @@ def _json_field(body: bytes, name: str) -> object:
 
 
 def create_app(registry: SchemaRegistry, forward: Forward | None = None,
-               ) -> tuple[Starlette, DirectAnswer]:
+               ) -> tuple[ASGIApp, DirectAnswer]:
     """The API over ``registry`` (writes go through ``forward`` first, when given),
     and the answers of its calls that serializers make for the records they write and
     read (``GET /schemas/ids/{id}``, ``POST /subjects/{s}``), given on the spot when
@@ -133,6 +135,10 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None,
                 return _error(exc)
 
         async def answer(request: Request) -> Response:
+            # Routed on the path as sent (see create_app's end): a segment's escapes
+            # are undone here, once it is known to be one segment.
+            request.scope["path_params"] = {
+                name: unquote(value) for name, value in request.path_params.items()}
             body = await request.body()
             answered = now(request, body)
             if answered is not None:
@@ -355,4 +361,15 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None,
     def delete_subject_mode(request: Request, body: bytes) -> Any:
         return {"mode": registry.delete_mode(request.path_params["subject"])}
 
-    return Starlette(routes=routes), answer_directly
+    routed = Starlette(routes=routes)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        """Route on the path as the client sent it, escapes kept: a subject may hold a
+        "/", sent as "%2F" (Protobuf serializers register each imported file under its
+        path, e.g. ``google/protobuf/timestamp.proto``), which the decoded path would
+        split into segments that match no route."""
+        if scope["type"] == "http" and "raw_path" in scope:
+            scope = {**scope, "path": scope["raw_path"].decode("latin-1")}
+        await routed(scope, receive, send)
+
+    return app, answer_directly
