@@ -257,3 +257,29 @@ def test_protobuf_text_with_an_import(client: SchemaRegistryClient, registry: Re
     broken = error_of(lambda: client.register_schema(subject + "-x", Schema(
         'syntax = "proto3"; message { }', "PROTOBUF")))
     assert broken.error_code == 42201 and "schema.proto" in broken.error_message
+
+
+def test_a_subject_with_a_slash(registry: RegistryProcess) -> None:
+    """Protobuf serializers register each imported file under its path
+    (``google/protobuf/timestamp.proto``), sent escaped (``%2F``): the registry routes
+    on the path as sent, so the subject stays one path segment."""
+    client = SchemaRegistryClient({"url": registry.url})
+    subject = f"dir-{uuid.uuid4().hex[:8]}/types.proto"
+    schema = Schema('syntax = "proto3";\npackage t;\nmessage Id { string v = 1; }\n', "PROTOBUF")
+    schema_id = client.register_schema(subject, schema)
+    assert subject in client.get_subjects()
+    latest = client.get_latest_version(subject)
+    assert (latest.subject, latest.version, latest.schema_id) == (subject, 1, schema_id)
+    assert client.lookup_schema(subject, schema).schema_id == schema_id
+
+
+def test_a_protobuf_file_that_only_imports(registry: RegistryProcess) -> None:
+    """A file that defines nothing and re-exports another (``import public``), as in
+    confluent-kafka's own test protos, registers as a reference of the files using it."""
+    client = SchemaRegistryClient({"url": registry.url})
+    prefix = uuid.uuid4().hex[:8]
+    client.register_schema(f"{prefix}/inner.proto", Schema(
+        'syntax = "proto3";\npackage t;\nmessage Inner { string v = 1; }\n', "PROTOBUF"))
+    gather = Schema('syntax = "proto3";\nimport public "inner.proto";\n', "PROTOBUF",
+                    [SchemaReference("inner.proto", f"{prefix}/inner.proto", 1)])
+    assert client.register_schema(f"{prefix}/public.proto", gather) > 0

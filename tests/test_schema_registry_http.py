@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -168,3 +169,46 @@ def test_a_client_expecting_100_continue_gets_it(connection: _Connection,
     connection.socket.sendall(body)
     status, _, answer = connection.answer()
     assert status == 200 and json.loads(answer)["version"] == 1
+
+
+def test_a_get_with_more_than_a_question_takes_the_parsers_path(
+        registry: RegistryProcess, connection: _Connection,
+        registered: tuple[str, str, int]) -> None:
+    """A bodiless GET that arrives whole is answered before the parser sees it, unless a
+    header says it is more: a body to follow (read as the body, not as the next
+    request), or ``Connection: close`` (the connection closes after the answer)."""
+    _, _, schema_id = registered
+    head = _request("GET", f"/schemas/ids/{schema_id}", headers="Content-Length: 5\r\n")
+    connection.socket.sendall(head)
+    time.sleep(0.5)  # the head alone in the registry's first read
+    connection.socket.sendall(b"hello" + _request("GET", f"/schemas/ids/{schema_id}"))
+    assert [connection.answer()[0] for _ in range(2)] == [200, 200]
+
+    closing = _Connection(registry)
+    closing.socket.sendall(_request("GET", f"/schemas/ids/{schema_id}",
+                                    headers="Connection: close\r\n"))
+    status, headers, _ = closing.answer()
+    assert status == 200 and headers.get("connection") == "close"
+    assert closing.socket.recv(1) == b""
+    closing.socket.close()
+
+
+KEEP_ALIVE_S = 5
+"""uvicorn's keep-alive timeout, which the registry keeps."""
+
+
+def test_keep_alive_counts_from_the_last_answer_on_the_spot(
+        connection: _Connection, registered: tuple[str, str, int]) -> None:
+    """Answers given before the parser arm uvicorn's keep-alive timer once rather than
+    for every request: a connection asking all along outlives the timeout its first
+    answer armed, and one left idle is closed after it."""
+    _, _, schema_id = registered
+    asking_until = time.monotonic() + KEEP_ALIVE_S + 1.5
+    while time.monotonic() < asking_until:
+        connection.socket.sendall(_request("GET", f"/schemas/ids/{schema_id}"))
+        assert connection.answer()[0] == 200
+        time.sleep(0.25)
+    connection.socket.settimeout(KEEP_ALIVE_S + 5)
+    idle_from = time.monotonic()
+    assert connection.socket.recv(1) == b""
+    assert time.monotonic() - idle_from > KEEP_ALIVE_S - 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+from pathlib import Path
 
 import fastavro.schema
 import pytest
@@ -16,7 +17,7 @@ from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegis
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.functions import col
 
@@ -215,3 +216,52 @@ def test_json_schema_values_both_ways(spark: SparkSession, broker: BrokerProcess
     # Spark's to_json leaves null fields out, which the schema allows.
     assert sorted(back, key=lambda r: r["id"]) == [
         {k: v for k, v in order.items() if v is not None} for order in orders]
+
+
+def test_avro_in_the_jvm_inside_foreach_batch(spark: SparkSession, broker: BrokerProcess,
+                                              registry: RegistryProcess, topic_name: str,
+                                              tmp_path: Path) -> None:
+    """foreachBatch's batches belong to the stream's own clone of the session, whose
+    catalog does not see functions registered in the one that started the query: the
+    JVM decoder and encoder are column expressions, and by default (the jar is there)
+    both run in the JVM there, as the monitoring pipeline's Avro output does."""
+    client = SchemaRegistryClient({"url": registry.url})
+    subject = f"{topic_name}-value"
+    client.register_schema(subject, Schema(json.dumps(V2), "AVRO"))
+    sale = {"sku": "e-5", "quantity": 3, "price": decimal.Decimal("4.20"),
+            "day": datetime.date(2026, 3, 4), "tags": ["z"], "note": "n"}
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    context = SerializationContext(topic_name, MessageField.VALUE)
+    producer.produce(topic_name, value=AvroSerializer(client, json.dumps(V2))(sale, context))
+    assert producer.flush(20) == 0
+    copy = f"{topic_name}-copy"
+    client.register_schema(f"{copy}-value", Schema(json.dumps(V2), "AVRO"))
+    plans: list[str] = []
+
+    def each_batch(batch: DataFrame, batch_id: int) -> None:
+        typed = batch.select(from_confluent_avro("value", registry.url, subject).alias("s"))
+        framed = typed.select(to_confluent_avro("s", registry.url, f"{copy}-value")
+                              .alias("value"))
+        plans.append(framed._jdf.queryExecution().analyzed().toString())
+        (framed.write.format("gregor").mode("append")
+         .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", copy).save())
+
+    query = (spark.readStream.format("gregor")
+             .option("kafka.bootstrap.servers", broker.bootstrap)
+             .option("subscribe", topic_name).option("startingOffsets", "earliest").load()
+             .writeStream.foreachBatch(each_batch).trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert plans and all(JVM_DECODER_NAME in plan and JVM_ENCODER_NAME in plan
+                         for plan in plans)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": copy,
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([copy])
+    try:
+        message = consumer.poll(30)
+        assert message is not None and message.error() is None
+        assert AvroDeserializer(client)(message.value(), SerializationContext(
+            copy, MessageField.VALUE)) == sale
+    finally:
+        consumer.close()

@@ -11,17 +11,19 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import unquote
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gregor.schemas import errors
 from gregor.schemas.registry import SchemaRegistry, SchemaRequest
 from gregor.schemas.schema_types import SCHEMA_TYPES, Reference
-from gregor.schemas.serving import DirectAnswer
+from gregor.schemas.serving import DirectAnswer, KeptAnswer
 from gregor.schemas.state import StoredSchema, SubjectVersion
 
 MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -109,7 +111,7 @@ def _json_field(body: bytes, name: str) -> object:
 
 
 def create_app(registry: SchemaRegistry, forward: Forward | None = None,
-               ) -> tuple[Starlette, DirectAnswer]:
+               ) -> tuple[ASGIApp, DirectAnswer]:
     """The API over ``registry`` (writes go through ``forward`` first, when given),
     and the answers of its calls that serializers make for the records they write and
     read (``GET /schemas/ids/{id}``, ``POST /subjects/{s}``), given on the spot when
@@ -133,6 +135,10 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None,
                 return _error(exc)
 
         async def answer(request: Request) -> Response:
+            # Routed on the path as sent (see create_app's end): a segment's escapes
+            # are undone here, once it is known to be one segment.
+            request.scope["path_params"] = {
+                name: unquote(value) for name, value in request.path_params.items()}
             body = await request.body()
             answered = now(request, body)
             if answered is not None:
@@ -162,6 +168,14 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None,
         return register
 
     def answer_directly(method: str, path: str, query: bytes, body: bytes) -> Response | None:
+        # The call every deserializer makes, without a Request (only ``format`` matters
+        # in its query; confluent-kafka's client sends ``subject``).
+        if (method == "GET" and path.startswith("/schemas/ids/") and path[13:].isdigit()
+                and b"format" not in query):
+            try:
+                return id_answer(int(path[13:]))
+            except errors.RegistryError as exc:
+                return _error(exc)
         for wanted, pattern, now in direct:
             found = pattern.fullmatch(path)
             if found is not None and method == wanted:
@@ -188,16 +202,22 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None,
     """Each id's answer, encoded once: an id's schema never changes (though a permanent
     delete may remove it, and the state then knows it no more)."""
 
+    def id_answer(schema_id: int) -> Response:
+        found = registry.schema(schema_id)
+        cached = id_answers.get(schema_id)
+        if cached is None or cached[0] is not found:
+            cached = id_answers[schema_id] = (found, KeptAnswer(
+                _schema_body(found, found.text), media_type=MEDIA_TYPE))
+        return cached[1]
+
     @add("/schemas/ids/{schema_id}", ["GET"], hot=True)
     def schema_by_id(request: Request, body: bytes) -> Any:
+        fmt = request.query_params.get("format")
+        if fmt is None:
+            return id_answer(_schema_id(request))
         found = registry.schema(_schema_id(request))
-        text = registry.text_in_format(found, request.query_params.get("format"))
-        if text is not found.text:
-            return _schema_body(found, text)
-        cached = id_answers.get(found.schema_id)
-        if cached is None or cached[0] is not found:
-            cached = id_answers[found.schema_id] = (found, _answer(_schema_body(found, text)))
-        return cached[1]
+        text = registry.text_in_format(found, fmt)
+        return id_answer(found.schema_id) if text is found.text else _schema_body(found, text)
 
     @add("/schemas/ids/{schema_id}/schema", ["GET"])
     def raw_schema_by_id(request: Request, body: bytes) -> Any:
@@ -341,4 +361,15 @@ def create_app(registry: SchemaRegistry, forward: Forward | None = None,
     def delete_subject_mode(request: Request, body: bytes) -> Any:
         return {"mode": registry.delete_mode(request.path_params["subject"])}
 
-    return Starlette(routes=routes), answer_directly
+    routed = Starlette(routes=routes)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        """Route on the path as the client sent it, escapes kept: a subject may hold a
+        "/", sent as "%2F" (Protobuf serializers register each imported file under its
+        path, e.g. ``google/protobuf/timestamp.proto``), which the decoded path would
+        split into segments that match no route."""
+        if scope["type"] == "http" and "raw_path" in scope:
+            scope = {**scope, "path": scope["raw_path"].decode("latin-1")}
+        await routed(scope, receive, send)
+
+    return app, answer_directly

@@ -81,8 +81,11 @@ def parse_protobuf(text: str, references: Sequence[ResolvedReference]) -> Protob
     descriptor = _decoded(text)
     if descriptor is None:
         descriptor = _compiled(text, references)
-    if not descriptor.message_type and not descriptor.enum_type:
-        raise errors.invalid_schema("the Protobuf file defines no message or enum")
+    # A file may only gather others (``import public``), as confluent-kafka's own test
+    # protos do: a serializer registers it as a reference like any imported file.
+    if not (descriptor.message_type or descriptor.enum_type or descriptor.dependency):
+        raise errors.invalid_schema("the Protobuf file defines no message or enum "
+                                    "and imports nothing")
     known = {r.name for r in references}
     missing = [d for d in descriptor.dependency
                if d not in known and not d.startswith("google/protobuf/")]

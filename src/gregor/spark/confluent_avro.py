@@ -10,9 +10,11 @@ as the latest one (new fields take their defaults), as Avro's schema resolution
 defines it. Schemas that reference others (Confluent's schema references) are read
 with the schemas they reference.
 
-Decoding runs in the JVM when the session has gregor's jar (``io.gregor.spark.avro.
-ConfluentAvroDecoder``, Apache Avro's Java library, which PySpark ships), and encoding
-when asked (``ConfluentAvroEncoder``): the records never go through Python. Without it, an
+Decoding and encoding run in the JVM when the session has gregor's jar (``io.gregor.
+spark.avro.ConfluentAvroDecoder`` and ``ConfluentAvroEncoder``, Apache Avro's Java
+library, which PySpark ships), as column expressions that carry their function (no
+catalog entry, so ``foreachBatch``'s batches use them too): the records never go
+through Python. Without it, an
 Arrow UDF decodes each batch of values as columns (:mod:`gregor.spark.avro_columns`;
 the values of each writer schema together), no Python object per record, fastavro only
 for the writer schemas that module does not read, and a pandas UDF encodes with
@@ -34,8 +36,9 @@ import pandas as pd
 import pyarrow as pa
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from pyspark.sql import Column, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.classic.column import Column as JvmColumn
+from pyspark.sql.classic.column import _to_java_column
 from pyspark.sql.functions import arrow_udf, pandas_udf
 from pyspark.sql.pandas.types import to_arrow_type
 
@@ -51,9 +54,6 @@ _LOGICAL: dict[str, T.DataType] = {
     "date": T.DateType(), "timestamp-millis": T.TimestampType(),
     "timestamp-micros": T.TimestampType(), "uuid": T.StringType(),
 }
-JVM_DECODER = "io.gregor.spark.avro.ConfluentAvroDecoder"
-JVM_ENCODER = "io.gregor.spark.avro.ConfluentAvroEncoder"
-JVM_ENCODER_NAME = "gregor_to_confluent_avro"
 _batch_readers: dict[tuple[str, tuple[str, ...]], FramedAvroBatches] = {}
 """Per Python worker: one reader per (registry, reader schema), writer schemas cached."""
 _writers: dict[tuple[str, ...], Any] = {}
@@ -109,11 +109,11 @@ def from_confluent_avro(column: Column | str, registry_url: str, subject: str,
         raise ValueError(f"{subject}'s latest schema is not a record")
     spark = _jvm_session(jvm)
     if spark is not None:
-        name = f"gregor_from_confluent_avro_{abs(hash(struct.json()))}"
-        spark.udf.registerJavaFunction(name, JVM_DECODER, struct)
         # Binary literals: the JVM side finds its reading by the array's identity.
-        return F.call_function(name, column, F.lit(bytearray(registry_url.encode())),
-                               F.lit(bytearray(json.dumps(reader_texts).encode())))
+        return JvmColumn(_jvm_columns(spark).decoded(
+            _to_java_column(column), bytearray(registry_url.encode()),
+            bytearray(json.dumps(reader_texts).encode()),
+            spark._jsparkSession.parseDataType(struct.json())))
     target = to_arrow_type(struct, timezone="UTC")
     texts = tuple(reader_texts)
 
@@ -122,6 +122,13 @@ def from_confluent_avro(column: Column | str, registry_url: str, subject: str,
         return _batch_reader(registry_url, texts, target).read(values)
 
     return decode(column)
+
+
+def _jvm_columns(spark: SparkSession) -> Any:
+    """The JVM class that makes the decoder's and encoder's column expressions: the
+    function is in the expression, not in a session's catalog, so that ``foreachBatch``'s
+    batches (of the stream's own clone of the session) can use it too."""
+    return spark._jvm.io.gregor.spark.avro.ConfluentAvroColumns  # type: ignore[union-attr]
 
 
 def _jvm_session(jvm: bool | None) -> SparkSession | None:
@@ -167,26 +174,23 @@ def _parse(texts: list[str] | tuple[str, ...], named: dict[str, Any] | None = No
 
 
 def to_confluent_avro(column: Column | str, registry_url: str, subject: str,
-                      jvm: bool = False) -> Column:
+                      jvm: bool | None = None) -> Column:
     """A binary column of the structs of ``column`` in Confluent's framing, written
     with ``subject``'s latest schema (found now, on the driver, as confluent-kafka's
     serializer does with ``use.latest.version``): what any Confluent deserializer
     reads. A null struct gives a null value. ``jvm``: encode in the JVM (True; Apache
-    Avro's writer, the session must have gregor's jar, and the DataFrame must be of
-    the active session: the function is registered in its catalog, which a
-    foreachBatch DataFrame, of its stream's own session, does not see) or in Python
-    (False, the default; fastavro in a pandas UDF)."""
+    Avro's writer, the session must have gregor's jar) or in Python (False; fastavro in
+    a pandas UDF); by default the JVM whenever it can."""
     client = SchemaRegistryClient({"url": registry_url})
     latest = client.get_latest_version(subject)
     header = bytes([MAGIC]) + int(latest.schema_id or 0).to_bytes(4, "big")
     writer_texts = tuple(schema_texts(client, latest.schema))
     spark = _jvm_session(jvm)
     if spark is not None:
-        spark.udf.registerJavaFunction(JVM_ENCODER_NAME, JVM_ENCODER, T.BinaryType())
         # Binary literals, found by the array's identity on the JVM side, as in decoding.
-        return F.call_function(JVM_ENCODER_NAME, column,
-                               F.lit(bytearray(json.dumps(writer_texts).encode())),
-                               F.lit(bytearray(header)))
+        return JvmColumn(_jvm_columns(spark).encoded(
+            _to_java_column(column), bytearray(json.dumps(writer_texts).encode()),
+            bytearray(header)))
 
     @pandas_udf(T.BinaryType())  # type: ignore[call-overload]
     def encode(rows: pd.DataFrame) -> pd.Series:
