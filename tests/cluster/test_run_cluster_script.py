@@ -38,6 +38,17 @@ def running_secure(tmp_path: Path) -> Iterator[RunningCluster]:
     yield from running_cluster(RunningCluster(tmp_path, "--secure"))
 
 
+def _registers_a_schema(running: RunningCluster, admin: AdminClient) -> None:
+    """A schema registered through the script's registry reads back; its _schemas topic
+    is replicated on the three brokers."""
+    registry = SchemaRegistryClient({"url": f"http://{running.host}:8081"})
+    schema_id = registry.register_schema("replicated-value", Schema(
+        '{"type": "record", "name": "R", "fields": []}', "AVRO"))
+    assert registry.get_latest_version("replicated-value").schema_id == schema_id
+    schemas = admin.list_topics("_schemas", timeout=WAIT_S).topics["_schemas"]
+    assert len(schemas.partitions[0].replicas) == 3
+
+
 def test_the_cluster_replicates_and_stops_cleanly(running: RunningCluster) -> None:
     running.wait_ready()
     admin = AdminClient({"bootstrap.servers": running.bootstrap})
@@ -65,12 +76,7 @@ def test_the_cluster_replicates_and_stops_cleanly(running: RunningCluster) -> No
     consumer.close()
     assert sorted(values) == sorted(b"%d" % n for n in range(RECORDS))
     # The script's schema registry serves Confluent's API, its state in the cluster.
-    registry = SchemaRegistryClient({"url": f"http://{running.host}:8081"})
-    schema_id = registry.register_schema("replicated-value", Schema(
-        '{"type": "record", "name": "R", "fields": []}', "AVRO"))
-    assert registry.get_latest_version("replicated-value").schema_id == schema_id
-    schemas = admin.list_topics("_schemas", timeout=WAIT_S).topics["_schemas"]
-    assert len(schemas.partitions[0].replicas) == 3
+    _registers_a_schema(running, admin)
     del producer, admin  # gone before the brokers, which they would keep calling
 
 
@@ -108,12 +114,7 @@ def test_a_secure_cluster_serves_sasl_ssl_with_the_settings_it_prints(
     assert listed.returncode == 0 and "secured" in listed.stdout.split(), listed.stderr
     # The script's schema registry reaches the brokers over SASL_SSL as its own SCRAM
     # user, allowed by ACLs only _schemas and its groups.
-    registry = SchemaRegistryClient({"url": f"http://{running.host}:8081"})
-    schema_id = registry.register_schema("secured-value", Schema(
-        '{"type": "record", "name": "S", "fields": []}', "AVRO"))
-    assert registry.get_latest_version("secured-value").schema_id == schema_id
-    schemas = admin.list_topics("_schemas", timeout=WAIT_S).topics["_schemas"]
-    assert len(schemas.partitions[0].replicas) == 3
+    _registers_a_schema(running, admin)
     registry_settings = dict(line.split("=", 1) for line in (
         running.data / "schema-registry.properties").read_text().splitlines())
     assert registry_settings["sasl.mechanism"].startswith("SCRAM-")
