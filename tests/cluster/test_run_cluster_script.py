@@ -88,6 +88,10 @@ def test_the_cluster_replicates_and_stops_cleanly(running: RunningCluster) -> No
             running.data / f"broker-{broker}.log").read_text()
 
 
+# The script runs seven more client commands when secured (the registry's user, its
+# ACLs, and each broker checked to know the user): on a loaded machine (load 15, two
+# clusters at once) it was ready after 4 minutes.
+@pytest.mark.timeout(480)
 def test_a_secure_cluster_serves_sasl_ssl_with_the_settings_it_prints(
         running_secure: RunningCluster) -> None:
     running = running_secure
