@@ -77,7 +77,9 @@ class Job:
     worker its own job: ``Load.running_each``) rather than its share of them all;
     ``sticky`` sends one partition's batch a request, partition after partition, as a
     producer without keys fills one partition's batch at a time, rather than a batch
-    for every partition in each request."""
+    for every partition in each request. ``security``: librdkafka's settings for a
+    TLS or SASL listener (``security.protocol``, ``ssl.*``, ``sasl.*``), none for
+    PLAINTEXT."""
 
     kind: str
     bootstrap: str
@@ -90,6 +92,7 @@ class Job:
     batch_bytes: int = BATCH_BYTES
     only: tuple[int, ...] | None = None
     sticky: bool = False
+    security: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -232,7 +235,7 @@ def _produce(job: Job, partitions: list[int], count: Synchronized[int], stop: Ev
     else:
         requests = itertools.repeat(request_for(partitions))
         per_request = per_batch * len(partitions)
-    fetcher = KafkaFetcher(job.bootstrap)  # its socket and frame reader
+    fetcher = KafkaFetcher(job.bootstrap, dict(job.security))  # its socket and frame reader
     try:
         ready.send(None)
         in_flight = 0
@@ -259,7 +262,7 @@ def _produce(job: Job, partitions: list[int], count: Synchronized[int], stop: Ev
 
 def _fetch(job: Job, partitions: list[int], count: Synchronized[int], stop: Event,
            ready: Connection) -> None:
-    fetcher = KafkaFetcher(job.bootstrap)
+    fetcher = KafkaFetcher(job.bootstrap, dict(job.security))
     offsets = dict.fromkeys(partitions, 0)
     try:
         ready.send(None)

@@ -15,8 +15,11 @@
 # listener per broker (TLS certificates from scripts/make-certs.sh in ./data/certs; SASL
 # PLAIN and SCRAM), brokers among themselves over it as the super user admin, ACLs
 # switched on; the client settings (with admin's generated password) are written to
-# ./data/client.properties, which gregor commands take with --command-config. No schema registry then (it reaches brokers
-# only in plaintext).
+# ./data/client.properties, which gregor commands take with --command-config. The
+# schema registry then reaches the brokers over SASL_SSL too, as the SCRAM user
+# schema-registry (password generated into ./data/schema-registry.password, settings in
+# ./data/schema-registry.properties), allowed by ACLs what it needs: _schemas and its
+# two groups.
 # Beside another cluster (its test runs it so), GREGOR_CLUSTER_HOST sets the address
 # everything listens on (another loopback address, e.g. 127.0.1.1, keeps the ports)
 # and GREGOR_CLUSTER_DATA the directory for ./data.
@@ -139,25 +142,64 @@ for id in 1 2 3; do
   wait_ready "${brokers[$((id - 1))]}" "$data/broker-$id.ready" "broker $id" \
     "$data/broker-$id.log"
 done
+registry_bootstrap="$host:9092,$host:9093,$host:9094"
+registry_options=()
 if [ -n "$secure" ]; then
-  echo "cluster ready: ZooKeeper $host:2181/gregor, brokers" \
-    "$advertised:9092,$advertised:9093,$advertised:9094 (SASL_SSL; client settings in" \
-    "$data/client.properties: super user admin, SASL PLAIN), metrics on" \
-    "http://$host:9644/metrics, :9645 and :9646 (Ctrl-C stops it); e.g." \
-    ".venv/bin/gregor topics list -b $advertised:9092 --command-config" \
-    "$data/client.properties" >&2
-  wait
-  exit 0
+  # The registry is a Kafka client like any other: a SCRAM user of its own, allowed by
+  # ACLs only what it does (create, read and write _schemas, join its election's group
+  # and name its reader's), known to every broker before it starts (a broker that has
+  # not yet read the new credential from ZooKeeper would refuse it for good).
+  registry_bootstrap="$advertised:9092,$advertised:9093,$advertised:9094"
+  [ -s "$data/schema-registry.password" ] ||
+    (umask 077; openssl rand -hex 16 > "$data/schema-registry.password")
+  admin=(-b "$registry_bootstrap" --command-config "$data/client.properties")
+  .venv/bin/gregor users create schema-registry --mechanism SCRAM-SHA-512 "${admin[@]}" \
+    < "$data/schema-registry.password" >/dev/null
+  .venv/bin/gregor acls add --topic _schemas --allow-principal User:schema-registry \
+    --operation Create --operation Read --operation Write --operation DescribeConfigs \
+    "${admin[@]}" >/dev/null
+  for group in schema-registry gregor-schema-registry; do
+    .venv/bin/gregor acls add --group "$group" --allow-principal User:schema-registry \
+      --operation Read "${admin[@]}" >/dev/null
+  done
+  (umask 077; sed -e 's/^sasl.mechanism=.*/sasl.mechanism=SCRAM-SHA-512/' \
+    -e 's/^sasl.username=.*/sasl.username=schema-registry/' \
+    -e "s/^sasl.password=.*/sasl.password=$(cat "$data/schema-registry.password")/" \
+    "$data/client.properties" > "$data/schema-registry.properties")
+  registry_options=(--command-config "$data/schema-registry.properties")
+  for port in 9092 9093 9094; do
+    tries=0
+    until .venv/bin/gregor topics list -b "$advertised:$port" "${registry_options[@]}" \
+        >/dev/null 2>&1; do
+      tries=$((tries + 1))
+      if [ "$tries" -ge 60 ]; then
+        echo "error: broker on port $port does not accept the user schema-registry" >&2
+        stop_all
+        exit 1
+      fi
+      sleep 0.5
+    done
+  done
 fi
 # The registry prints its first line once it has read _schemas and listens.
 rm -f "$data/schema-registry.out"
-setsid .venv/bin/gregor schema-registry \
-  --bootstrap-server "$host:9092,$host:9093,$host:9094" --listen "$host:8081" \
+setsid .venv/bin/gregor schema-registry --bootstrap-server "$registry_bootstrap" \
+  --listen "$host:8081" "${registry_options[@]}" \
   > "$data/schema-registry.out" 2>> "$data/schema-registry.log" &
 registry=$!
 wait_ready "$registry" "$data/schema-registry.out" "the schema registry" \
   "$data/schema-registry.log"
-echo "cluster ready: ZooKeeper $host:2181/gregor, brokers" \
-  "$host:9092,$host:9093,$host:9094, schema registry http://$host:8081, metrics on" \
-  "http://$host:9644/metrics, :9645 and :9646 (Ctrl-C stops it)" >&2
+if [ -n "$secure" ]; then
+  echo "cluster ready: ZooKeeper $host:2181/gregor, brokers" \
+    "$advertised:9092,$advertised:9093,$advertised:9094 (SASL_SSL; client settings in" \
+    "$data/client.properties: super user admin, SASL PLAIN), schema registry" \
+    "http://$host:8081 (a SCRAM client of the brokers), metrics on" \
+    "http://$host:9644/metrics, :9645 and :9646 (Ctrl-C stops it); e.g." \
+    ".venv/bin/gregor topics list -b $advertised:9092 --command-config" \
+    "$data/client.properties" >&2
+else
+  echo "cluster ready: ZooKeeper $host:2181/gregor, brokers" \
+    "$host:9092,$host:9093,$host:9094, schema registry http://$host:8081, metrics on" \
+    "http://$host:9644/metrics, :9645 and :9646 (Ctrl-C stops it)" >&2
+fi
 wait

@@ -16,10 +16,12 @@ import datetime
 import socket
 import struct
 import time
+from collections.abc import Mapping
 
 from kio.schema.fetch.v4.request import FetchPartition, FetchRequest, FetchTopic
 
 from bench.records import VerificationError
+from gregor.client.connection import BrokerConnection, ClientSettings, client_security
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import encode_request
 from gregor.protocol.record_batch import (
@@ -70,10 +72,19 @@ def _whole_batches(records: memoryview, fetch_offset: int, check_crc: bool = Tru
 
 
 class KafkaFetcher:
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, security: Mapping[str, str] | None = None) -> None:
+        """Connected to ``bootstrap``; with ``security`` (librdkafka's
+        ``security.protocol``, ``ssl.*``, ``sasl.*`` settings) over TLS and/or
+        authenticated by SASL first, as gregor's own clients connect."""
         host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        address = (host, int(port))
+        self.sock: socket.socket
+        if security:
+            self.sock = BrokerConnection(address, ClientSettings(
+                (address,), "bench", security=client_security(security))).detach()
+        else:
+            self.sock = socket.create_connection(address)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.correlation_id = 0
         self.buffer = bytearray(1 << 20)
 

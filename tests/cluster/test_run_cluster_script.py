@@ -1,7 +1,8 @@
 """scripts/run-cluster.sh as the README has users run it: it starts ZooKeeper and three
 brokers, a topic replicated three times takes records and gives them back
 (confluent-kafka), and SIGTERM (as Ctrl-C) stops every process it started, cleanly; with
-``--secure``, the same over SASL_SSL with the client settings it writes.
+``--secure``, the same over SASL_SSL with the client settings it writes, and its schema
+registry a SCRAM client of the brokers that ACLs hold to its own topic.
 
 It runs on a loopback address and in a data directory of its own (tests/run_cluster.py).
 """
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from run_cluster import WAIT_S, RunningCluster, running_cluster, started_by
@@ -35,6 +36,17 @@ def running(tmp_path: Path) -> Iterator[RunningCluster]:
 @pytest.fixture
 def running_secure(tmp_path: Path) -> Iterator[RunningCluster]:
     yield from running_cluster(RunningCluster(tmp_path, "--secure"))
+
+
+def _registers_a_schema(running: RunningCluster, admin: AdminClient) -> None:
+    """A schema registered through the script's registry reads back; its _schemas topic
+    is replicated on the three brokers."""
+    registry = SchemaRegistryClient({"url": f"http://{running.host}:8081"})
+    schema_id = registry.register_schema("replicated-value", Schema(
+        '{"type": "record", "name": "R", "fields": []}', "AVRO"))
+    assert registry.get_latest_version("replicated-value").schema_id == schema_id
+    schemas = admin.list_topics("_schemas", timeout=WAIT_S).topics["_schemas"]
+    assert len(schemas.partitions[0].replicas) == 3
 
 
 def test_the_cluster_replicates_and_stops_cleanly(running: RunningCluster) -> None:
@@ -64,12 +76,7 @@ def test_the_cluster_replicates_and_stops_cleanly(running: RunningCluster) -> No
     consumer.close()
     assert sorted(values) == sorted(b"%d" % n for n in range(RECORDS))
     # The script's schema registry serves Confluent's API, its state in the cluster.
-    registry = SchemaRegistryClient({"url": f"http://{running.host}:8081"})
-    schema_id = registry.register_schema("replicated-value", Schema(
-        '{"type": "record", "name": "R", "fields": []}', "AVRO"))
-    assert registry.get_latest_version("replicated-value").schema_id == schema_id
-    schemas = admin.list_topics("_schemas", timeout=WAIT_S).topics["_schemas"]
-    assert len(schemas.partitions[0].replicas) == 3
+    _registers_a_schema(running, admin)
     del producer, admin  # gone before the brokers, which they would keep calling
 
 
@@ -81,6 +88,10 @@ def test_the_cluster_replicates_and_stops_cleanly(running: RunningCluster) -> No
             running.data / f"broker-{broker}.log").read_text()
 
 
+# The script runs seven more client commands when secured (the registry's user, its
+# ACLs, and each broker checked to know the user): on a loaded machine (load 15, two
+# clusters at once) it was ready after 4 minutes.
+@pytest.mark.timeout(480)
 def test_a_secure_cluster_serves_sasl_ssl_with_the_settings_it_prints(
         running_secure: RunningCluster) -> None:
     running = running_secure
@@ -105,6 +116,19 @@ def test_a_secure_cluster_serves_sasl_ssl_with_the_settings_it_prints(
          "--command-config", str(running.data / "client.properties")],
         capture_output=True, text=True, timeout=WAIT_S)
     assert listed.returncode == 0 and "secured" in listed.stdout.split(), listed.stderr
+    # The script's schema registry reaches the brokers over SASL_SSL as its own SCRAM
+    # user, allowed by ACLs only _schemas and its groups.
+    _registers_a_schema(running, admin)
+    registry_settings = dict(line.split("=", 1) for line in (
+        running.data / "schema-registry.properties").read_text().splitlines())
+    assert registry_settings["sasl.mechanism"].startswith("SCRAM-")
+    assert registry_settings["sasl.username"] == "schema-registry"
+    errors: list[KafkaError] = []
+    denied = Producer({**config, **registry_settings, "log_level": 0})
+    denied.produce("secured", b"not the registry's", on_delivery=lambda e, _: errors.append(e))
+    denied.flush(WAIT_S)
+    assert errors and errors[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, errors
+    del denied
     # Without the settings, or with a wrong password, nothing is served.
     for refused in ({"bootstrap.servers": running.bootstrap},
                     {**config, "sasl.password": "wrong"}):

@@ -168,6 +168,11 @@ class BrokerConnection:
     def close(self) -> None:
         self._socket.close()
 
+    def detach(self) -> socket.socket:
+        """The connected (and authenticated) socket, for a caller that frames its own
+        requests over it from now on (``bench.saturate``'s load on a SASL_SSL listener)."""
+        return self._socket
+
     def _read(self, size: int) -> bytearray:
         buf = bytearray(size)
         view = memoryview(buf)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from gregor.security.quota_entities import (
     CONSUMER_BYTE_RATE,
@@ -30,8 +31,11 @@ from gregor.security.quota_entities import (
 
 # Kafka drops the rates of clients idle this long (its inactive sensor expiration).
 _IDLE_EXPIRY_MS = 3600 * 1000
-# The rates are swept for idle ones each time this many more exist than after the last.
+# The rates (and buckets) are swept for idle ones each time this many more exist than
+# after the last sweep.
 _SWEEP_EVERY = 1024
+_Key = tuple[str, str, str]
+_Kept = TypeVar("_Kept", "Rate", "TokenBucket")
 # request_percentage: seconds of handler time in percent of one thread's second.
 PERCENT_PER_SECOND = 100.0
 
@@ -130,6 +134,14 @@ class TokenBucket:
         self._refill(now_ms)
         return int(-self._tokens / self.bound * 1000) if self._tokens < 0 else 0
 
+    def forgettable(self, now_ms: float) -> bool:
+        """Idle as long as Kafka keeps an unused sensor, and full again: a new bucket
+        starts full, so forgetting this one changes nothing (one still in debt is kept,
+        or its client would be let off what it owes)."""
+        idle_ms = now_ms - self._last_ms
+        return (idle_ms > _IDLE_EXPIRY_MS
+                and self._tokens + idle_ms / 1000 * self.bound >= self._burst)
+
     def _refill(self, now_ms: float) -> None:
         elapsed = max(now_ms - self._last_ms, 0.0)
         self._tokens = min(self._burst, self._tokens + elapsed / 1000 * self.bound)
@@ -163,9 +175,11 @@ class QuotaManager:
         self._samples = samples
         self._window_ms = window_s * 1000.0
         self._mutation_window_s = mutation_window_s
-        self._rates: dict[tuple[str, str, str], Rate] = {}
-        self._buckets: dict[tuple[str, str, str], TokenBucket] = {}
-        self._swept_at = 0
+        self._rates: dict[_Key, Rate] = {}
+        self._buckets: dict[_Key, TokenBucket] = {}
+        self._rates_swept_at = 0
+        self._buckets_swept_at = 0
+        self._forgotten = 0  # sweeps that forgot something
         # Kafka bounds a request-time throttle by the span of all its samples.
         self.max_request_throttle_ms = samples * self._window_ms
 
@@ -176,7 +190,17 @@ class QuotaManager:
 
     @property
     def version(self) -> int:
-        return self._configs().version
+        """Changes when the quotas change or a sweep forgot rates or buckets (both only
+        count up, so their sum does): a connection then resolves its quotas again
+        rather than keep measuring against a forgotten rate or bucket that its entity's
+        other clients no longer share."""
+        return self._configs().version + self._forgotten
+
+    @property
+    def tracked(self) -> int:
+        """How many rates and token buckets are kept: one per entity that clients
+        share, or per client, until it has been idle long enough to be swept."""
+        return len(self._rates) + len(self._buckets)
 
     def for_client(self, user: str, client_id: str, now_ms: float) -> ClientQuotas | None:
         """The quotas the client is held to now; None when none applies."""
@@ -198,6 +222,9 @@ class QuotaManager:
         if applied is None:
             return None
         bucket = self._buckets.get(applied.shared_by)
+        if bucket is None and len(self._buckets) >= self._buckets_swept_at + _SWEEP_EVERY:
+            self._buckets_swept_at = self._sweep(self._buckets,
+                                                 lambda b: b.forgettable(now_ms))
         if bucket is None or bucket.bound != applied.bound:
             bucket = self._buckets[applied.shared_by] = TokenBucket(
                 applied.bound, applied.bound * self._mutation_window_s, now_ms)
@@ -207,18 +234,21 @@ class QuotaManager:
         if applied is None:
             return None
         rate = self._rates.get(applied.shared_by)
+        if rate is None and len(self._rates) >= self._rates_swept_at + _SWEEP_EVERY:
+            self._rates_swept_at = self._sweep(
+                self._rates, lambda r: now_ms - r.last_ms > _IDLE_EXPIRY_MS)
         if rate is None:
-            self._sweep(now_ms)
             rate = self._rates[applied.shared_by] = Rate(self._samples, self._window_ms)
             rate.last_ms = now_ms
         return Quota(applied.bound, rate)
 
-    def _sweep(self, now_ms: float) -> None:
-        """Forget the rates of clients idle for an hour, as Kafka expires their sensors;
-        only once enough new ones came, so the sweep costs nothing per request."""
-        if len(self._rates) < self._swept_at + _SWEEP_EVERY:
-            return
-        for key in [key for key, rate in self._rates.items()
-                    if now_ms - rate.last_ms > _IDLE_EXPIRY_MS]:
-            del self._rates[key]
-        self._swept_at = len(self._rates)
+    def _sweep(self, kept: dict[_Key, _Kept], idle: Callable[[_Kept], bool]) -> int:
+        """Forget the rates or buckets of clients idle for an hour, as Kafka expires
+        their sensors: only once enough new ones came since the last sweep, so that
+        sweeping costs nothing per request. How many are left."""
+        forgotten = [key for key, value in kept.items() if idle(value)]
+        for key in forgotten:
+            del kept[key]
+        if forgotten:
+            self._forgotten += 1
+        return len(kept)
