@@ -5,7 +5,8 @@
 # together, so shared things start once; the slowest units first). The suite mostly waits
 # on brokers, ZooKeeper, Spark and chromium, so a third worker on two cores keeps them
 # busier.
-# Extra arguments go to pytest (e.g. -k produce -x; -n 0 runs in one process).
+# Extra arguments go to pytest (e.g. -k produce -x; -n 0 runs in one process). The 30
+# slowest tests are listed at the end of every run, so each CI log says where its time went.
 #
 # To save wall time on a fresh clone: KafkaJS's npm install runs while pip installs, and
 # mypy checks src while the tests run (its verdict is printed, and fails the run, after
@@ -35,7 +36,7 @@ cat "$kafkajs_log"
 .venv/bin/mypy > "$mypy_log" 2>&1 &
 mypy=$!
 status=0
-.venv/bin/python -m pytest -q -n "${WORKERS:-3}" "$@" || status=$?
+.venv/bin/python -m pytest -q -n "${WORKERS:-3}" --durations=30 "$@" || status=$?
 if ! wait "$mypy"; then
   cat "$mypy_log"
   exit 1

@@ -22,10 +22,26 @@ from gregor.spark.standalone import StandaloneCluster  # noqa: E402
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    """Starting a session costs ~10 s and 0.5 GB, so a module shares one."""
+    """A module shares one session. Only the first in a test process starts Spark's JVM
+    (~10 s); a new session in it took 0.5-1.2 s (at load 6-10), so sharing one across
+    modules would save little and carry one module's session state into the next."""
     session = build_session("gregor-spark-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _stop_queries_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Stop the streaming queries a test leaves running in its module's session (a test
+    that fails while they run leaves them): the module's next test would fail as well
+    when it starts a query of the same name ("a query with that name is already active
+    in this SparkSession"), and the leftover queries would keep the cores busy."""
+    yield
+    for name in ("spark", "cluster_spark"):
+        if name in request.fixturenames:
+            session: SparkSession = request.getfixturevalue(name)
+            for query in session.streams.active:
+                query.stop()
 
 
 @pytest.fixture(params=["gregor", "gregor_python"], ids=["jvm", "python"])

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from clients import confluent_consume
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
@@ -109,16 +110,10 @@ def _committed_values(broker: BrokerProcess, topic: str, count: int) -> list[byt
                          "group.id": f"check-{topic}", "auto.offset.reset": "earliest",
                          "isolation.level": "read_committed"})
     consumer.subscribe([topic])
-    values: list[bytes] = []
-    deadline = time.monotonic() + TIMEOUT
     try:
-        while len(values) < count and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                values.append(message.value())
+        return [message.value() for message in confluent_consume(consumer, count, TIMEOUT)]
     finally:
         consumer.close()
-    return values
 
 
 @pytest.mark.parametrize("settings", [_librdkafka_scram, _java_plain, _java_scram, _ssl],
