@@ -358,7 +358,6 @@ class Broker:
     def _on_connect(self, listener: Listener, frames: FrameProtocol) -> None:
         assert frames.transport is not None
         self._size_socket_buffers(frames.transport.get_extra_info("socket"))
-        frames.ack_at_once()
         task = asyncio.create_task(Connection(self, frames, listener).run())
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)

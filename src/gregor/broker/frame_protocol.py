@@ -22,12 +22,10 @@ client back. Writing follows the transport's high and low water marks, as
 from __future__ import annotations
 
 import asyncio
-import socket
 import struct
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 _SIZE = struct.Struct(">i")
 _STAGING_BYTES = 64 * 1024
@@ -36,7 +34,6 @@ _OWN_BUFFER_BYTES = _STAGING_BYTES // 2
 _OWN_BUFFER_ROUNDING = 256 * 1024
 # A connection keeps one spare large buffer up to this size for its next large request.
 _SPARE_MAX_BYTES = 8 * 1024 * 1024
-_TCP_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 READ_AHEAD_BYTES = 4 * 1024 * 1024
 
 
@@ -86,21 +83,6 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._frame_waiter: asyncio.Future[None] | None = None
         self._writing_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
-        self._acked_at_once: Any = None  # the socket, once ack_at_once asked for it
-
-    def ack_at_once(self) -> None:
-        """Acknowledge what arrives as soon as it is read, rather than when the kernel's
-        delayed ACK fires (up to 40 ms) or an answer carries it.
-
-        Clients that keep Nagle's algorithm on (librdkafka's default,
-        ``socket.nagle.disable=false``) send a small request only once the previous
-        one is acknowledged: with acks=all answers waiting for the followers, each
-        request waited for the ACK of the one before (at 20,000 records/s over 8
-        partitions, under load, p99 was 336-420 ms with librdkafka's default and 83-94
-        ms with Nagle off). Linux's TCP_QUICKACK, set again after each read (it does not
-        stick), has the broker acknowledge at once instead."""
-        if _TCP_QUICKACK is not None and self.transport is not None:
-            self._acked_at_once = self.transport.get_extra_info("socket")
 
     # ------------------------------------------------------------ asyncio side
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -114,8 +96,6 @@ class FrameProtocol(asyncio.BufferedProtocol):
         return memoryview(self._staging)[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._acked_at_once is not None:
-            self._acked_at_once.setsockopt(socket.IPPROTO_TCP, _TCP_QUICKACK, 1)
         if self._large is not None:
             self._large_filled += nbytes
             if self._large_filled == len(self._large):
