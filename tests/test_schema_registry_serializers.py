@@ -8,6 +8,7 @@ import base64
 import json
 import uuid
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from clients import TIMEOUT
@@ -155,11 +156,12 @@ def test_restart_finds_every_schema(broker: BrokerProcess, registry: RegistryPro
     assert (b'{"keytype":"SCHEMA","subject":"%s","version":1,"magic":1}' % subject.encode()
             in keys)
     assert b'{"keytype":"CONFIG","subject":"%s","magic":0}' % subject.encode() in keys
-    before = {s: registry.call("GET", f"/subjects/{s}/versions")[1]
+    # Subjects are path segments: another test's may hold "/" (sent as %2F).
+    before = {s: registry.call("GET", f"/subjects/{quote(s, safe='')}/versions")[1]
               for s in registry.call("GET", "/subjects")[1]}
     registry.stop()
     registry.start()
-    after = {s: registry.call("GET", f"/subjects/{s}/versions")[1]
+    after = {s: registry.call("GET", f"/subjects/{quote(s, safe='')}/versions")[1]
              for s in registry.call("GET", "/subjects")[1]}
     assert after == before
     assert registry.call("GET", f"/config/{subject}")[1] == {"compatibilityLevel": "FULL"}
