@@ -52,9 +52,10 @@ class ClientGone(ConnectionError):
 class FrameProtocol(asyncio.BufferedProtocol):
     """Split a byte stream into request frames (without their size prefix).
 
-    A frame is handed out as ``bytes`` or as a read-only ``memoryview`` (kio's decoder
-    takes read-only buffers only) of a buffer that is reused once the next frame is
-    asked for: the handler must be done with it by then.
+    A frame is handed out as ``bytes`` or as a writable ``memoryview`` of a buffer that
+    is reused once the next frame is asked for: the handler must be done with it by
+    then. Writable, so that a produce request's batches are stamped with their offsets
+    where they arrived (kio, which takes read-only buffers only, gets a read-only view).
     """
 
     def __init__(self, min_frame: int, max_frame: int,
@@ -99,7 +100,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         if self._large is not None:
             self._large_filled += nbytes
             if self._large_filled == len(self._large):
-                self._push(self._large.toreadonly(), self._large_buffer)
+                self._push(self._large, self._large_buffer)
                 self._large = None
             return
         if self._huge is not None:
@@ -107,7 +108,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
             taken = min(nbytes, self._huge_size - len(self._huge))
             self._huge += memoryview(self._staging)[:taken]
             if len(self._huge) == self._huge_size:
-                self._push(memoryview(self._huge).toreadonly(), None)
+                self._push(memoryview(self._huge), None)
                 self._huge = None
             self._start, self._end = taken, nbytes
         else:

@@ -2,7 +2,8 @@
 
 Everything version-specific (which header a message uses, which fields exist)
 comes from kio, generated from Kafka's own JSON schemas; this module only adds
-the framing rules kio leaves to the caller.
+the framing rules kio leaves to the caller. Produce requests, nearly all record
+bytes, are read by hand instead (:mod:`gregor.protocol.produce_request`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.protocol import Entity
 
+from gregor.protocol import produce_request
+from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.array_guard import Buffer, check_arrays, strip_unknown_tags
+from gregor.protocol.primitives import Reader
 
 E = TypeVar("E", bound=Entity)
 
@@ -78,8 +82,16 @@ def _header_tags_position(frame: Buffer) -> int:
 
 
 def decode_request(frame: Buffer) -> tuple[RequestHeader, Any]:
-    """Decode a whole request frame (without its size prefix) into header and body."""
+    """Decode a whole request frame (without its size prefix) into header and body.
+
+    A writable frame (a large request the connection received into a buffer of its
+    own) is left writable for the Produce decoder, whose record sets the log stamps
+    offsets into in place; kio reads read-only buffers only."""
     api_key, version, _ = peek_api(frame)
+    if api_key == ApiKey.PRODUCE and version in produce_request.VERSIONS:
+        return _decode_produce(frame, version)
+    if isinstance(frame, memoryview) and not frame.readonly:
+        frame = frame.toreadonly()
     try:
         schema, header_reader, body_reader = _request_codec(api_key, version)
     except Exception as exc:  # kio raises its own lookup errors for unknown pairs
@@ -97,6 +109,20 @@ def decode_request(frame: Buffer) -> tuple[RequestHeader, Any]:
     except Exception as exc:
         raise MalformedRequest(f"cannot decode api {api_key} v{version}: {exc}") from exc
     return RequestHeader(api_key, version, header.correlation_id, header.client_id), body
+
+
+def _decode_produce(frame: Buffer, version: int) -> tuple[RequestHeader, Any]:
+    reader = Reader(frame)
+    try:
+        _, _, correlation_id = reader.unpack(_API_PREFIX)
+        client_id = reader.string(False)  # header v1 and v2 alike: a classic string
+        if version >= produce_request.FIRST_FLEXIBLE:
+            reader.tags()  # header v2
+        body = produce_request.decode_body(frame, reader.at, version)
+    except (ValueError, struct.error, IndexError) as exc:  # UnicodeDecodeError included
+        raise MalformedRequest(f"cannot decode api {ApiKey.PRODUCE} v{version}: {exc}"
+                               ) from exc
+    return RequestHeader(ApiKey.PRODUCE, version, correlation_id, client_id), body
 
 
 def response_header(api_key: int, version: int, correlation_id: int) -> bytes:
@@ -143,6 +169,8 @@ def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tu
     """``(correlation_id, body)`` of a response frame (without its size prefix): what a
     broker reads when it is the client of another broker (a follower fetching)."""
     header_reader, body_reader = _response_reader(api_key, version)
+    if isinstance(frame, memoryview) and not frame.readonly:
+        frame = frame.toreadonly()
     header, header_size = header_reader(frame, 0)
     body, _ = body_reader(frame, header_size)
     return header.correlation_id, body

@@ -2,9 +2,10 @@
 
 Classic versions prefix arrays with an int32 count and strings with an int16
 length; flexible versions (KIP-482) use an unsigned varint of the length plus one
-(0 for null) and end each structure with a tagged-field section. The encoders that
-bypass kio (Fetch, Metadata and Produce answers, the follower's Fetch) write their
-fields with these, so each version's choice is made in one place.
+(0 for null) and end each structure with a tagged-field section. The codecs that
+bypass kio (Fetch, Metadata and Produce answers, the follower's Fetch, Produce
+requests) write their fields with :class:`Encoding` and read them with
+:class:`Reader`, so each version's choice is made in one place.
 """
 
 from __future__ import annotations
@@ -47,3 +48,53 @@ class Encoding:
 
 CLASSIC = Encoding(False)
 COMPACT = Encoding(True)
+
+
+class Reader:
+    """A cursor over a received frame; every read checks the frame holds what it names
+    (``struct.error``, ``IndexError`` or ``ValueError`` otherwise), so a count or a
+    length a peer made up fails at the first byte it would read past the end."""
+
+    __slots__ = ("view", "at")
+
+    def __init__(self, frame: bytes | bytearray | memoryview) -> None:
+        self.view = memoryview(frame)
+        self.at = 0
+
+    def unpack(self, layout: struct.Struct) -> tuple:
+        values = layout.unpack_from(self.view, self.at)
+        self.at += layout.size
+        return values
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        view = self.view
+        while True:
+            byte = view[self.at]
+            self.at += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise ValueError("unsigned varint longer than 5 bytes")
+
+    def take(self, size: int) -> memoryview:
+        if size < 0 or self.at + size > len(self.view):
+            raise ValueError(f"a field of {size} bytes runs past the frame")
+        taken = self.view[self.at:self.at + size]
+        self.at += size
+        return taken
+
+    def string(self, flexible: bool) -> str | None:
+        if flexible:
+            size = self.uvarint() - 1
+        else:
+            (size,) = self.unpack(_I16)
+        return None if size < 0 else str(self.take(size), "utf-8")
+
+    def compact_string(self) -> str:
+        return str(self.take(self.uvarint() - 1), "utf-8")
+
+    def tags(self) -> dict[int, memoryview]:
+        return {self.uvarint(): self.take(self.uvarint()) for _ in range(self.uvarint())}

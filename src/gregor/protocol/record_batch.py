@@ -193,13 +193,14 @@ def split_batches(buf: bytes | bytearray | memoryview) -> list[tuple[int, int]]:
     return spans
 
 
-def patch_offsets(buf: bytearray, pos: int, base_offset: int, leader_epoch: int) -> None:
+def patch_offsets(buf: bytearray | memoryview, pos: int, base_offset: int,
+                  leader_epoch: int) -> None:
     """Stamp the broker-assigned base offset and leader epoch into a batch in place."""
     _BASE_OFFSET.pack_into(buf, pos, base_offset)
     _LEADER_EPOCH.pack_into(buf, pos + 12, leader_epoch)
 
 
-def patch_log_append_time(buf: bytearray, pos: int, size: int, timestamp: int) -> None:
+def patch_log_append_time(buf: bytearray | memoryview, pos: int, size: int, timestamp: int) -> None:
     """Rewrite a batch for ``message.timestamp.type=LogAppendTime``.
 
     Sets the timestamp-type bit and maxTimestamp, then recomputes the CRC because

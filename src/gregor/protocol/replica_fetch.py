@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from gregor.protocol.primitives import COMPACT
+from gregor.protocol.primitives import COMPACT, Reader
 
 VERSION = 12
 API_KEY = 1
@@ -102,57 +102,16 @@ class Answer:
     responses: list[TopicAnswer]
 
 
-class _Reader:
-    """A cursor over a frame; every read checks the frame holds what it names."""
-
-    __slots__ = ("view", "at")
-
-    def __init__(self, frame: bytes | memoryview) -> None:
-        self.view = memoryview(frame)
-        self.at = 0
-
-    def unpack(self, layout: struct.Struct) -> tuple:
-        values = layout.unpack_from(self.view, self.at)
-        self.at += layout.size
-        return values
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        view = self.view
-        while True:
-            byte = view[self.at]
-            self.at += 1
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise ValueError("unsigned varint longer than 5 bytes")
-
-    def take(self, size: int) -> memoryview:
-        if size < 0 or self.at + size > len(self.view):
-            raise ValueError(f"a field of {size} bytes runs past the frame")
-        taken = self.view[self.at:self.at + size]
-        self.at += size
-        return taken
-
-    def compact_string(self) -> str:
-        return str(self.take(self.uvarint() - 1), "utf-8")
-
-    def tags(self) -> dict[int, memoryview]:
-        return {self.uvarint(): self.take(self.uvarint()) for _ in range(self.uvarint())}
-
-
 def decode_response(frame: bytes | memoryview) -> tuple[int, Answer]:
     """``(correlation_id, answer)`` of a Fetch v12 response frame (no size prefix);
     ValueError if the frame does not hold what it names."""
     try:
-        return _decode(_Reader(frame))
+        return _decode(Reader(frame))
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise ValueError(f"malformed Fetch v{VERSION} response: {exc}") from None
 
 
-def _decode(reader: _Reader) -> tuple[int, Answer]:
+def _decode(reader: Reader) -> tuple[int, Answer]:
     (correlation_id,) = reader.unpack(_I32)
     reader.tags()  # response header v1
     throttle, error, session_id = reader.unpack(_ANSWER_START)

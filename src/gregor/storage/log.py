@@ -292,11 +292,19 @@ class Log:
         return max(0, bisect.bisect_right(self._bases, offset) - 1)
 
     # ---------------------------------------------------------------- appending
-    def append_as_leader(self, records: bytes | bytearray, leader_epoch: int,
+    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int,
                          now_ms: int | None = None,
                          origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
-        """Validate, stamp offsets on and append the batches of a produce request."""
-        data = records if isinstance(records, bytearray) else bytearray(records)
+        """Validate, stamp offsets on and append the batches of a produce request.
+
+        Offsets are stamped into ``records`` itself when it is writable (the request's
+        own receive buffer): a copy of a megabyte costs fresh pages on every request."""
+        data: bytearray | memoryview
+        if isinstance(records, bytearray) or (isinstance(records, memoryview)
+                                              and not records.readonly):
+            data = records
+        else:
+            data = bytearray(records)
         try:
             spans = record_batch.split_batches(data)
         except InvalidRecordBatch as exc:
@@ -445,7 +453,7 @@ class Log:
         self._bases.append(offset)
         return segment
 
-    def _check_keys(self, data: bytearray, spans: list[tuple[int, int]]) -> None:
+    def _check_keys(self, data: bytearray | memoryview, spans: list[tuple[int, int]]) -> None:
         """Compacted topics keep the latest record per key, so a keyless record is refused,
         named by its index in its batch, in Kafka's words."""
         keyless: list[tuple[int, str]] = []
