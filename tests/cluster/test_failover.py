@@ -301,8 +301,14 @@ def test_a_leader_paused_past_its_session_is_fenced_and_truncates(cluster: Clust
         load.wait_for_acks(300)
         zombie = cluster.leader("t")
         cluster.brokers[zombie].pause()
-        cluster.wait_for(lambda m: m.topics["t"].partitions[0].leader not in (zombie, -1),
-                         "another broker to lead")
+        # Every other broker's own word, the new leader's included: one that has not
+        # yet heard it leads still follows the zombie, and would fetch the zombie's
+        # writes below into what becomes the new leader's log (seen at load 11, one
+        # broker's metadata naming the new leader first).
+        cluster.wait_everywhere(
+            lambda view: all(p.leader_id not in (zombie, -1)
+                             for t in view.topics if t.name == "t" for p in t.partitions),
+            "another broker to lead, in every running broker's metadata", topics=["t"])
         cluster.brokers[zombie].resume()
         with WireConnection(cluster.brokers[zombie].bootstrap) as connection:
             answers = {acks: connection.request(ApiKey.PRODUCE, PRODUCE_VERSION, produce_request(
