@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import socket
 import struct
 import subprocess
 import time
@@ -55,6 +56,9 @@ _GOING_FLAGS_NOLOGFLUSH = 2
 # Longer than a periodic checkpoint (5 s): the HWs the producer moved are on disk
 # before the file system goes, so the checkpoint writes nothing there afterwards.
 _SETTLE_S = 7.0
+# Of 4 records a batch (under max.message.bytes): 16 MB in one partition of the 64 MB disk, far more than the
+# socket buffers between broker 1 and a consumer that is not reading hold.
+_SENDFILE_BATCHES, _SENDFILE_RECORD = 20, 200 << 10
 # The leaderships move within seconds once the directory is offline.
 _MOVE_S = 20.0
 
@@ -138,6 +142,39 @@ def test_a_read_error_takes_the_directory_offline(
         error = answer.responses[0].partitions[0].error_code
         assert error == ErrorCode.kafka_storage_error
         _moved_off_broker_1(cluster, "r", lost)
+        _offline_in_describe_log_dirs(cluster, ext4_disk)
+        assert 1 in cluster.registered()
+
+
+def test_a_read_error_inside_sendfile_takes_the_directory_offline(
+        zookeeper: ZooKeeperServer, tmp_path: Path, ext4_disk: Path) -> None:
+    """The fetch finds its bytes (the file system still works), and the disk fails
+    while ``sendfile`` sends them: the consumer reads slower than the answer goes, so
+    most of it is sent after the shutdown, and that ``sendfile`` meets EIO."""
+    with _cluster(zookeeper, tmp_path, ext4_disk) as cluster:
+        cluster.create_topic("s", partitions=_PARTITIONS)
+        lost = _on_disk(ext4_disk, "s")
+        led = [i for i in sorted(lost) if cluster.leader("s", i) == 1]
+        assert led, "broker 1 leads none of the partitions on the ext4 disk"
+        with WireConnection(cluster.brokers[1].bootstrap) as connection:
+            for _ in range(_SENDFILE_BATCHES):
+                answer = connection.request(ApiKey.PRODUCE, PRODUCE_VERSION, produce_request(
+                    "s", led[0], make_batch([os.urandom(_SENDFILE_RECORD)] * 4), acks=1))
+                assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+        time.sleep(_SETTLE_S)
+        with WireConnection(cluster.brokers[1].bootstrap) as connection:
+            # A small receive window: the answer waits in broker 1's sendfile.
+            connection.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+            connection.send(ApiKey.FETCH, FETCH_VERSION, fetch_request(
+                "s", led[0], 0, max_bytes=_SENDFILE_BATCHES * 4 * _SENDFILE_RECORD))
+            time.sleep(1.0)
+            _shut_down(ext4_disk)
+            received = 0
+            while chunk := connection.sock.recv(1 << 20):
+                received += len(chunk)
+        # Cut short: the connection closed in the middle of the answer.
+        assert received < _SENDFILE_BATCHES * 4 * _SENDFILE_RECORD
+        _moved_off_broker_1(cluster, "s", lost)
         _offline_in_describe_log_dirs(cluster, ext4_disk)
         assert 1 in cluster.registered()
 
