@@ -56,8 +56,9 @@ _GOING_FLAGS_NOLOGFLUSH = 2
 # Longer than a periodic checkpoint (5 s): the HWs the producer moved are on disk
 # before the file system goes, so the checkpoint writes nothing there afterwards.
 _SETTLE_S = 7.0
-# Of 4 records a batch (under max.message.bytes): 16 MB in one partition of the 64 MB disk, far more than the
-# socket buffers between broker 1 and a consumer that is not reading hold.
+# Batches of 4 records (under max.message.bytes): 16 MB in one partition of the 64 MB
+# disk, far more than the socket buffers between broker 1 and a consumer that is not
+# reading hold.
 _SENDFILE_BATCHES, _SENDFILE_RECORD = 20, 200 << 10
 # The leaderships move within seconds once the directory is offline.
 _MOVE_S = 20.0
