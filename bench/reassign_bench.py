@@ -358,41 +358,49 @@ average well above the two cores, the paced producer and the three brokers wait 
 the cores and the p99 alone reaches hundreds of ms or seconds, which then hides what
 the move adds. The figure to judge the target by is one taken on a quiet machine.
 
-**Why a 10 GB move is slower than a 2 GB one: the machine's page cache and disk.**
-The line under the table and the right-hand plot say what the machine did during the
-unthrottled move; probes of this machine at 12:23-12:46 UTC (other sessions working,
-load 9-14) showed three limits outside the broker:
+**Why a 10 GB move can be slower than a 2 GB one.** The line under the table and the
+right-hand plot say what the machine did during the unthrottled move (its disk, its
+dirty pages, every process's CPU) and how fast a plain loop appended as many bytes
+right after. Probes of this machine (2026-11-29 12:23-13:00 UTC, other sessions
+working, load 9-14) found:
 
-- *Dirty pages.* The kernel holds a writer's dirty pages at about 2 GB (its background
-  threshold, `nr_dirty_background_threshold` in /proc/vmstat, 10% of the ~20 GB of
-  reclaimable memory); past it a writer goes at the rate the disk writes back. A plain
-  loop appending 7.5 GB to a new file ran ~600 MB/s for 2 s, then 100-300 MB/s with
-  the dirty pages held at 2.0-2.1 GB (213 MB/s overall, load 11). The quiet 11:14 run
-  had the same shape (~500 MB/s for its first 4 s, then ~250 MB/s). A 2 GB run moves
-  1.5 GB unthrottled, all of it under the threshold (432 MB/s at 11:02).
-- *The disk.* `dd oflag=direct` wrote it at 140 MB/s and read it at 231 MB/s; the same
-  7.5 GB plain append ran at 573 MB/s at 12:46 (load 9) against 213 at 12:38, and the
-  disk completes writes in bursts (seconds with none, then 700-1,000 MB/s): a virtual
-  disk whose rate is the host's, varying from run to run. Starting write-back early
-  (`sync_file_range(SYNC_FILE_RANGE_WRITE)` every 16 MiB, as RocksDB's `bytes_per_sync`
-  does) made the plain append slower (128 MB/s against 213, back to back).
+- *Dirty pages.* The kernel lets writers dirty about 2 GB of page cache before it
+  starts writing back (`nr_dirty_background_threshold` in /proc/vmstat, 1.97-2.1 GB
+  here); past it a writer waits for the disk when the disk is slower. A 2 GB run moves
+  1.5 GB unthrottled, all below it (432 MB/s at 11:02); the quiet 10 GB run at 11:14
+  moved ~500 MB/s for its first 4 s (~2 GB) and ~250 MB/s after.
+- *The disk's rate varies from run to run* (a virtual disk: writes complete in
+  bursts, seconds with none, then 700-1,200 MB/s). A plain loop appending 7.5 GB ran at
+  213 MB/s at 12:38 (~600 MB/s for 2 s, then 100-300 MB/s with the dirty pages held at
+  2.0-2.1 GB), at 573 and 524 MB/s at 12:46 and 13:00 (right after a move, in the
+  bench); `dd oflag=direct` wrote 140 MB/s and read 231 MB/s at 12:23. Starting
+  write-back early (`sync_file_range(SYNC_FILE_RANGE_WRITE)` every 16 MiB, as
+  RocksDB's `bytes_per_sync` does) made the plain loop slower (128 against 213 MB/s,
+  back to back).
 - *Memory.* The fill (10 GB), the throttled copy (2.5 GB) and the unthrottled one
-  (7.5 GB) add up to the page cache's ~20 GB: at 12:41, with other sessions holding
-  a few GB, free memory fell to 0.7 GB and the leaders' `sendfile` read 3 GB of the
-  moved partitions back from the disk during the move, sharing it with the write-back.
+  (7.5 GB) add up to the page cache's ~20 GB: in the runs at 12:41 and 12:54 free
+  memory fell to 0.6-0.7 GB and the leaders' `sendfile` read 2-3 GB of the moved
+  partitions back from the disk in the move's last half, beside the write-back.
+- Those two runs (brokers niced beside the other sessions' tests) are not the broker's
+  figures: the four brokers got 0.29-0.44 cores between them and moved 71-103 MB/s,
+  slow from the first seconds (44-250 MB/s), before the dirty threshold. Broker 4
+  spent 13-15 CPU-s on 7.5 GB (~2 ms a MB, two thirds of it in the kernel): on a
+  whole core, ~500 MB/s.
 
-So 300 MB/s over 7.5 GB needs the disk to take the ~5.5 GB past the dirty threshold at
-about 260 MB/s sustained while serving the leaders' reads: the plain append measured
-in the same run (the line under the table) is the ceiling to judge the move by. Kafka's
-follower writes through the page cache and its leaders send from it the same way.
+So the figure to judge is a quiet run's, read against its own machine line: where the
+move's per-second rate falls as the dirty pages reach ~2 GB, follows the disk's
+written MB/s and the plain append of the same run does no better, the disk bounds it;
+where the plain append does much better, the broker does.
 
-**Where an unthrottled move spends its time** (`--profile`, py-spy at 100 Hz, a 10 GB
-run at 12:24 UTC, load 10-17, niced): broker 4, the new one, samples 33%
-`LogSegment.append`'s `write()` (where the kernel holds a writer past the dirty
-threshold), 22% the replica fetcher's `write()` of its small Fetch request (on
-loopback the send's softirq delivers the leaders' queued data into broker 4's
-sockets), 12% reading the socket, 6% `validate_batch` (batch headers; no record is
-decoded), 8% idle in `select`; broker 1, a leader, 32% idle, 18% in `sendfile`.
+**Where an unthrottled move spends its time** (`--profile`, py-spy at 100 Hz on broker
+4 and on broker 1, 10 GB runs at 12:24 and 12:54 UTC, load 9-17, niced, so a wait for a
+core counts too): broker 4, the new one, 33-47% in `LogSegment.append`'s `write()` (the
+page cache's first touch of each page, and where the kernel holds a writer past the
+dirty threshold), 12-22% in the replica fetcher's `write()` of its small Fetch request
+(on loopback that send's softirq delivers the leaders' queued data into broker 4's
+sockets), 10-12% reading the socket, 5-6% `validate_batch` (batch headers; no record
+is decoded), 5-8% idle in `select`; broker 1, a leader, 23-32% idle, 13-18% in
+`sendfile`.
 """
 
 
