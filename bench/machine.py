@@ -34,7 +34,7 @@ def _os_name() -> str:
     return platform.system()
 
 
-def _mount_of(path: Path) -> tuple[str, str]:
+def mount_of(path: Path) -> tuple[str, str]:
     """``(device, filesystem type)`` of the mount holding ``path``."""
     best = ("?", "?", "")
     target = str(path.resolve())
@@ -47,7 +47,7 @@ def _mount_of(path: Path) -> tuple[str, str]:
 
 
 def _disk(path: Path) -> str:
-    device, fs_type = _mount_of(path)
+    device, fs_type = mount_of(path)
     usage = shutil.disk_usage(path)
     return (f"{device} ({fs_type}), {usage.total / 2**30:.0f} GiB, "
             f"{usage.free / 2**30:.0f} GiB free")

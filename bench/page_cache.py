@@ -29,17 +29,22 @@ class AppendRate:
     kernel_share: float  # of that CPU, the share spent in the kernel
 
 
-def append_rate(directory: Path, megabytes: int) -> AppendRate:
+def append_rate(directory: Path, megabytes: int,
+                progress: list[tuple[float, int]] | None = None) -> AppendRate:
     """Append ``megabytes`` of 1 MiB writes to a new file in ``directory``, as a log
-    segment grows, and remove it (unsynced: its pages are dropped, not written back)."""
+    segment grows, and remove it (unsynced: its pages are dropped, not written back).
+    ``progress`` gets ``(seconds, bytes written)`` after every 64 MiB: past the page
+    cache's dirty threshold, a writer goes at the rate the disk writes back."""
     chunk = os.urandom(CHUNK)
     path = directory / f"append-rate-{os.getpid()}.tmp"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         before = resource.getrusage(resource.RUSAGE_THREAD)
         started = time.perf_counter()
-        for _ in range(megabytes):
+        for i in range(1, megabytes + 1):
             os.write(fd, chunk)
+            if progress is not None and i % 64 == 0:
+                progress.append((time.perf_counter() - started, i * CHUNK))
         wall = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_THREAD)
     finally:

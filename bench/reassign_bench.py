@@ -23,6 +23,13 @@ so a throttled copy opens with a burst it then pays back: a copy several windows
 is what holds its rate; the plot shows the rate per second over time, to show it
 steady.
 
+Beside the unthrottled move it records what bounds it from outside the broker: each
+broker's CPU (and the kernel's share), the machine's, the disk's MB read and written
+and the page cache's dirty pages each second (``bench.vm_io``), and, right after, a
+plain loop appending as many bytes to a new file in broker 4's directory
+(``bench.page_cache``): past the kernel's dirty threshold a writer goes at the disk's
+write-back rate, which no broker can beat.
+
 The moved topic has one replica so that the bytes filled are the bytes moved (the
 disk holds each byte twice, not four times); the copy path is the same as for a
 replica of a larger set: broker 4 fetches from each partition's leader. It prints a
@@ -51,7 +58,10 @@ import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.cluster_bench import Servers, bootstrap, latency  # noqa: E402
+from bench.cpu import cpu_seconds, kernel_seconds, machine_seconds  # noqa: E402
+from bench.page_cache import append_rate  # noqa: E402
 from bench.throttle_bench import UNLIMITED, fill, reassign, set_throttle  # noqa: E402
+from bench.vm_io import IoSampler, summary  # noqa: E402
 from gregor.broker.process import BrokerProcess  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -167,8 +177,22 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         spies = profiled({"leader1": brokers[0].pid or 0, "new4": brokers[3].pid or 0},
                          work) if args.profile else []
         load_before = os.getloadavg()[0]
+        pids = [b.pid or 0 for b in brokers]
+        cpu = [cpu_seconds([pid], descendants=False) for pid in pids]
+        kernel = [kernel_seconds(pid) for pid in pids]
+        machine = machine_seconds()[0]
+        own = cpu_seconds([os.getpid()], descendants=False)
+        io = IoSampler(work)
         copy = move(address, work, brokers, UNTHROTTLED)
         result["unthrottled"] = copy.wait()
+        result["io"] = io.stop()
+        seconds = result["unthrottled"]["seconds"] + result["unthrottled"]["command_s"]
+        result["machine_cores"] = (machine_seconds()[0] - machine) / seconds
+        result["bench_cores"] = (cpu_seconds([os.getpid()], descendants=False) - own) / seconds
+        result["broker_cores"] = [
+            ((cpu_seconds([pid], descendants=False) - c) / seconds,
+             (kernel_seconds(pid) - k) / seconds) for pid, c, k in
+            zip(pids, cpu, kernel, strict=True)]
         for spy in spies:
             spy.send_signal(signal.SIGINT)
             spy.wait(60)
@@ -177,6 +201,14 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         result["load_inside_unthrottled"] = (copy.samples[-1][0] + 1.5
                                              < args.unthrottled_load_s + 1)
         result["load_average_at_unthrottled"] = load_before
+        # What the machine lets a plain loop append, right after: the same bytes as the
+        # move, to a new file in the new broker's directory, once the move's dirty pages
+        # are on disk as they were when it began: the new broker's ceiling.
+        subprocess.run(["sync"], check=True)
+        progress: list[tuple[float, int]] = [(0.0, 0)]
+        result["append_mb_s"] = append_rate(
+            brokers[3].data_dir, result["unthrottled"]["bytes"] >> 20, progress).megabytes_per_s
+        result["append_samples"] = progress
         return result
     finally:
         servers.close()
@@ -218,8 +250,23 @@ def report(r: dict) -> str:
     return "\n".join(lines)
 
 
+def machine(r: dict) -> str:
+    """What the machine did during the unthrottled move: CPU, disk, page cache."""
+    u = r["unthrottled"]
+    cores = ", ".join(f"broker {i} {total:.2f} ({sys_:.2f} kernel)"
+                      for i, (total, sys_) in enumerate(r["broker_cores"], 1))
+    return (f"During the unthrottled move ({u['seconds']:.1f} s): cores used {cores}; "
+            f"the load generator {r['bench_cores']:.2f}; machine busy "
+            f"{r['machine_cores']:.2f} of {os.cpu_count()} cores, of which "
+            f"{r['machine_cores'] - r['bench_cores'] - sum(t for t, _ in r['broker_cores']):.2f}"
+            f" other processes' and the kernel's (write-back, reclaim); "
+            f"{summary(r['io'], u['seconds'] + u['command_s'])}. A plain loop appends "
+            f"as many bytes to a new file in broker 4's directory right after at "
+            f"{r['append_mb_s']:.0f} MB/s.")
+
+
 def plot(r: dict, path: Path) -> None:
-    figure, (copied, rate) = plt.subplots(1, 2, figsize=(10, 3.6))
+    figure, (copied, rate, disk) = plt.subplots(1, 3, figsize=(15, 3.6))
     for key, label in (("unthrottled", "unthrottled"),
                        ("throttled", f"throttle {r['throttle_mb_s']:g} MB/s")):
         samples = r[key]["samples"]
@@ -231,6 +278,19 @@ def plot(r: dict, path: Path) -> None:
     rate.set_xlabel("seconds since the reassignment started")
     rate.set_ylabel("MB/s over each second")
     rate.legend()
+    io = r["io"]
+    moves = per_second(r["unthrottled"]["samples"])
+    disk.plot([t for t, _ in moves], [v for _, v in moves], label="moved (unthrottled)")
+    appended = per_second(r["append_samples"])
+    disk.plot([t for t, _ in appended], [v for _, v in appended],
+              label="a plain loop appending as much")
+    disk.plot([s["t"] for s in io], [s["read_mb_s"] for s in io], label="disk read")
+    disk.plot([s["t"] for s in io], [s["write_mb_s"] for s in io], label="disk written")
+    disk.plot([s["t"] for s in io], [s["dirty_mb"] / 10 for s in io], ":",
+              label="dirty pages (10 MB)")
+    disk.set_xlabel("seconds since the unthrottled move started")
+    disk.set_ylabel("MB/s")
+    disk.legend(fontsize="small")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
@@ -260,7 +320,7 @@ def main() -> None:
     result["load"] = (f"load average {load:.2f} before, "
                       f"{result['load_average_at_unthrottled']:.2f} at the unthrottled "
                       f"move, {os.getloadavg()[0]:.2f} after")
-    table = report(result)
+    table = report(result) + "\n\n" + machine(result)
     print(table)
     print(result["load"])
     OUT.mkdir(exist_ok=True)
@@ -298,19 +358,49 @@ average well above the two cores, the paced producer and the three brokers wait 
 the cores and the p99 alone reaches hundreds of ms or seconds, which then hides what
 the move adds. The figure to judge the target by is one taken on a quiet machine.
 
-**Where an unthrottled move spends its time** (`--profile`, py-spy at 100 Hz on
-broker 4 and on broker 1, an 800 MB run, 2026-11-29 09:59 UTC, load 3-6): the new
-broker is busy about 88% of the move (12% in `select`), all of it the replica
-fetcher's batch-level path: `LogSegment.append`'s `write()` into the page cache 24%,
-kio's `decode_response` of the Fetch answer 12% (the record bytes are kept whole, not
-decoded), reading the socket 12%, `validate_batch` (the batch headers) 6%; no record
-is decoded. Each leader spends most of its time on its producer's appends and the
-`sendfile` of the follower's fetches. The move is CPU-bound on the new broker, which
-shares two cores with three other brokers, the producer and the load generator: the
-same copy path ran at 227 MB/s (one follower catching up, quiet machine) in
-`cluster_bench`. Reaching 300 MB/s here means fewer copies of each byte on the
-follower (the answer read into one buffer and written from it), the replica
-fetcher's own work, not the reassignment's.
+**Why a 10 GB move can be slower than a 2 GB one.** The line under the table and the
+right-hand plot say what the machine did during the unthrottled move (its disk, its
+dirty pages, every process's CPU) and how fast a plain loop appended as many bytes
+right after. Probes of this machine (2026-11-29 12:23-13:00 UTC, other sessions
+working, load 9-14) found:
+
+- *Dirty pages.* The kernel lets writers dirty about 2 GB of page cache before it
+  starts writing back (`nr_dirty_background_threshold` in /proc/vmstat, 1.97-2.1 GB
+  here); past it a writer waits for the disk when the disk is slower. A 2 GB run moves
+  1.5 GB unthrottled, all below it (432 MB/s at 11:02); the quiet 10 GB run at 11:14
+  moved ~500 MB/s for its first 4 s (~2 GB) and ~250 MB/s after.
+- *The disk's rate varies from run to run* (a virtual disk: writes complete in
+  bursts, seconds with none, then 700-1,200 MB/s). A plain loop appending 7.5 GB ran at
+  213 MB/s at 12:38 (~600 MB/s for 2 s, then 100-300 MB/s with the dirty pages held at
+  2.0-2.1 GB), at 573 and 524 MB/s at 12:46 and 13:00 (right after a move, in the
+  bench); `dd oflag=direct` wrote 140 MB/s and read 231 MB/s at 12:23. Starting
+  write-back early (`sync_file_range(SYNC_FILE_RANGE_WRITE)` every 16 MiB, as
+  RocksDB's `bytes_per_sync` does) made the plain loop slower (128 against 213 MB/s,
+  back to back).
+- *Memory.* The fill (10 GB), the throttled copy (2.5 GB) and the unthrottled one
+  (7.5 GB) add up to the page cache's ~20 GB: in the runs at 12:41 and 12:54 free
+  memory fell to 0.6-0.7 GB and the leaders' `sendfile` read 2-3 GB of the moved
+  partitions back from the disk in the move's last half, beside the write-back.
+- Those two runs (brokers niced beside the other sessions' tests) are not the broker's
+  figures: the four brokers got 0.29-0.44 cores between them and moved 71-103 MB/s,
+  slow from the first seconds (44-250 MB/s), before the dirty threshold. Broker 4
+  spent 13-15 CPU-s on 7.5 GB (~2 ms a MB, two thirds of it in the kernel): on a
+  whole core, ~500 MB/s.
+
+So the figure to judge is a quiet run's, read against its own machine line: where the
+move's per-second rate falls as the dirty pages reach ~2 GB, follows the disk's
+written MB/s and the plain append of the same run does no better, the disk bounds it;
+where the plain append does much better, the broker does.
+
+**Where an unthrottled move spends its time** (`--profile`, py-spy at 100 Hz on broker
+4 and on broker 1, 10 GB runs at 12:24 and 12:54 UTC, load 9-17, niced, so a wait for a
+core counts too): broker 4, the new one, 33-47% in `LogSegment.append`'s `write()` (the
+page cache's first touch of each page, and where the kernel holds a writer past the
+dirty threshold), 12-22% in the replica fetcher's `write()` of its small Fetch request
+(on loopback that send's softirq delivers the leaders' queued data into broker 4's
+sockets), 10-12% reading the socket, 5-6% `validate_batch` (batch headers; no record
+is decoded), 5-8% idle in `select`; broker 1, a leader, 23-32% idle, 13-18% in
+`sendfile`.
 """
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import socket
 import struct
 import subprocess
 import time
@@ -40,9 +41,11 @@ from clients import (
     produce_request,
     versioned_request,
 )
+from confluent_kafka.admin import NewTopic
 from harness import Cluster
 from kafka.admin import KafkaAdminClient
 
+from gregor.cluster import znodes
 from gregor.cluster.zookeeper_server import ZooKeeperServer
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
@@ -55,6 +58,10 @@ _GOING_FLAGS_NOLOGFLUSH = 2
 # Longer than a periodic checkpoint (5 s): the HWs the producer moved are on disk
 # before the file system goes, so the checkpoint writes nothing there afterwards.
 _SETTLE_S = 7.0
+# Batches of 4 records (under max.message.bytes): 16 MB in one partition of the 64 MB
+# disk, far more than the socket buffers between broker 1 and a consumer that is not
+# reading hold.
+_SENDFILE_BATCHES, _SENDFILE_RECORD = 20, 200 << 10
 # The leaderships move within seconds once the directory is offline.
 _MOVE_S = 20.0
 
@@ -142,6 +149,39 @@ def test_a_read_error_takes_the_directory_offline(
         assert 1 in cluster.registered()
 
 
+def test_a_read_error_inside_sendfile_takes_the_directory_offline(
+        zookeeper: ZooKeeperServer, tmp_path: Path, ext4_disk: Path) -> None:
+    """The fetch finds its bytes (the file system still works), and the disk fails
+    while ``sendfile`` sends them: the consumer reads slower than the answer goes, so
+    most of it is sent after the shutdown, and that ``sendfile`` meets EIO."""
+    with _cluster(zookeeper, tmp_path, ext4_disk) as cluster:
+        cluster.create_topic("s", partitions=_PARTITIONS)
+        lost = _on_disk(ext4_disk, "s")
+        led = [i for i in sorted(lost) if cluster.leader("s", i) == 1]
+        assert led, "broker 1 leads none of the partitions on the ext4 disk"
+        with WireConnection(cluster.brokers[1].bootstrap) as connection:
+            for _ in range(_SENDFILE_BATCHES):
+                answer = connection.request(ApiKey.PRODUCE, PRODUCE_VERSION, produce_request(
+                    "s", led[0], make_batch([os.urandom(_SENDFILE_RECORD)] * 4), acks=1))
+                assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+        time.sleep(_SETTLE_S)
+        with WireConnection(cluster.brokers[1].bootstrap) as connection:
+            # A small receive window: the answer waits in broker 1's sendfile.
+            connection.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+            connection.send(ApiKey.FETCH, FETCH_VERSION, fetch_request(
+                "s", led[0], 0, max_bytes=_SENDFILE_BATCHES * 4 * _SENDFILE_RECORD))
+            time.sleep(1.0)
+            _shut_down(ext4_disk)
+            received = 0
+            while chunk := connection.sock.recv(1 << 20):
+                received += len(chunk)
+        # Cut short: the connection closed in the middle of the answer.
+        assert received < _SENDFILE_BATCHES * 4 * _SENDFILE_RECORD
+        _moved_off_broker_1(cluster, "s", lost)
+        _offline_in_describe_log_dirs(cluster, ext4_disk)
+        assert 1 in cluster.registered()
+
+
 def test_a_failed_fsync_on_the_flusher_thread_takes_the_directory_offline(
         zookeeper: ZooKeeperServer, tmp_path: Path, ext4_disk: Path) -> None:
     with _cluster(zookeeper, tmp_path, ext4_disk) as cluster:
@@ -209,3 +249,60 @@ def test_metadata_names_the_replicas_of_a_failed_directory_offline(
         cluster.wait_everywhere(lambda m: {b.node_id for b in m.brokers} == {1, 2, 3},
                                 "broker 1 to register again")
         _offline_everywhere(cluster, "m", lost)
+
+
+def test_a_new_controller_elects_no_replica_it_learns_offline_from_zookeeper(
+        zookeeper: ZooKeeperServer, tmp_path: Path, ext4_disk: Path) -> None:
+    """Partitions on brokers 1 and C (the controller), unclean election allowed: broker
+    1's directory fails, C leads them alone. C dies: its successor, which never saw the
+    failure's event (C consumed it), must still leave broker 1's lost replicas out of
+    the unclean election (it learns them from ``/offline_replicas/1``): they stay
+    leaderless rather than led by a broker that has no log for them."""
+    with _cluster(zookeeper, tmp_path, ext4_disk) as cluster:
+        while (controller := cluster.metadata().controller_id) in (1, -1):
+            cluster.brokers[1].kill()  # broker 1 must stay up: the controller moves off it
+            cluster.brokers[1].start()
+            cluster.wait_for(lambda m: 1 in m.brokers and m.controller_id != -1,
+                             "broker 1 back and a controller")
+        admin = cluster.admin()
+        assignment = [[1, 2], [1, 2], [1, 3], [1, 3], [1, 2], [1, 3]]
+        admin.create_topics([NewTopic("u", _PARTITIONS, replica_assignment=assignment, config={
+            "unclean.leader.election.enable": "true"})])["u"].result(timeout=30)
+        cluster.wait_everywhere(lambda m: any(
+            t.name == "u" and len(t.partitions) == _PARTITIONS
+            and all(len(p.isr_nodes) == 2 for p in t.partitions) for t in m.topics),
+            "u led and in sync", topics=["u"])
+        lost = _on_disk(ext4_disk, "u")
+        target = sorted(i for i in lost if assignment[i] == [1, controller])
+        assert target, f"no partition of broker 1's ext4 disk is shared with {controller}"
+        _shut_down(ext4_disk)
+        for index in sorted(lost):  # a write to each fails on broker 1
+            with WireConnection(cluster.brokers[cluster.leader("u", index)].bootstrap) as c:
+                c.request(ApiKey.PRODUCE, PRODUCE_VERSION, produce_request(
+                    "u", index, make_batch([b"after"]), acks=1))
+        _moved_off_broker_1(cluster, "u", lost)
+        _offline_everywhere(cluster, "u", lost)
+        cluster.registered()  # opens the harness's own ZooKeeper client
+        zk = cluster._kazoo
+        assert zk is not None
+
+        def states() -> dict[int, tuple[int, int]]:
+            """(leader, partition epoch) of each target partition, from ZooKeeper."""
+            found = {}
+            for index in target:
+                data, stat = zk.get(znodes.partition_state_path("u", index))
+                found[index] = (znodes.decode_partition_state(
+                    data, tuple(assignment[index]), stat.version).leader, stat.version)
+            return found
+
+        before = states()
+        assert {leader for leader, _ in before.values()} == {controller}
+        cluster.brokers[controller].kill()
+        deadline = time.monotonic() + _MOVE_S
+        after = before
+        while any(leader == controller for leader, _ in after.values()):
+            assert time.monotonic() < deadline, "no new controller elected for them"
+            time.sleep(0.05)
+            after = states()
+        # One election each, to no leader: not broker 1, not even for a moment.
+        assert after == {index: (-1, epoch + 1) for index, (_, epoch) in before.items()}

@@ -26,10 +26,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import logging
 import os
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -47,6 +48,7 @@ from gregor.broker.throttling import (
 from gregor.metrics.broker_metrics import FETCH, BrokerMetrics
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.codec import MalformedRequest, decode_request, encode_response, peek_api
+from gregor.protocol.fetch_response import Region
 from gregor.security.listeners import Listener
 from gregor.security.quotas import ClientQuotas, QuotaManager
 from gregor.security.session import Session, certificate_subject, user
@@ -379,10 +381,12 @@ class Connection:
                     if pending:
                         transport.write(b"".join(pending))
                         pending, size = [], 0
-                    await self._send_region(loop, chunk)
+                    with self._region_read(chunk):
+                        await self._send_region(loop, chunk)
                     continue
                 else:
-                    piece = chunk.read()
+                    with self._region_read(chunk):
+                        piece = chunk.read()
                 pending.append(piece)
                 size += len(piece)
                 if size >= SENDFILE_THRESHOLD:
@@ -394,6 +398,21 @@ class Connection:
             if pending:
                 transport.write(b"".join(pending))
         await self.frames.drain()
+
+    @contextlib.contextmanager
+    def _region_read(self, region: Region) -> Iterator[None]:
+        """A read error from a segment as its bytes go out (``sendfile`` or ``pread``:
+        EIO from a failed disk) fails its log directory, as one in finding the bytes
+        does (KIP-112); the answer is cut short, so the connection closes and the
+        client fetches again, from another leader once the controller moved it."""
+        try:
+            yield
+        except OSError as exc:
+            if (isinstance(exc, ConnectionError) or exc.errno != errno.EIO
+                    or not isinstance(region, FileRegion)):
+                raise  # the socket's: the client left
+            self.broker.log_manager.file_failed(region.file.name, exc)
+            raise ConnectionClosed from None
 
     async def _send_region(self, loop: asyncio.AbstractEventLoop, region: FileRegion) -> None:
         """Zero-copy a file region to the client.

@@ -341,6 +341,12 @@ class LogManager:
         if self.on_dir_failure is not None:
             self.on_dir_failure(path, lost, lost_futures)
 
+    def file_failed(self, name: str | bytes | int, exc: BaseException) -> None:
+        """An IO error reading a segment file by its name (``<dir>/<topic>-<p>/<file>``,
+        the name it was opened with, a later rename notwithstanding): its directory fails."""
+        if isinstance(name, str):
+            self.dir_failed(Path(name).parent.parent, exc)
+
     def _report_failure(self, loop: asyncio.AbstractEventLoop | None
                         ) -> Callable[[Path, BaseException], None]:
         """How a write run on a worker thread reports a directory that failed: on the
