@@ -338,7 +338,7 @@ def sasl_ssl_table(windows: list[Window], authentication_s: float,
         f"**{authentication_s:.2f} s** (target 2 s: "
         f"{'met' if authentication_s < 2 else 'NOT met'}).",
         "",
-        f"Why fetch stays below 50%: each GB of records fetched cost the broker "
+        f"What TLS costs a fetch: each GB of records fetched cost the broker "
         f"{cost['PLAINTEXT']:.3f} CPU s on PLAINTEXT and {cost['SASL_SSL']:.3f} on SASL_SSL "
         f"({cost['PLAINTEXT'] / cost['SASL_SSL']:.0%} of the records per CPU second). "
         "Measured apart on the broker's core (`bench.tls_costs`, the least of "
@@ -349,7 +349,8 @@ def sasl_ssl_table(windows: list[Window], authentication_s: float,
         "With no kernel TLS (this kernel is built without `CONFIG_TLS`; Python 3.11 has "
         "no `OP_ENABLE_KTLS`), a TLS answer's bytes are read, encrypted and sent from "
         "memory where PLAINTEXT's go by `sendfile`. PLAINTEXT's cost with its `sendfile` "
-        "replaced by those three steps, and nothing else added, allows at most "
+        "replaced by those three steps, and nothing else added (a floor: the steps are "
+        "measured apart, so a loaded machine moves it), allows at most "
         + " and ".join(f"**{cost['PLAINTEXT'] / floor:.0%}** ({cipher})"
                        for cipher, floor in floors.items())
         + " of PLAINTEXT's records per CPU second; SASL_SSL's measured cost is "
