@@ -44,6 +44,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kafka.admin import KafkaAdminClient  # noqa: E402
 from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest  # noqa: E402
 
+from bench import tls_costs  # noqa: E402
 from bench.cpu import cpu_seconds  # noqa: E402
 from bench.saturate import BROKER_CPU, Job, Load, filled, pin  # noqa: E402
 from bench.sections import write_section  # noqa: E402
@@ -240,12 +241,15 @@ def saturated(load: Load, broker: BrokerProcess, job: Job, seconds: float,
                   (end_cpu - start_cpu) / wall, (end.client_cpu - start.client_cpu) / wall)
 
 
-def sasl_ssl_runs(work: Path, seconds: float, rounds: int) -> tuple[list[Window], float]:
+def sasl_ssl_runs(work: Path, seconds: float, rounds: int
+                  ) -> tuple[list[Window], float, dict[str, float]]:
     """Produce and fetch of 1 KiB records on one broker's PLAINTEXT and SASL_SSL
     (SCRAM-SHA-256 over TLS) listeners, in turns, by ``bench.saturate``'s load: the
     broker alone on one core, prebuilt requests from eight processes on the other, so
     that the broker, not the client, sets the pace (its event loop runnable all the
-    window long says so). Also the seconds 100 new SCRAM connections take."""
+    window long says so). Also the seconds 100 new SCRAM connections take, and what the
+    steps of a fetch answer cost a core, with and without TLS (``bench.tls_costs``),
+    measured once the broker has stopped."""
     certs = work / "certs"
     subprocess.run([str(SCRIPTS / "make-certs.sh"), str(certs)], check=True,
                    capture_output=True)
@@ -295,13 +299,15 @@ def sasl_ssl_runs(work: Path, seconds: float, rounds: int) -> tuple[list[Window]
         for _ in range(AUTHENTICATIONS):
             BrokerConnection(address[0], ClientSettings(
                 address, "bench", security=client_security(security))).close()
-        return windows, time.perf_counter() - started
+        authentication_s = time.perf_counter() - started
     finally:
         load.close()
         broker.stop()
+    return windows, authentication_s, tls_costs.measure(certs)
 
 
-def sasl_ssl_table(windows: list[Window], authentication_s: float) -> str:
+def sasl_ssl_table(windows: list[Window], authentication_s: float,
+                   costs: dict[str, float]) -> str:
     rows = ["| listener | workload | records/s (median) | broker busy | broker cores "
             "| load cores |", "|---|---|---|---|---|---|"]
     medians: dict[tuple[str, str], float] = {}
@@ -315,6 +321,14 @@ def sasl_ssl_table(windows: list[Window], authentication_s: float) -> str:
                         f"| {statistics.median(w.client_cores for w in mine):.2f} |")
     produce = medians["produce", "SASL_SSL"] / medians["produce", "PLAINTEXT"]
     fetch = medians["fetch", "SASL_SSL"] / medians["fetch", "PLAINTEXT"]
+    # CPU seconds per GB of records each listener's fetch cost the broker.
+    cost = {listener: statistics.median(
+        w.broker_cores / (w.records_per_s * RECORD / 1e9) for w in windows
+        if w.kind == "fetch" and w.listener == listener) for listener in ("PLAINTEXT", "SASL_SSL")}
+    floors = {cipher: tls_costs.floor(costs, cost["PLAINTEXT"], cipher)
+              for cipher in tls_costs.CIPHERS}
+    negotiated = next(iter(tls_costs.CIPHERS))
+    steps = floors[negotiated] - cost["PLAINTEXT"] + costs["sendfile"]
     return "\n".join([
         *rows, "",
         f"SASL_SSL produce at **{produce:.0%}** of PLAINTEXT's records/s (target 70%: "
@@ -322,7 +336,29 @@ def sasl_ssl_table(windows: list[Window], authentication_s: float) -> str:
         f"{'met' if fetch >= 0.5 else 'NOT met'}); {len(windows) // 4} windows of each, in "
         "turns. 100 new SCRAM-SHA-256 connections over TLS, one after another: "
         f"**{authentication_s:.2f} s** (target 2 s: "
-        f"{'met' if authentication_s < 2 else 'NOT met'})."])
+        f"{'met' if authentication_s < 2 else 'NOT met'}).",
+        "",
+        f"What TLS costs a fetch: each GB of records fetched cost the broker "
+        f"{cost['PLAINTEXT']:.3f} CPU s on PLAINTEXT and {cost['SASL_SSL']:.3f} on SASL_SSL "
+        f"({cost['PLAINTEXT'] / cost['SASL_SSL']:.0%} of the records per CPU second). "
+        "Measured apart on the broker's core (`bench.tls_costs`, the least of "
+        f"{tls_costs.ROUNDS} runs):",
+        "",
+        tls_costs.table(costs),
+        "",
+        "With no kernel TLS (this kernel is built without `CONFIG_TLS`; Python 3.11 has "
+        "no `OP_ENABLE_KTLS`), a TLS answer's bytes are read, encrypted and sent from "
+        "memory where PLAINTEXT's go by `sendfile`. PLAINTEXT's cost with its `sendfile` "
+        "replaced by those three steps, and nothing else added (a floor: the steps are "
+        "measured apart, so a loaded machine moves it), allows at most "
+        + " and ".join(f"**{cost['PLAINTEXT'] / floor:.0%}** ({cipher})"
+                       for cipher, floor in floors.items())
+        + " of PLAINTEXT's records per CPU second; SASL_SSL's measured cost is "
+        f"{cost['SASL_SSL'] / floors[negotiated] - 1:.0%} above that floor ({negotiated}, "
+        "what OpenSSL's defaults negotiate). 50% needs the three steps to cost no more than "
+        "PLAINTEXT's whole fetch plus its sendfile: they cost "
+        f"{steps:.3f}"
+        f" CPU s per GB against {cost['PLAINTEXT'] + costs['sendfile']:.3f}."])
 
 
 def quota_table(references: list[Run], held: list[Run]) -> str:
@@ -402,8 +438,8 @@ def main() -> None:
                 "![Greedy clients held to their quotas](img/bench-quota.png)",
                 ""]
         if args.only != "quotas":
-            windows, authentication_s = sasl_ssl_runs(Path(work), 3.0 if args.quick else 5.0,
-                                                      1 if args.quick else 3)
+            windows, authentication_s, costs = sasl_ssl_runs(
+                Path(work), 3.0 if args.quick else 5.0, 1 if args.quick else 3)
             sections += [
                 "## SASL_SSL against PLAINTEXT (issue 25)",
                 "",
@@ -414,17 +450,18 @@ def main() -> None:
                 f"partition) over {PARTITIONS} partitions. A broker busy (its event loop "
                 "runnable) all the window long sets the pace, not the load.",
                 "",
-                sasl_ssl_table(windows, authentication_s),
+                sasl_ssl_table(windows, authentication_s, costs),
                 "",
-                "Where SASL_SSL's time goes (py-spy on the broker under this load, "
-                "2026-11-29, a loaded machine): fetch spends 33% of its samples in "
-                "OpenSSL's encryption (`SSLObject.write`), 15% writing the encrypted bytes "
-                "to the socket, 10% reading file regions into memory (`sendfile` cannot go "
-                "through TLS done in user space) and 4% copying out of the TLS memory BIO; "
-                "the records are full 16 KiB ones (a region is written whole). Produce "
-                "spends 9% in decryption (`SSLObject.read`). Kernel TLS, the only zero-copy "
-                "route, works on a socket BIO, not on the memory BIO asyncio's TLS uses, and "
-                "needs Python 3.12's `ssl.OP_ENABLE_KTLS`.",
+                "Where SASL_SSL's fetch time goes (perf and py-spy on the broker under this "
+                "load, 2026-11-29, machine load 11-16): 34% of its samples in "
+                "`SSLObject.write` (AES-GCM, then copying into the TLS memory BIO), 19% "
+                "sending from memory, 12% reading file regions into memory, 4% reading the "
+                "BIO out, about 20% decoding requests and building answers, as on "
+                "PLAINTEXT. Regions go through the TLS transport 256 KiB at a time, so that "
+                "each copy stays in the caches: read whole, copying and zeroing took 20% of "
+                "the samples (libc memmove and memset), 11% since. Kernel TLS, the only "
+                "zero-copy route, works on a socket BIO, not on the memory BIO asyncio's "
+                "TLS uses, and needs Python 3.12's `ssl.OP_ENABLE_KTLS`.",
                 ""]
     body = "\n".join([f"`python -m bench.security_bench`, {started}, load "
                       f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after.", "",
