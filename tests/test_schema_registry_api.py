@@ -155,6 +155,35 @@ def test_json_schema_evolution(client: SchemaRegistryClient, subject: str) -> No
     assert bad.error_code == 42201
 
 
+@pytest.mark.parametrize(("before", "after", "accepted"), [
+    ("int64 id = 1; string note = 2;", "int64 id = 1;", True),
+    ("int32 id = 1;", "int64 id = 1;", True),  # one wire type
+    ("int64 id = 1;", "string id = 1;", False),
+    # Oneofs, as Confluent's registry checks them (Protobuf's guide: moving fields into
+    # an existing oneof is not safe): one field moved into a new oneof is compatible ...
+    ("int64 id = 1; int64 b = 2;", "int64 id = 1; oneof o { int64 a = 3; int64 b = 2; }",
+     True),
+    # ... two are not (old data holding both would lose one), nor is a field moved into
+    # a oneof that already holds others,
+    ("int64 id = 1; int64 b = 2;", "oneof o { int64 id = 1; int64 b = 2; }", False),
+    ("int64 id = 1; oneof o { int64 b = 2; }", "oneof o { int64 id = 1; int64 b = 2; }",
+     False),
+    # nor a member removed from a oneof that stays; a whole oneof removed is compatible.
+    ("oneof o { int64 a = 1; int64 b = 2; }", "oneof o { int64 a = 1; }", False),
+    ("int64 id = 1; oneof o { int64 a = 2; int64 b = 3; }", "int64 id = 1;", True),
+    # proto3 optional fields are no oneof members.
+    ("optional int64 a = 1; optional int64 b = 2;", "optional int64 a = 1;", True),
+])
+def test_protobuf_evolution(client: SchemaRegistryClient, subject: str, before: str,
+                            after: str, accepted: bool) -> None:
+    def schema(fields: str) -> Schema:
+        return Schema(f'syntax = "proto3";\npackage shop;\nmessage Order {{ {fields} }}\n',
+                      "PROTOBUF")
+
+    client.register_schema(subject, schema(before))
+    assert client.test_compatibility(subject, schema(after)) is accepted
+
+
 def test_soft_and_permanent_deletes(client: SchemaRegistryClient, registry: RegistryProcess,
                                     subject: str) -> None:
     client.set_compatibility(subject, "NONE")

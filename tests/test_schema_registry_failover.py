@@ -1,6 +1,6 @@
 """Two registry processes on one broker: one is elected primary through a Kafka group,
 the other forwards writes to it; a killed primary is replaced and ids stay unique and
-increasing."""
+increasing; a stopped one leaves the group."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from clients import WireConnection
+from test_groups_protocol import describe
 
 from gregor.broker.process import BrokerProcess
 from gregor.schemas.process import RegistryProcess
@@ -81,3 +83,20 @@ def test_writes_at_any_instance_and_a_killed_primary(own_broker: BrokerProcess) 
     finally:
         for instance in instances:
             instance.stop()
+
+
+def test_a_stopped_instance_leaves_the_group(own_broker: BrokerProcess) -> None:
+    """SIGTERM (what run-broker.sh, run-cluster.sh and service managers stop it with)
+    lets an instance leave the group, so another is elected at once rather than after
+    the session timeout, and a registry restarted at once is not held up by its old
+    membership."""
+    instance = RegistryProcess(own_broker.bootstrap, options=("--group-id", "leaving")).start()
+    try:
+        primary_of([instance])
+        with WireConnection(own_broker.bootstrap) as connection:
+            assert len(describe(connection, "leaving").members) == 1
+            instance.stop()
+            group = describe(connection, "leaving")
+        assert (group.group_state, group.members) == ("Empty", ()), group
+    finally:
+        instance.stop()

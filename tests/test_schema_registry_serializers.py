@@ -174,7 +174,7 @@ def test_restart_finds_every_schema(broker: BrokerProcess, registry: RegistryPro
 
 
 def framed_id_of(registry: RegistryProcess, subject: str) -> int:
-    return registry.call("GET", f"/subjects/{subject}/versions/latest")[1]["id"]
+    return registry.call("GET", f"/subjects/{quote(subject, safe='')}/versions/latest")[1]["id"]
 
 
 def schemas_topic_keys(bootstrap: str) -> list[bytes]:

@@ -33,15 +33,22 @@ class RegistryProcess:
     output: deque[str] = field(default_factory=lambda: deque(maxlen=200))
 
     def start(self) -> RegistryProcess:
-        """Start it and wait for its first line, printed once it has read _schemas to
-        its end and listens; a restart asks for the same port again."""
+        """Start it and wait for the line it prints once it has read _schemas to its end
+        and listens; a restart asks for the same port again (and forgets the output of
+        the run before)."""
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gregor.cli.main", "schema-registry",
              "--bootstrap-server", self.bootstrap, "--listen", self.listen, *self.options],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        found = re.search(r"on (http://(\S+))/ ", line)
+        # Log lines (stderr, here in the same pipe) may come first: the election, on a
+        # thread of its own, can log its result before the line is printed.
+        self.output.clear()
+        found = None
+        for line in iter(self.process.stdout.readline, ""):
+            if (found := re.search(r"on (http://(\S+))/ ", line)) is not None:
+                break
+            self.output.append(line)
         if found is None:
             # Its last words (a traceback being printed) first: killed at once, it lost them.
             try:
@@ -49,7 +56,7 @@ class RegistryProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 rest, _ = self.process.communicate()
-            raise RuntimeError(f"schema registry did not start: {line}{rest}")
+            raise RuntimeError(f"schema registry did not start: {''.join(self.output)}{rest}")
         self.url, self.listen = found.group(1), found.group(2)
         threading.Thread(target=self.output.extend, args=(self.process.stdout,),
                          name="registry-output", daemon=True).start()

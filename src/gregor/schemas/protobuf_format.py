@@ -6,6 +6,10 @@ wire-compatibility rules.
 Two message versions read each other's bytes when every field number that both know
 keeps a wire-compatible type and label, no message type disappears, and no required
 field appears or disappears; fields added or removed are skipped as unknown fields.
+Oneofs follow Protobuf's guide ("moving any fields into an existing oneof is not
+safe"), as Confluent's registry checks them: fields that were independent must not
+become mutually exclusive (the reader would keep only one of those a writer set), and a
+member of a oneof that still exists must not disappear.
 """
 
 from __future__ import annotations
@@ -161,7 +165,44 @@ def _field_problems(message: str, reader: descriptor_pb2.DescriptorProto,
     for number, written in writer_fields.items():
         if number not in reader_fields and written.label == _FIELD.LABEL_REQUIRED:
             problems.append(f"{message}.{written.name} ({number}): required field removed")
+    return problems + _oneof_problems(message, reader, writer)
+
+
+def _oneof_problems(message: str, reader: descriptor_pb2.DescriptorProto,
+                    writer: descriptor_pb2.DescriptorProto) -> list[str]:
+    """Confluent's MULTIPLE_FIELDS_MOVED_TO_ONEOF, FIELD_MOVED_TO_EXISTING_ONEOF and
+    ONEOF_FIELD_REMOVED: a reader's oneof whose fields the writer kept apart (top-level
+    fields, or members of different oneofs; new fields do not count), and a writer's
+    oneof member the reader dropped while keeping the oneof or another of its members."""
+    problems = []
+    written_oneofs = {field.number: _oneof(writer, field) for field in writer.field}
+    read_oneofs = {field.number: _oneof(reader, field) for field in reader.field}
+    for oneof in dict.fromkeys(o for o in read_oneofs.values() if o is not None):
+        kept = [n for n, o in read_oneofs.items() if o == oneof and n in written_oneofs]
+        moved = [n for n in kept if written_oneofs[n] is None]
+        origins = {written_oneofs[n] or f"field {n}" for n in kept}
+        if len(moved) > 1:
+            problems.append(f"{message}: fields {', '.join(map(str, moved))} moved into "
+                            f"oneof {oneof}")
+        elif len(origins) > 1:
+            problems.append(f"{message}: oneof {oneof} joins fields written apart "
+                            f"({', '.join(sorted(origins))})")
+    for number, written_oneof in written_oneofs.items():
+        if written_oneof is None or number in read_oneofs:
+            continue
+        siblings = [n for n, o in written_oneofs.items() if o == written_oneof]
+        if written_oneof in read_oneofs.values() or any(n in read_oneofs for n in siblings):
+            problems.append(f"{message}: field {number} removed from oneof {written_oneof}")
     return problems
+
+
+def _oneof(message: descriptor_pb2.DescriptorProto,
+           field: descriptor_pb2.FieldDescriptorProto) -> str | None:
+    """The name of the oneof holding ``field``, None outside one (a proto3 ``optional``
+    field's synthetic oneof is none)."""
+    if field.HasField("oneof_index") and not field.proto3_optional:
+        return message.oneof_decl[field.oneof_index].name
+    return None
 
 
 def _same_wire_type(read: descriptor_pb2.FieldDescriptorProto,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -228,4 +229,16 @@ def serve(app: ASGIApp, listener: socket.socket, direct: DirectAnswer) -> None:
                     {"direct": staticmethod(direct), "answers": _EncodedAnswers()})
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2,
                             loop="uvloop", http=protocol)
-    uvicorn.Server(config).run(sockets=[listener])
+    # uvicorn stops on SIGTERM, then raises it again once its own handler is gone: with
+    # the default handler that ends the process before the caller's clean-up, which
+    # leaves the primary's group so that another instance takes over at once (not
+    # after the session timeout). SIGTERM then ends this call as SIGINT does.
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        uvicorn.Server(config).run(sockets=[listener])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
