@@ -24,7 +24,7 @@ from gregor.spark.standalone import StandaloneCluster  # noqa: E402
 os.environ["SPARK_CONF_DIR"] = str(Path(__file__).with_name("spark-conf"))
 """Every Spark JVM the tests start (here, in ``gregor pipeline`` and spark-submit
 subprocesses, the standalone cluster's executors) takes spark-conf/spark-defaults.conf:
-the JIT's first tier only, which cuts a short-lived driver's CPU by about 40%."""
+the JIT's first tier only, which cuts a short-lived driver's CPU by a third or more."""
 
 
 @pytest.fixture(scope="module")
