@@ -24,16 +24,31 @@ session fixture ``cluster``, a master and two workers): one worker runs them all
 cluster starts once. Every other Spark module starts a session of its own anyway."""
 
 SPLIT_BY_TEST = ("tests/cluster/test_failover.py",
-                 "tests/cluster/test_cluster_transactions.py")
+                 "tests/cluster/test_cluster_transactions.py",
+                 "tests/spark/test_pipeline_cli.py")
 """Modules whose tests are units of their own: each starts a cluster of its own (no module
 fixture), and together they were the longest unit of all (tests/cluster at 06:00 UTC on
 29 Nov 2026, load 10-15: test_failover.py 741 s, test_cluster_transactions.py 334 s of
 2,316 s), too long for one worker; split, they fill whichever worker is free, which evens
-out the end of the run."""
+out the end of the run. test_pipeline_cli.py's tests each run ``gregor pipeline`` processes
+on a broker of their own (no Spark in the worker): 259 s and 185 s of its 460 s in the
+suite at 10:30 UTC, in one unit the longest after the standalone cluster's."""
+
+ON_THEIR_OWN = (
+    "tests/spark/test_sink_exactly_once.py::"
+    "test_a_driver_killed_amid_its_commits_leaves_each_record_once",
+)
+"""Single tests that are units of their own, away from their module's: they use none of
+its module fixtures (this one runs Spark drivers of its own in subprocesses, 221 s of the
+module's 400 s at 10:30 UTC), so another worker can run them meanwhile."""
 
 SLOWEST_FIRST = (
     "tests/spark standalone cluster", "tests/cluster/test_shutdown.py",
-    "tests/spark/test_pipeline_cli.py", "tests/spark/test_pipelines.py",
+    "tests/spark/test_pipeline_cli.py::"
+    "test_ctrl_c_during_a_batch_export_is_one_line_and_a_rerun_completes",
+    "tests/spark/test_pipelines.py", ON_THEIR_OWN[0],
+    "tests/spark/test_pipeline_cli.py::"
+    "test_ctrl_c_stops_the_pipeline_cleanly_and_a_restart_resumes",
     "tests/spark/test_sink_exactly_once.py", "tests/cluster/test_run_cluster_script.py",
     "tests/spark/test_connector.py", "tests/spark/test_kafka_options.py",
     "tests/spark/test_data_loss.py", "tests/spark/test_confluent_framing.py",
@@ -41,7 +56,8 @@ SLOWEST_FIRST = (
 )
 """The units of work that take longest, longest first (the full suite at 02:30 UTC on
 29 Nov 2026, 2 workers: the Spark units alone came to 56% of the workers' time; the
-cluster modules from tests/cluster alone at 06:00 UTC). Handed out before all others, so
+cluster modules from tests/cluster alone at 06:00 UTC; the single tests by their
+durations in the suite at 10:30 UTC: 259, 221 and 185 s). Handed out before all others, so
 that no long unit starts last while the other workers sit idle; a cluster module second,
 so that the first units do not all start Spark's JVM at once. The rest go by their
 number of tests, as pytest-xdist orders them (``SPLIT_BY_TEST``'s single tests last). A
@@ -51,10 +67,10 @@ unit missing here, or a stale order, only costs balance, never a test."""
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """With pytest-xdist (scripts/test.sh runs three workers) a worker is handed whole
-    modules, so that module fixtures start once (but each test of ``SPLIT_BY_TEST`` on its
-    own); the whole of each directory in ``SHARED_BY_DIRECTORY`` and the modules of
-    ``SHARED_SPARK_CLUSTER``, whose session fixtures are too heavy to start in every
-    worker, go to one worker each. The units in
+    modules, so that module fixtures start once (but each test of ``SPLIT_BY_TEST``, and
+    each of ``ON_THEIR_OWN``, on its own); the whole of each directory in
+    ``SHARED_BY_DIRECTORY`` and the modules of ``SHARED_SPARK_CLUSTER``, whose session
+    fixtures are too heavy to start in every worker, go to one worker each. The units in
     ``SLOWEST_FIRST`` are handed out first, in that order (longest first balances the
     workers' totals); then modules with the most tests."""
     from xdist.scheduler import LoadScopeScheduling
@@ -65,7 +81,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             parts = module.split("/")
             if module in SHARED_SPARK_CLUSTER:
                 return SLOWEST_FIRST[0]
-            if module in SPLIT_BY_TEST:
+            if module in SPLIT_BY_TEST or nodeid in ON_THEIR_OWN:
                 return nodeid
             if len(parts) > 2 and parts[1] in SHARED_BY_DIRECTORY:
                 return "/".join(parts[:2])
@@ -101,8 +117,12 @@ def registry(broker: BrokerProcess) -> Iterator[RegistryProcess]:
 
 @pytest.fixture
 def fresh_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    """A broker of the test's own, for tests that restart, kill or reconfigure it."""
-    process = BrokerProcess(tmp_path / "data")
+    """A broker of the test's own, for tests that restart, kill or reconfigure it.
+
+    Without the group coordinator's initial rebalance delay (Kafka's 3 s), as the session's
+    broker: every group a test forms would otherwise wait it out. A test of the delay sets
+    ``overrides["group.initial.rebalance.delay.ms"]`` before it starts the broker."""
+    process = BrokerProcess(tmp_path / "data", overrides={"group.initial.rebalance.delay.ms": "0"})
     yield process
     process.kill()
 

@@ -24,7 +24,6 @@ from gregor.broker.process import BrokerProcess
 @pytest.mark.parametrize("stop", ["restart", "kill"])
 def test_committed_offsets_survive_the_broker(fresh_broker: BrokerProcess, topic_name: str,
                                               stop: str) -> None:
-    fresh_broker.overrides["group.initial.rebalance.delay.ms"] = "0"
     fresh_broker.start()
     create_topic(fresh_broker.bootstrap, topic_name, 2)
     produce(fresh_broker.bootstrap, topic_name, 20, 2)
@@ -66,7 +65,6 @@ def test_group_keeps_consuming_through_a_broker_crash(fresh_broker: BrokerProces
     """Members committing after each record ride out a ``kill -9`` of the broker: the
     restarted coordinator resumes the Stable group from __consumer_offsets (so no
     rebalance), and no record is skipped or, once committed, delivered again."""
-    fresh_broker.overrides["group.initial.rebalance.delay.ms"] = "0"
     fresh_broker.start()
     create_topic(fresh_broker.bootstrap, topic_name, 4)
     produce(fresh_broker.bootstrap, topic_name, 1000, 4)
