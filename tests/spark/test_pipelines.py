@@ -336,8 +336,10 @@ def test_retail_stopped_mid_stream_and_restarted_gives_the_same_output(
 
     # Micro-batches of 20 records run back to back; stop both queries, mid-batch if that
     # is where they are, once the stock query has run three with input. The restart reads
-    # the rest in micro-batches of MAX_RETAIL_BATCH, as the straight run: its state comes
-    # from the checkpoint whatever their size, and 20 took twice as many stateful batches.
+    # the rest in batches of 20 too: with MAX_RETAIL_BATCH's 60 there, the cluster's run
+    # counted sales its plain-Python twin drops as too late (units_sold 76 against 70 in
+    # one window, the whole suite at 13:35 UTC): which sale is late depends on where the
+    # watermark moves, between micro-batches.
     queries = retail.start(spark, broker.bootstrap, checkpoint, topics, RETAIL,
                            max_offsets=20)
     deadline = time.monotonic() + 120
@@ -350,7 +352,7 @@ def test_retail_stopped_mid_stream_and_restarted_gives_the_same_output(
     assert read < len(events) / 2, "the stop should come in the middle of the input"
 
     run_to_completion(retail.start(spark, broker.bootstrap, checkpoint, topics, RETAIL,
-                                   available_now=True, max_offsets=MAX_RETAIL_BATCH))
+                                   available_now=True, max_offsets=20))
 
     check_retail_output(spark, broker.bootstrap, topics, events)
 # -- activity --------------------------------------------------------------------------
