@@ -156,7 +156,7 @@ class BrokerConnection:
             frame = self._read(size)
         except OSError as exc:
             raise BrokerUnavailable(f"reading an answer failed: {exc}") from exc
-        correlation_id, body = decode_response(api_key, version, memoryview(frame).toreadonly())
+        correlation_id, body = decode_response(api_key, version, frame)
         if correlation_id != expected:
             raise BrokerUnavailable(f"answer {correlation_id} to request {expected}")
         return body

@@ -90,8 +90,7 @@ def decode_request(frame: Buffer) -> tuple[RequestHeader, Any]:
     api_key, version, _ = peek_api(frame)
     if api_key == ApiKey.PRODUCE and version in produce_request.VERSIONS:
         return _decode_produce(frame, version)
-    if isinstance(frame, memoryview) and not frame.readonly:
-        frame = frame.toreadonly()
+    frame = _read_only(frame)
     try:
         schema, header_reader, body_reader = _request_codec(api_key, version)
     except Exception as exc:  # kio raises its own lookup errors for unknown pairs
@@ -111,11 +110,19 @@ def decode_request(frame: Buffer) -> tuple[RequestHeader, Any]:
     return RequestHeader(api_key, version, header.correlation_id, header.client_id), body
 
 
+def _read_only(frame: Buffer) -> bytes | memoryview:
+    """``frame`` as kio reads it: bytes, or a read-only view (writable buffers are the
+    connections' own receive buffers, which only the Produce decoder writes into)."""
+    if isinstance(frame, bytes) or (isinstance(frame, memoryview) and frame.readonly):
+        return frame
+    return memoryview(frame).toreadonly()
+
+
 def _decode_produce(frame: Buffer, version: int) -> tuple[RequestHeader, Any]:
     reader = Reader(frame)
     try:
         _, _, correlation_id = reader.unpack(_API_PREFIX)
-        client_id = reader.string(False)  # header v1 and v2 alike: a classic string
+        client_id = reader.classic_string()  # header v1 and v2 alike
         if version >= produce_request.FIRST_FLEXIBLE:
             reader.tags()  # header v2
         body = produce_request.decode_body(frame, reader.at, version)
@@ -165,12 +172,11 @@ def _response_reader(api_key: int, version: int) -> tuple[Any, Any]:
     return entity_reader(schema.__header_schema__), entity_reader(schema)
 
 
-def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tuple[int, Any]:
+def decode_response(api_key: int, version: int, frame: Buffer) -> tuple[int, Any]:
     """``(correlation_id, body)`` of a response frame (without its size prefix): what a
     broker reads when it is the client of another broker (a follower fetching)."""
     header_reader, body_reader = _response_reader(api_key, version)
-    if isinstance(frame, memoryview) and not frame.readonly:
-        frame = frame.toreadonly()
+    frame = _read_only(frame)
     header, header_size = header_reader(frame, 0)
     body, _ = body_reader(frame, header_size)
     return header.correlation_id, body

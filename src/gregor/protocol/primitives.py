@@ -86,11 +86,10 @@ class Reader:
         self.at += size
         return taken
 
-    def string(self, flexible: bool) -> str | None:
-        if flexible:
-            size = self.uvarint() - 1
-        else:
-            (size,) = self.unpack(_I16)
+    def classic_string(self) -> str | None:
+        """A string with an int16 length (-1: null), as request headers carry the
+        client id in every header version."""
+        (size,) = self.unpack(_I16)
         return None if size < 0 else str(self.take(size), "utf-8")
 
     def compact_string(self) -> str:
