@@ -9,6 +9,7 @@ closing a member's session is what ZooKeeper sees when a broker dies.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -23,7 +24,17 @@ from gregor.cluster.zookeeper import ZooKeeperSession
 from gregor.config import BrokerConfig
 from gregor.protocol.errors import ErrorCode
 
-WAIT_S = 10.0
+# Generous: the whole suite runs three workers on two cores beside Spark's JVMs, and a
+# wait that passes takes milliseconds anyway.
+WAIT_S = 20.0
+
+
+@pytest.fixture(autouse=True)
+def _cluster_decisions_in_failures(caplog: pytest.LogCaptureFixture) -> None:
+    """Keep the members' INFO lines (the controller's elections and writes, the caches'
+    applied changes), which pytest prints only for a test that fails: a failure seen
+    once in CI is then explained by its own log."""
+    caplog.set_level(logging.INFO, logger="gregor.cluster")
 
 
 class Members:
