@@ -36,6 +36,13 @@ class PartitionState:
         """The same leadership with another ISR: what a leader asks the controller for."""
         return replace(self, isr=isr)
 
+    def with_partition_epoch(self, partition_epoch: int) -> PartitionState:
+        """This state as its znode holds it at version ``partition_epoch``. Built
+        directly: ``dataclasses.replace`` costs twice as much, and a controller moving
+        10,000 partitions, or a leader writing their ISRs, makes one for each."""
+        return PartitionState(self.leader, self.leader_epoch, self.isr, self.replicas,
+                              partition_epoch, self.controller_epoch)
+
 
 @dataclass(frozen=True, slots=True)
 class Reassignment:

@@ -37,6 +37,9 @@ from gregor.storage.log_manager import TopicPartition
 
 log = logging.getLogger(__name__)
 
+# Partitions whose replicas a topic's creation line shows.
+_SHOWN_ASSIGNMENTS = 12
+
 PRODUCER_ID_BLOCK_SIZE = 1000
 # How long CreateTopics waits for the controller to elect the new partitions' first
 # leaders, so that a client producing right after it finds them led.
@@ -91,8 +94,11 @@ class ZkClusterAdmin:
                 raise ControllerError(ErrorCode.topic_already_exists,
                                       f"topic {name!r} already exists") from None
             raise ControllerError(ErrorCode.unknown_server_error, str(exc)) from None
-        log.info("created topic %s with %d partition(s), replicas %s", name, len(new.replicas),
-                 new.replicas)
+        # The first assignments only: a topic of 10,000 partitions made a line of 200 KB.
+        shown = _SHOWN_ASSIGNMENTS
+        log.info("created topic %s with %d partition(s), replicas %s%s", name,
+                 len(new.replicas), list(new.replicas[:shown]),
+                 f" and {len(new.replicas) - shown} more" if len(new.replicas) > shown else "")
         return await self._wait_for_leaders(name) or topic
 
     async def _wait_for_leaders(self, name: str) -> TopicMetadata | None:

@@ -24,7 +24,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from kazoo.exceptions import NodeExistsError
 
@@ -273,7 +273,7 @@ class ZkController:
             ops.append(Create(f"{znodes.partitions_path(topic)}/{index}", b""))
             ops.append(Create(znodes.partition_state_path(topic, index),
                               znodes.encode_partition_state(state)))
-        firsts = [self._change(topic, index, replace(state, partition_epoch=0))
+        firsts = [self._change(topic, index, state.with_partition_epoch(0))
                   for topic, index, state in chunk]
         ops.append(znodes.state_change_node(firsts))
         try:
@@ -292,7 +292,7 @@ class ZkController:
 
     async def _create_state(self, topic: str, index: int, state: PartitionState) -> None:
         await self.zk.ensure(f"{znodes.partitions_path(topic)}/{index}")
-        first = self._change(topic, index, replace(state, partition_epoch=0))
+        first = self._change(topic, index, state.with_partition_epoch(0))
         try:
             written = await self.zk.multi([
                 Check(znodes.CONTROLLER_EPOCH, self._epoch_version),
@@ -324,11 +324,12 @@ class ZkController:
         took one per stale partition (seconds at 10,000 partitions under load)."""
         if len(chunk) == 1:
             return [await self._write_one(chunk[0])]
+        written_states = self._state_changes(chunk)
         ops: list[Op] = [Check(znodes.CONTROLLER_EPOCH, self._epoch_version)]
         ops.extend(SetData(znodes.partition_state_path(c.topic, c.index),
                            znodes.encode_partition_state(c.after), c.before.partition_epoch)
                    for c in chunk)
-        ops.append(self._change_node(chunk))
+        ops.append(znodes.state_change_node(written_states))
         try:
             written = await self.zk.multi(ops)
         except TransactionFailed as exc:
@@ -342,7 +343,7 @@ class ZkController:
             retried = dict(zip(map(id, current), await self._write_chunk(current),
                                strict=True)) if current else {}
             return [retried.get(id(change), False) for change in chunk]
-        await self.cache.apply_written(self._state_changes(chunk), written[-1])
+        await self.cache.apply_written(written_states, written[-1])
         for change in chunk:
             self._written(change)
         moved = sum(c.after.leader != c.before.leader for c in chunk)
@@ -352,19 +353,20 @@ class ZkController:
 
     async def _write_one(self, change: _Change) -> bool:
         """Write one partition's new state; False if it changed meanwhile (decide again)."""
+        written_states = self._state_changes([change])
         try:
             written = await self.zk.multi([
                 Check(znodes.CONTROLLER_EPOCH, self._epoch_version),
                 SetData(znodes.partition_state_path(change.topic, change.index),
                         znodes.encode_partition_state(change.after),
                         change.before.partition_epoch),
-                self._change_node([change]),
+                znodes.state_change_node(written_states),
             ])
         except TransactionFailed as exc:
             # A leader changed the ISR meanwhile: decided again on the newer state.
             self._check_fenced(exc)
             return False
-        await self.cache.apply_written(self._state_changes([change]), written[-1])
+        await self.cache.apply_written(written_states, written[-1])
         self._written(change, logging.INFO)
         return True
 
@@ -378,12 +380,11 @@ class ZkController:
 
     def _state_changes(self, changes: list[_Change]) -> list[znodes.StateChange]:
         """``changes`` as written: each state with the version its znode takes, one past
-        the version the write is conditioned on."""
-        return [self._change(c.topic, c.index, replace(
-            c.after, partition_epoch=c.before.partition_epoch + 1)) for c in changes]
-
-    def _change_node(self, changes: list[_Change]) -> Create:
-        return znodes.state_change_node(self._state_changes(changes))
+        the version the write is conditioned on. Built once a write, for its change node
+        and for this broker's cache both."""
+        return [self._change(c.topic, c.index,
+                             c.after.with_partition_epoch(c.before.partition_epoch + 1))
+                for c in changes]
 
     def _written(self, change: _Change, level: int = logging.DEBUG) -> None:
         """Count and log a written state: those of a batch at DEBUG (at 10,000

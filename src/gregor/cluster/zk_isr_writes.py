@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from gregor.cluster import znodes
 from gregor.cluster.partition_state import PartitionState
@@ -72,7 +72,7 @@ class ZkIsrWrites:
         sent again."""
         try:
             while chunk:
-                written = [replace(p.state, partition_epoch=p.state.partition_epoch + 1)
+                written = [p.state.with_partition_epoch(p.state.partition_epoch + 1)
                            for p in chunk]
                 ops: list[Op] = [SetData(znodes.partition_state_path(*p.tp),
                                          znodes.encode_partition_state(p.state),

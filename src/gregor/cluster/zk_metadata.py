@@ -365,4 +365,7 @@ class ZkMetadataCache:
                 self._early_changes[key] = change
             return
         replicas = topic.partitions[change.index].replicas
-        self._apply(topic, change.index, replace(change.state, replicas=replicas))
+        state = change.state
+        if state.replicas != replicas:  # read before a reassignment's replica change
+            state = replace(state, replicas=replicas)
+        self._apply(topic, change.index, state)

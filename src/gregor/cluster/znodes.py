@@ -217,9 +217,13 @@ def decode_legacy_reassignment(data: bytes) -> dict[tuple[str, int], tuple[int, 
             for p in _load(data).get("partitions", [])}
 
 
+def _partition_state_fields(state: PartitionState) -> dict[str, Any]:
+    return {"controller_epoch": state.controller_epoch, "leader": state.leader,
+            "version": 1, "leader_epoch": state.leader_epoch, "isr": list(state.isr)}
+
+
 def encode_partition_state(state: PartitionState) -> bytes:
-    return _dump({"controller_epoch": state.controller_epoch, "leader": state.leader,
-                  "version": 1, "leader_epoch": state.leader_epoch, "isr": list(state.isr)})
+    return _dump(_partition_state_fields(state))
 
 
 def decode_partition_state(data: bytes, replicas: tuple[int, ...], version: int
@@ -247,7 +251,7 @@ def encode_state_changes(changes: list[StateChange]) -> bytes:
     return _dump({"version": 1, "partitions": [
         {"topic": c.topic, "topic_id": c.topic_id, "partition": c.index,
          "partition_epoch": c.state.partition_epoch,
-         "state": _load(encode_partition_state(c.state))} for c in changes]})
+         "state": _partition_state_fields(c.state)} for c in changes]})
 
 
 # Partition state writes per ZooKeeper multi-op (the controller's and the leaders'):
