@@ -9,6 +9,7 @@ runs against any Kafka-compatible cluster.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -25,7 +26,8 @@ log = logging.getLogger(__name__)
 TOPIC = "_schemas"
 _POLL_S = 0.1
 # Errors of a topic its leader has not opened yet, which list_offsets does not call retriable.
-# (_NOENT: librdkafka found no leader for it in its metadata yet.)
+# (_NOENT: librdkafka found no leader for it in its metadata: not there yet, or a
+# refusal it keeps, which _refresh_metadata clears.)
 _NOT_THERE_YET = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE,
                   KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._NOENT)
 
@@ -86,7 +88,17 @@ class SchemaTopic:
                         or time.monotonic() > deadline:
                     raise errors.store_error(f"reading the end of {self.topic}: {exc}") from None
                 time.sleep(0.1)
+                self._refresh_metadata(max(0.1, deadline - time.monotonic()))
         self._wait_applied(end)
+
+    def _refresh_metadata(self, timeout: float) -> None:
+        """Ask a broker for the topic again. librdkafka answers ``list_offsets`` from its
+        metadata cache, where a broker's TOPIC_AUTHORIZATION_FAILED for the topic (one
+        that had not yet read the ACLs allowing it) stays for minutes: every later
+        ``list_offsets`` fails at once with ``_NOENT``, without asking, until the topic's
+        metadata is asked for again."""
+        with contextlib.suppress(KafkaException):
+            self._admin.list_topics(self.topic, timeout=timeout)
 
     def write(self, key: bytes, value: bytes | None) -> None:
         """Produce one record and wait until the reader has applied it."""
