@@ -86,11 +86,22 @@ def metadata(servers: str) -> ClusterMetadata:
 
 def wait_for(servers: Callable[[], str], check: Callable[[ClusterMetadata], bool],
              what: str, timeout: float) -> float:
-    """Seconds until the metadata (asked of a live broker) passes ``check``."""
+    """Seconds until the metadata (asked of a live broker) passes ``check``.
+
+    One client asks for as long as the live brokers stay the same, as a user watching
+    would: a new client each time round (connections, versions, bootstrap metadata)
+    took 0.10-0.25 s a poll at 10,000 partitions against 0.03 s, all of it added to
+    the time measured."""
     started = time.monotonic()
+    admins: dict[str, AdminClient] = {}
     while True:
         try:
-            if check(metadata(servers())):
+            bootstrap_servers = servers()
+            admin = admins.get(bootstrap_servers)
+            if admin is None:
+                admin = admins[bootstrap_servers] = AdminClient(
+                    {"bootstrap.servers": bootstrap_servers, "log_level": 0})
+            if check(admin.list_topics(TOPIC, timeout=30)):
                 return time.monotonic() - started
         except Exception:  # a broker just went away, or the topic is not known yet
             pass
