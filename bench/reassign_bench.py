@@ -60,6 +60,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from bench.cluster_bench import Servers, bootstrap, latency  # noqa: E402
 from bench.cpu import cpu_seconds, kernel_seconds, machine_seconds  # noqa: E402
 from bench.page_cache import append_rate  # noqa: E402
+from bench.thread_states import ThreadStates  # noqa: E402
+from bench.thread_states import summary as thread_summary  # noqa: E402
 from bench.throttle_bench import UNLIMITED, fill, reassign, set_throttle  # noqa: E402
 from bench.vm_io import IoSampler, summary  # noqa: E402
 from gregor.broker.process import BrokerProcess  # noqa: E402
@@ -183,8 +185,10 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         machine = machine_seconds()[0]
         own = cpu_seconds([os.getpid()], descendants=False)
         io = IoSampler(work)
+        threads = ThreadStates({"broker 4": pids[3], "broker 1": pids[0]})
         copy = move(address, work, brokers, UNTHROTTLED)
         result["unthrottled"] = copy.wait()
+        result["threads"] = threads.stop()
         result["io"] = io.stop()
         seconds = result["unthrottled"]["seconds"] + result["unthrottled"]["command_s"]
         result["machine_cores"] = (machine_seconds()[0] - machine) / seconds
@@ -260,9 +264,10 @@ def machine(r: dict) -> str:
             f"{r['machine_cores']:.2f} of {os.cpu_count()} cores, of which "
             f"{r['machine_cores'] - r['bench_cores'] - sum(t for t, _ in r['broker_cores']):.2f}"
             f" other processes' and the kernel's (write-back, reclaim); "
-            f"{summary(r['io'], u['seconds'] + u['command_s'])}. A plain loop appends "
-            f"as many bytes to a new file in broker 4's directory right after at "
-            f"{r['append_mb_s']:.0f} MB/s.")
+            f"{summary(r['io'], u['seconds'] + u['command_s'])}; "
+            + "; ".join(thread_summary(name, window) for name, window in r["threads"].items())
+            + f". A plain loop appends as many bytes to a new file in broker 4's directory "
+            f"right after at {r['append_mb_s']:.0f} MB/s.")
 
 
 def plot(r: dict, path: Path) -> None:
