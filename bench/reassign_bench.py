@@ -406,6 +406,51 @@ dirty threshold), 12-22% in the replica fetcher's `write()` of its small Fetch r
 sockets), 10-12% reading the socket, 5-6% `validate_batch` (batch headers; no record
 is decoded), 5-8% idle in `select`; broker 1, a leader, 23-32% idle, 13-18% in
 `sendfile`.
+
+**What bounds it: broker 4's one event-loop thread** (probes of 2026-11-29 15:25-15:56
+UTC, each moving N MB of `moved` onto an empty broker 4 with nothing else running in
+the cluster, brokers niced beside the other sessions' work; the thread line above
+comes from `bench.thread_states`). Broker 4 receives, checks (CRC) and appends every
+fetched byte on its event-loop thread; the leaders only `sendfile`.
+
+- *The leaders wait, broker 4 works.* In every probe the leaders' loops were idle in
+  `epoll_wait` 67-95% of the move (44% in the bench at load 10.6, waiting for a CPU
+  36%), broker 4's on a CPU or waiting for one 81-100%.
+  Quiet 2 GB move, 6 partitions (15:34, load 3.0-4.2): 372 MB/s; broker 4 on a CPU
+  80%, in the run queue 7%, idle 12.5%, blocked 0%.
+- *Broker 4's CPU a MB* is 1.2-2.5 ms, so one whole core moves 400-800 MB/s. perf of
+  broker 4 (15:31): 51% `copy_folio_from_iter_atomic` (`write()` copying into new
+  page-cache pages), 7% `_copy_to_iter` (the socket receive), 4% CRC32C, ~10% Python.
+  The page-cache copy's price is the machine's and swings with its memory (broker 4's
+  kernel time 0.66-2.3 ms a MB in runs minutes apart; a plain loop appending 4 GB at
+  15:33 spent 2.2 ms a MB in the kernel, 455 MB/s on a whole core).
+- *On a busy machine it gets no whole core:* 10 GB at load 12.6 (15:36): 124 MB/s,
+  broker 4 on a CPU 19% and in the run queue 67% of the move; the bench at load 10.6
+  (15:44, `--no-docs`): 105 MB/s, on a CPU 17%, waiting for one 68%, idle 14%.
+- *The disk did not hold it.* Dirty pages stayed at or under the background threshold
+  (`nr_dirty_background_threshold`, 2.2 GB here), below which the kernel never holds a
+  writer (it starts at (background + `vm.dirty_ratio` limit) / 2 = 3.3 GB); broker 4
+  was blocked in the kernel at most 1% of any move. The plain 4 GB append at 15:33 held
+  the dirty pages at 2.2 GB with the disk writing 386-453 MB/s behind it; one at 15:32
+  (load 6) went 218 MB/s, its thread runnable 85% of the time: CPU, not disk.
+- *Fewer, larger answers cost less.* 30 partitions (10 a leader, 10 MiB answers: Kafka's
+  default `replica.fetch.response.max.bytes`), 2 GB at load 6-8: 478-516 MB/s. Answers
+  over 8 MiB used to be gathered 64 KiB at a time into a new buffer (1.85 ms a MB on
+  broker 4, 0.96 of it user); since commit "Follower: fetch answers up to 64 MiB..."
+  they land in one reused buffer (1.24 ms a MB, 0.41 user). With
+  `replica.fetch.max.bytes` 8 MiB before that change: 3.40 ms a MB. More
+  `num.replica.fetchers` adds connections on the same thread, not CPU: broker 4 was
+  idle 12-19% at most.
+- *The leaders' stalls.* Broker 1's loop was blocked 5% in `sendfile` reading pages
+  no longer cached and 4-7% in `unlink` (a moved-off replica's log deleted: the root
+  file system is mounted with `discard`, so deleting a 1 GB file waits for the disk's
+  discard, `submit_bio_wait`).
+
+So the 300 MB/s target holds when broker 4's thread gets 0.4-0.75 of a core for the
+whole move; what it got in a run, and whether it then idled (leaders), waited (other
+processes) or was blocked (disk), is the thread line under the table. Going beyond one
+core needs the appends off the event loop (Kafka's replica fetcher threads each append
+on their own thread); gregor's fetchers share one.
 """
 
 
