@@ -407,7 +407,7 @@ sockets), 10-12% reading the socket, 5-6% `validate_batch` (batch headers; no re
 is decoded), 5-8% idle in `select`; broker 1, a leader, 23-32% idle, 13-18% in
 `sendfile`.
 
-**What bounds it: broker 4's one event-loop thread** (probes of 2026-11-29 15:25-15:56
+**What bounds it: broker 4's one event-loop thread** (probes of 2026-11-29 15:25-16:05
 UTC, each moving N MB of `moved` onto an empty broker 4 with nothing else running in
 the cluster, brokers niced beside the other sessions' work; the thread line above
 comes from `bench.thread_states`). Broker 4 receives, checks (CRC) and appends every
@@ -427,12 +427,27 @@ fetched byte on its event-loop thread; the leaders only `sendfile`.
 - *On a busy machine it gets no whole core:* 10 GB at load 12.6 (15:36): 124 MB/s,
   broker 4 on a CPU 19% and in the run queue 67% of the move; the bench at load 10.6
   (15:44, `--no-docs`): 105 MB/s, on a CPU 17%, waiting for one 68%, idle 14%.
-- *The disk did not hold it.* Dirty pages stayed at or under the background threshold
+- *The disk's writes did not hold it.* Dirty pages stayed at or under the background threshold
   (`nr_dirty_background_threshold`, 2.2 GB here), below which the kernel never holds a
-  writer (it starts at (background + `vm.dirty_ratio` limit) / 2 = 3.3 GB); broker 4
-  was blocked in the kernel at most 1% of any move. The plain 4 GB append at 15:33 held
-  the dirty pages at 2.2 GB with the disk writing 386-453 MB/s behind it; one at 15:32
-  (load 6) went 218 MB/s, its thread runnable 85% of the time: CPU, not disk.
+  writer (it starts at (background + `vm.dirty_ratio` limit) / 2 = 3.3 GB). The plain
+  4 GB append at 15:33 held the dirty pages at 2.2 GB with the disk writing 386-453
+  MB/s behind it; one at 15:32 (load 6) went 218 MB/s, its thread runnable 85% of the
+  time: CPU, not disk.
+- *But fsyncs on the event loop did.* An fsync of even a small file waits for the
+  virtual disk's whole cache flush (`submit_bio_wait`, half a second with gigabytes
+  dirty). The roll of a segment fsynced the producer-state snapshot on the loop:
+  broker 4 was blocked 30% of a 2 GB move with 100 MB segments (15:59), and 0% in the
+  same probe once the snapshot is fsynced by the roll's background flush, as Kafka
+  does (commit "A roll's producer-state snapshot is fsynced by the old segment's
+  background flush").
+- *Quiet 10 GB* (`--no-docs`, 15:57, load 2.4-3.1, before that change): 230 MB/s
+  unthrottled; broker 4's thread on a CPU 41%, waiting for a CPU 27%, idle 18%,
+  blocked 12% (`submit_bio_wait` 9%); broker 1's on a CPU 23%, waiting 30%, idle 32%,
+  blocked 16% (`sendfile` reading pages no longer cached: 1,962 MB read from the disk
+  during the move); a plain append right after: 1,139 MB/s. Broker 4 used 0.42 cores
+  (1.8 ms a MB): 300 MB/s needs 0.55. The 9% it spent in those fsyncs, spent on a CPU,
+  gives about 0.5 (~280 MB/s); the rest is the quarter of the move it waited for a CPU
+  behind the three leaders (0.69 cores), the load generator (0.20) and write-back.
 - *Fewer, larger answers cost less.* 30 partitions (10 a leader, 10 MiB answers: Kafka's
   default `replica.fetch.response.max.bytes`), 2 GB at load 6-8: 478-516 MB/s. Answers
   over 8 MiB used to be gathered 64 KiB at a time into a new buffer (1.85 ms a MB on
@@ -440,9 +455,9 @@ fetched byte on its event-loop thread; the leaders only `sendfile`.
   they land in one reused buffer (1.24 ms a MB, 0.41 user). With
   `replica.fetch.max.bytes` 8 MiB before that change: 3.40 ms a MB. More
   `num.replica.fetchers` adds connections on the same thread, not CPU: broker 4 was
-  idle 12-19% at most.
-- *The leaders' stalls.* Broker 1's loop was blocked 5% in `sendfile` reading pages
-  no longer cached and 4-7% in `unlink` (a moved-off replica's log deleted: the root
+  idle 12-19% of a move.
+- *The leaders' stalls.* Broker 1's loop was blocked 5-15% in `sendfile` reading pages
+  no longer cached and up to 7% in `unlink` (a moved-off replica's log deleted: the root
   file system is mounted with `discard`, so deleting a 1 GB file waits for the disk's
   discard, `submit_bio_wait`).
 
