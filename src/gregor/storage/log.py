@@ -837,10 +837,15 @@ class Log:
 
     def delete(self) -> None:
         """Remove the partition's directory (DeleteTopics)."""
+        self.close_for_removal()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def close_for_removal(self) -> None:
+        """Close the files of a log whose directory is about to go; no deferred write
+        (its leader epochs) puts one back."""
         self.leader_epoch_cache.forget()
         for segment in self.segments:
             segment.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def _control_batch(data: bytes | bytearray | memoryview, header: record_batch.BatchHeader, pos: int,
