@@ -459,7 +459,9 @@ fetched byte on its event-loop thread; the leaders only `sendfile`.
 - *The leaders' stalls.* Broker 1's loop was blocked 5-15% in `sendfile` reading pages
   no longer cached and up to 7% in `unlink` (a moved-off replica's log deleted: the root
   file system is mounted with `discard`, so deleting a 1 GB file waits for the disk's
-  discard, `submit_bio_wait`).
+  discard, `submit_bio_wait`). Since commit "A deleted log ... is renamed -delete at
+  once and removed on the broker's worker thread" that unlink is off the loop, as
+  Kafka's asyncDelete.
 
 So the 300 MB/s target holds when broker 4's thread gets 0.4-0.75 of a core for the
 whole move; what it got in a run, and whether it then idled (leaders), waited (other
