@@ -60,6 +60,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from bench.cluster_bench import Servers, bootstrap, latency  # noqa: E402
 from bench.cpu import cpu_seconds, kernel_seconds, machine_seconds  # noqa: E402
 from bench.page_cache import append_rate  # noqa: E402
+from bench.thread_states import ThreadStates  # noqa: E402
+from bench.thread_states import summary as thread_summary  # noqa: E402
 from bench.throttle_bench import UNLIMITED, fill, reassign, set_throttle  # noqa: E402
 from bench.vm_io import IoSampler, summary  # noqa: E402
 from gregor.broker.process import BrokerProcess  # noqa: E402
@@ -183,8 +185,10 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         machine = machine_seconds()[0]
         own = cpu_seconds([os.getpid()], descendants=False)
         io = IoSampler(work)
+        threads = ThreadStates({"broker 4": pids[3], "broker 1": pids[0]})
         copy = move(address, work, brokers, UNTHROTTLED)
         result["unthrottled"] = copy.wait()
+        result["threads"] = threads.stop()
         result["io"] = io.stop()
         seconds = result["unthrottled"]["seconds"] + result["unthrottled"]["command_s"]
         result["machine_cores"] = (machine_seconds()[0] - machine) / seconds
@@ -260,9 +264,10 @@ def machine(r: dict) -> str:
             f"{r['machine_cores']:.2f} of {os.cpu_count()} cores, of which "
             f"{r['machine_cores'] - r['bench_cores'] - sum(t for t, _ in r['broker_cores']):.2f}"
             f" other processes' and the kernel's (write-back, reclaim); "
-            f"{summary(r['io'], u['seconds'] + u['command_s'])}. A plain loop appends "
-            f"as many bytes to a new file in broker 4's directory right after at "
-            f"{r['append_mb_s']:.0f} MB/s.")
+            f"{summary(r['io'], u['seconds'] + u['command_s'])}; "
+            + "; ".join(thread_summary(name, window) for name, window in r["threads"].items())
+            + f". A plain loop appends as many bytes to a new file in broker 4's directory "
+            f"right after at {r['append_mb_s']:.0f} MB/s.")
 
 
 def plot(r: dict, path: Path) -> None:
@@ -401,6 +406,68 @@ dirty threshold), 12-22% in the replica fetcher's `write()` of its small Fetch r
 sockets), 10-12% reading the socket, 5-6% `validate_batch` (batch headers; no record
 is decoded), 5-8% idle in `select`; broker 1, a leader, 23-32% idle, 13-18% in
 `sendfile`.
+
+**What bounds it: broker 4's one event-loop thread** (probes of 2026-11-29 15:25-16:05
+UTC, each moving N MB of `moved` onto an empty broker 4 with nothing else running in
+the cluster, brokers niced beside the other sessions' work; the thread line above
+comes from `bench.thread_states`). Broker 4 receives, checks (CRC) and appends every
+fetched byte on its event-loop thread; the leaders only `sendfile`.
+
+- *The leaders wait, broker 4 works.* In every probe the leaders' loops were idle in
+  `epoll_wait` 67-95% of the move (44% in the bench at load 10.6, waiting for a CPU
+  36%), broker 4's on a CPU or waiting for one 81-100%.
+  Quiet 2 GB move, 6 partitions (15:34, load 3.0-4.2): 372 MB/s; broker 4 on a CPU
+  80%, in the run queue 7%, idle 12.5%, blocked 0%.
+- *Broker 4's CPU a MB* is 1.2-2.5 ms, so one whole core moves 400-800 MB/s. perf of
+  broker 4 (15:31): 51% `copy_folio_from_iter_atomic` (`write()` copying into new
+  page-cache pages), 7% `_copy_to_iter` (the socket receive), 4% CRC32C, ~10% Python.
+  The page-cache copy's price is the machine's and swings with its memory (broker 4's
+  kernel time 0.66-2.3 ms a MB in runs minutes apart; a plain loop appending 4 GB at
+  15:33 spent 2.2 ms a MB in the kernel, 455 MB/s on a whole core).
+- *On a busy machine it gets no whole core:* 10 GB at load 12.6 (15:36): 124 MB/s,
+  broker 4 on a CPU 19% and in the run queue 67% of the move; the bench at load 10.6
+  (15:44, `--no-docs`): 105 MB/s, on a CPU 17%, waiting for one 68%, idle 14%.
+- *The disk's writes did not hold it.* Dirty pages stayed at or under the background threshold
+  (`nr_dirty_background_threshold`, 2.2 GB here), below which the kernel never holds a
+  writer (it starts at (background + `vm.dirty_ratio` limit) / 2 = 3.3 GB). The plain
+  4 GB append at 15:33 held the dirty pages at 2.2 GB with the disk writing 386-453
+  MB/s behind it; one at 15:32 (load 6) went 218 MB/s, its thread runnable 85% of the
+  time: CPU, not disk.
+- *But fsyncs on the event loop did.* An fsync of even a small file waits for the
+  virtual disk's whole cache flush (`submit_bio_wait`, half a second with gigabytes
+  dirty). The roll of a segment fsynced the producer-state snapshot on the loop:
+  broker 4 was blocked 30% of a 2 GB move with 100 MB segments (15:59), and 0% in the
+  same probe once the snapshot is fsynced by the roll's background flush, as Kafka
+  does (commit "A roll's producer-state snapshot is fsynced by the old segment's
+  background flush").
+- *Quiet 10 GB* (`--no-docs`, 15:57, load 2.4-3.1, before that change): 230 MB/s
+  unthrottled; broker 4's thread on a CPU 41%, waiting for a CPU 27%, idle 18%,
+  blocked 12% (`submit_bio_wait` 9%); broker 1's on a CPU 23%, waiting 30%, idle 32%,
+  blocked 16% (`sendfile` reading pages no longer cached: 1,962 MB read from the disk
+  during the move); a plain append right after: 1,139 MB/s. Broker 4 used 0.42 cores
+  (1.8 ms a MB): 300 MB/s needs 0.55. The 9% it spent in those fsyncs, spent on a CPU,
+  gives about 0.5 (~280 MB/s); the rest is the quarter of the move it waited for a CPU
+  behind the three leaders (0.69 cores), the load generator (0.20) and write-back.
+- *Fewer, larger answers cost less.* 30 partitions (10 a leader, 10 MiB answers: Kafka's
+  default `replica.fetch.response.max.bytes`), 2 GB at load 6-8: 478-516 MB/s. Answers
+  over 8 MiB used to be gathered 64 KiB at a time into a new buffer (1.85 ms a MB on
+  broker 4, 0.96 of it user); since commit "Follower: fetch answers up to 64 MiB..."
+  they land in one reused buffer (1.24 ms a MB, 0.41 user). With
+  `replica.fetch.max.bytes` 8 MiB before that change: 3.40 ms a MB. More
+  `num.replica.fetchers` adds connections on the same thread, not CPU: broker 4 was
+  idle 12-19% of a move.
+- *The leaders' stalls.* Broker 1's loop was blocked 5-15% in `sendfile` reading pages
+  no longer cached and up to 7% in `unlink` (a moved-off replica's log deleted: the root
+  file system is mounted with `discard`, so deleting a 1 GB file waits for the disk's
+  discard, `submit_bio_wait`). Since commit "A deleted log ... is renamed -delete at
+  once and removed on the broker's worker thread" that unlink is off the loop, as
+  Kafka's asyncDelete.
+
+So the 300 MB/s target holds when broker 4's thread gets 0.4-0.75 of a core for the
+whole move; what it got in a run, and whether it then idled (leaders), waited (other
+processes) or was blocked (disk), is the thread line under the table. Going beyond one
+core needs the appends off the event loop (Kafka's replica fetcher threads each append
+on their own thread); gregor's fetchers share one.
 """
 
 

@@ -8,10 +8,12 @@ into the buffer it will live in: small requests arrive together in a staging buf
 request (a produce of a megabyte) is received straight into a buffer of its own, so
 it is copied by the kernel only. Those large buffers are reused from one request to
 the next: a fresh megabyte costs the kernel 256 page faults and zeroed pages, which
-measured more than the copies saved. A frame above :data:`_SPARE_MAX_BYTES` (no
-produce request of the default sizes comes near) is gathered from staging as it
-arrives instead, so that a client announcing 100 MB and sending nothing holds no
-more of the broker's memory than it sent.
+measured more than the copies saved. A frame above ``own_buffer_max`` (by default
+:data:`OWN_BUFFER_MAX_BYTES`, which no produce request of the default sizes comes near)
+is gathered from staging as it arrives instead, so that a client announcing 100 MB
+and sending nothing holds no more of the broker's memory than it sent. A broker's
+channel to its peers raises it: there the frames are answers to its own requests,
+sized by what it asked for.
 
 Reading runs ahead of the handlers by at most :data:`READ_AHEAD_BYTES` of complete
 frames; beyond that the transport stops reading and TCP flow control holds the
@@ -32,8 +34,9 @@ _STAGING_BYTES = 64 * 1024
 # A frame this large gets a buffer of its own instead of passing through staging.
 _OWN_BUFFER_BYTES = _STAGING_BYTES // 2
 _OWN_BUFFER_ROUNDING = 256 * 1024
-# A connection keeps one spare large buffer up to this size for its next large request.
-_SPARE_MAX_BYTES = 8 * 1024 * 1024
+# A frame up to this size is received into a buffer of its own, and a connection keeps
+# one spare such buffer for its next large frame.
+OWN_BUFFER_MAX_BYTES = 8 * 1024 * 1024
 READ_AHEAD_BYTES = 4 * 1024 * 1024
 
 
@@ -59,9 +62,11 @@ class FrameProtocol(asyncio.BufferedProtocol):
     """
 
     def __init__(self, min_frame: int, max_frame: int,
-                 on_connect: Callable[[FrameProtocol], None]) -> None:
+                 on_connect: Callable[[FrameProtocol], None],
+                 own_buffer_max: int = OWN_BUFFER_MAX_BYTES) -> None:
         self.min_frame = min_frame
         self.max_frame = max_frame
+        self.own_buffer_max = own_buffer_max
         self._on_connect = on_connect
         self.transport: asyncio.Transport | None = None
         self._staging = bytearray(_STAGING_BYTES)
@@ -70,7 +75,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._large: memoryview | None = None  # a large frame being received into its own buffer
         self._large_buffer = bytearray()
         self._large_filled = 0
-        self._huge: bytearray | None = None  # a frame above _SPARE_MAX_BYTES, as received
+        self._huge: bytearray | None = None  # a frame above own_buffer_max, as received
         self._huge_size = 0
         self._spare: bytearray | None = None
         self._lent: bytearray | None = None  # the buffer behind the frame last handed out
@@ -136,7 +141,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         """The next request frame; raises :class:`FrameSizeError` or :class:`ClientGone`
         once the frames received before the failure have been handed out."""
         if self._lent is not None:
-            if len(self._lent) <= _SPARE_MAX_BYTES and (
+            if len(self._lent) <= self.own_buffer_max and (
                     self._spare is None or len(self._spare) < len(self._lent)):
                 self._spare = self._lent
             self._lent = None
@@ -181,7 +186,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
             if received >= size:
                 self._push(bytes(memoryview(staging)[body : body + size]), None)
                 self._start = body + size
-            elif size > _SPARE_MAX_BYTES:
+            elif size > self.own_buffer_max:
                 self._huge = bytearray(memoryview(staging)[body : self._end])
                 self._huge_size = size
                 self._start = self._end = 0

@@ -46,9 +46,10 @@ class LogFlusher:
         self.on_storage_error: Callable[[Path, OSError], None] | None = None
 
     def segment_rolled(self, owner: Log, segment: LogSegment, next_offset: int) -> None:
-        """Fsync ``segment`` in the background, and the log's leader epochs (the recovery
-        point is about to pass them); the log hears back on the event loop."""
-        future = self._submit(functools.partial(_flush_rolled, owner, segment))
+        """Fsync ``segment`` in the background, then the producer-state snapshot taken as
+        it rolled and the log's leader epochs (the recovery point is about to pass them);
+        the log hears back on the event loop."""
+        future = self._submit(functools.partial(_flush_rolled, owner, segment, next_offset))
         future.add_done_callback(functools.partial(self._flushed, owner, segment, next_offset))
         future.add_done_callback(functools.partial(self._storage_error, segment))
 
@@ -139,8 +140,9 @@ class LogFlusher:
         owner.segment_flushed(segment, next_offset)
 
 
-def _flush_rolled(owner: Log, segment: LogSegment) -> None:
+def _flush_rolled(owner: Log, segment: LogSegment, next_offset: int) -> None:
     segment.flush()
+    owner.producer_state.fsync_snapshot(next_offset)  # taken as the segment rolled
     owner.leader_epoch_cache.sync()
 
 

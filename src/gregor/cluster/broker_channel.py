@@ -33,6 +33,12 @@ CLIENT_ID = "gregor-replica-fetcher"
 # (a fetch answer's first batch may exceed every limit the request set, as in Kafka).
 _MIN_ANSWER_BYTES = 4
 _MAX_ANSWER_BYTES = 2**31 - 1
+# Answers up to this size are received straight into a buffer reused from one to the
+# next. A follower's fetch answer is as large as it asked (replica.fetch.response.max.bytes,
+# 10 MiB by default: a leader with ten partitions to catch up fills it), above the 8 MiB a
+# client's connection allows; gathered 64 KiB at a time into a new buffer instead, a
+# 10 MiB answer cost the loop 0.37-0.45 ms of CPU a MB against 0.08 (loopback, 150 answers).
+_ANSWER_OWN_BUFFER_BYTES = 64 * 1024 * 1024
 
 
 # A correlation id -> the size-prefixed request frame.
@@ -89,7 +95,8 @@ class BrokerChannel:
         security = self._security
         context = None if security is None else security.ssl_context
         _, protocol = await asyncio.get_running_loop().create_connection(
-            lambda: FrameProtocol(_MIN_ANSWER_BYTES, _MAX_ANSWER_BYTES, _connected),
+            lambda: FrameProtocol(_MIN_ANSWER_BYTES, _MAX_ANSWER_BYTES, _connected,
+                                  _ANSWER_OWN_BUFFER_BYTES),
             *address, local_addr=self._local, ssl=context,
             server_hostname=address[0] if context is not None else None)
         self._protocol = protocol

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -418,7 +419,26 @@ class LogManager:
         if doomed is not None:
             self._placed[self.dir_of(doomed)] -= 1
             self._timed_flushes.discard(doomed)
-            doomed.delete()
+            if self.checkpoint_writer is None:
+                doomed.delete()
+            else:
+                self._delete_later(doomed)
+
+    def _delete_later(self, doomed: Log) -> None:
+        """Kafka's asyncDelete: the directory is renamed ``-delete`` at once (the
+        partition can be created here again, and a restart finishes the removal) and
+        removed on the broker's worker thread. Unlinking a segment of a gigabyte waits
+        for the disk (this machine's file system discards freed blocks as it goes: about
+        a second), and on the event loop every client of the broker waited with it."""
+        assert self.checkpoint_writer is not None
+        doomed.close_for_removal()
+        removed = doomed.directory.with_name(
+            marked_dir_name((doomed.topic, doomed.partition), DELETE_SUFFIX))
+        try:
+            doomed.directory.rename(removed)
+        except OSError:  # its directory failed: remove what can be, where it is
+            removed = doomed.directory
+        self.checkpoint_writer(functools.partial(shutil.rmtree, removed, ignore_errors=True))
 
     def checkpoint(self, high_watermarks: dict[TopicPartition, int]) -> None:
         """Persist recovery points, log start offsets and high watermarks of every log."""

@@ -10,6 +10,7 @@ where each producer's open transaction began, which no later header repeats.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import deque
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.record_batch import NO_PRODUCER_EPOCH, BatchHeader
-from gregor.storage.checkpoint_file import write_atomically
+from gregor.storage.checkpoint_file import fsync_file, write_atomically
 from gregor.storage.ongoing_transactions import OngoingTransactions
 
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -138,8 +139,10 @@ class ProducerStateManager:
     def _snapshot_path(self, offset: int) -> Path:
         return self.directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
 
-    def take_snapshot(self, offset: int, keep: int = 2) -> None:
-        """Persist the state as of ``offset`` (the log end offset) atomically."""
+    def take_snapshot(self, offset: int, keep: int = 2, durable: bool = True) -> None:
+        """Persist the state as of ``offset`` (the log end offset) atomically;
+        ``durable=False`` leaves its fsync to ``fsync_snapshot`` (a roll's background
+        flush, as Kafka's ``takeSnapshot(sync = false)``)."""
         payload: dict[str, dict] = {
             str(pid): {"epoch": entry.epoch,
                        "batches": [[b.first_seq, b.last_seq, b.first_offset, b.last_offset,
@@ -150,9 +153,16 @@ class ProducerStateManager:
         }
         for pid, first in self.transactions.first_offsets.items():
             payload[str(pid)]["txn_first_offset"] = first
-        write_atomically(self._snapshot_path(offset), json.dumps(payload))
+        write_atomically(self._snapshot_path(offset), json.dumps(payload), durable=durable)
         for old in self.snapshot_offsets()[:-keep]:
             self._snapshot_path(old).unlink(missing_ok=True)
+
+    def fsync_snapshot(self, offset: int) -> None:
+        """Put the snapshot taken at ``offset`` on disk, from any thread; one deleted
+        since (by later rolls or a truncation) needs nothing. Until then a machine crash
+        may lose it, and recovery starts from an older one, as when none was taken."""
+        with contextlib.suppress(FileNotFoundError):
+            fsync_file(self._snapshot_path(offset))
 
     def load_snapshot(self, log_end_offset: int) -> int:
         """Load the newest snapshot at or below ``log_end_offset``; return its offset (0 if none).
