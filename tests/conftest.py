@@ -21,7 +21,8 @@ SHARED_SPARK_CLUSTER = ("tests/spark/test_standalone_cluster.py",
                         "tests/spark/test_pipelines_on_cluster.py")
 """The modules that run applications on the standalone Spark cluster (tests/spark's
 session fixture ``cluster``, a master and two workers): one worker runs them all, so the
-cluster starts once. Every other Spark module starts a session of its own anyway."""
+cluster, and the application their tests share (``cluster_spark``), start once. Every
+other Spark module starts a session of its own anyway."""
 
 SPLIT_BY_TEST = ("tests/cluster/test_failover.py",
                  "tests/cluster/test_cluster_transactions.py",
@@ -38,9 +39,11 @@ ON_THEIR_OWN = (
     "tests/spark/test_sink_exactly_once.py::"
     "test_a_driver_killed_amid_its_commits_leaves_each_record_once",
 )
-"""Single tests that are units of their own, away from their module's: they use none of
-its module fixtures (this one runs Spark drivers of its own in subprocesses, 221 s of the
-module's 400 s at 10:30 UTC), so another worker can run them meanwhile."""
+"""Single tests that are units of their own, away from their module's, so another worker
+can run them meanwhile: this one runs a Spark driver of its own in a subprocess (two until
+29 Nov 2026, 221 s of the module's 400 s at 10:30 UTC); its module's session, which it
+restarts the killed query in, takes a second or so to build in a worker whose Spark JVM
+another module started."""
 
 SLOWEST_FIRST = (
     "tests/spark standalone cluster", "tests/cluster/test_shutdown.py",
