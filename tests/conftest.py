@@ -21,7 +21,8 @@ SHARED_SPARK_CLUSTER = ("tests/spark/test_standalone_cluster.py",
                         "tests/spark/test_pipelines_on_cluster.py")
 """The modules that run applications on the standalone Spark cluster (tests/spark's
 session fixture ``cluster``, a master and two workers): one worker runs them all, so the
-cluster starts once. Every other Spark module starts a session of its own anyway."""
+cluster, and the application their tests share (``cluster_spark``), start once. Every
+other Spark module starts a session of its own anyway."""
 
 SPLIT_BY_TEST = ("tests/cluster/test_failover.py",
                  "tests/cluster/test_cluster_transactions.py",
@@ -34,43 +35,37 @@ out the end of the run. test_pipeline_cli.py's tests each run ``gregor pipeline`
 on a broker of their own (no Spark in the worker): 259 s and 185 s of its 460 s in the
 suite at 10:30 UTC, in one unit the longest after the standalone cluster's."""
 
-ON_THEIR_OWN = (
-    "tests/spark/test_sink_exactly_once.py::"
-    "test_a_driver_killed_amid_its_commits_leaves_each_record_once",
-)
-"""Single tests that are units of their own, away from their module's: they use none of
-its module fixtures (this one runs Spark drivers of its own in subprocesses, 221 s of the
-module's 400 s at 10:30 UTC), so another worker can run them meanwhile."""
-
 SLOWEST_FIRST = (
     "tests/spark standalone cluster", "tests/cluster/test_shutdown.py",
-    "tests/spark/test_pipeline_cli.py::"
-    "test_ctrl_c_during_a_batch_export_is_one_line_and_a_rerun_completes",
-    "tests/spark/test_pipelines.py", ON_THEIR_OWN[0],
+    "tests/spark/test_sink_exactly_once.py",
     "tests/spark/test_pipeline_cli.py::"
     "test_ctrl_c_stops_the_pipeline_cleanly_and_a_restart_resumes",
-    "tests/spark/test_sink_exactly_once.py", "tests/cluster/test_run_cluster_script.py",
-    "tests/spark/test_connector.py", "tests/spark/test_kafka_options.py",
-    "tests/spark/test_data_loss.py", "tests/spark/test_confluent_framing.py",
-    "tests/spark/test_jvm_planning.py", "tests/spark/test_session.py", "tests/console",
+    "tests/spark/test_connector.py", "tests/spark/test_pipelines.py",
+    "tests/spark/test_pipeline_cli.py::"
+    "test_ctrl_c_during_a_batch_export_is_one_line_and_a_rerun_completes",
+    "tests/spark/test_kafka_options.py", "tests/cluster/test_run_cluster_script.py",
+    "tests/console", "tests/spark/test_session.py", "tests/spark/test_confluent_framing.py",
+    "tests/spark/test_jvm_partition_reader.py", "tests/spark/test_source_exactness.py",
+    "tests/spark/test_data_loss.py", "tests/spark/test_jvm_planning.py",
 )
-"""The units of work that take longest, longest first (the full suite at 02:30 UTC on
-29 Nov 2026, 2 workers: the Spark units alone came to 56% of the workers' time; the
-cluster modules from tests/cluster alone at 06:00 UTC; the single tests by their
-durations in the suite at 10:30 UTC: 259, 221 and 185 s). Handed out before all others, so
-that no long unit starts last while the other workers sit idle; a cluster module second,
-so that the first units do not all start Spark's JVM at once. The rest go by their
-number of tests, as pytest-xdist orders them (``SPLIT_BY_TEST``'s single tests last). A
-unit missing here, or a stale order, only costs balance, never a test."""
+"""The units of work that take longest, longest first (by the sums of their tests'
+durations in the full suite at 16:00 UTC on 29 Nov 2026, load 3-17: the standalone
+cluster's 755 s, test_sink_exactly_once.py 415 with its driver-killed test, which ran
+apart then, test_connector.py 404, test_pipeline_cli.py's Ctrl-C test 325,
+test_pipelines.py 303, the rest 50-135 s; the workers' totals 1,435-1,443 s). Handed out
+before all others, so that no long unit starts last while the other workers sit idle; a
+cluster module second, so that the first units do not all start Spark's JVM at once. The
+rest go by their number of tests, as pytest-xdist orders them (``SPLIT_BY_TEST``'s single
+tests last). A unit missing here, or a stale order, only costs balance, never a test."""
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """With pytest-xdist (scripts/test.sh runs three workers) a worker is handed whole
-    modules, so that module fixtures start once (but each test of ``SPLIT_BY_TEST``, and
-    each of ``ON_THEIR_OWN``, on its own); the whole of each directory in
-    ``SHARED_BY_DIRECTORY`` and the modules of ``SHARED_SPARK_CLUSTER``, whose session
-    fixtures are too heavy to start in every worker, go to one worker each. The units in
+    modules, so that module fixtures start once (but each test of ``SPLIT_BY_TEST`` on
+    its own); the whole of each directory in ``SHARED_BY_DIRECTORY`` and the modules of
+    ``SHARED_SPARK_CLUSTER``, whose session fixtures are too heavy to start in every
+    worker, go to one worker each. The units in
     ``SLOWEST_FIRST`` are handed out first, in that order (longest first balances the
     workers' totals); then modules with the most tests."""
     from xdist.scheduler import LoadScopeScheduling
@@ -81,7 +76,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             parts = module.split("/")
             if module in SHARED_SPARK_CLUSTER:
                 return SLOWEST_FIRST[0]
-            if module in SPLIT_BY_TEST or nodeid in ON_THEIR_OWN:
+            if module in SPLIT_BY_TEST:
                 return nodeid
             if len(parts) > 2 and parts[1] in SHARED_BY_DIRECTORY:
                 return "/".join(parts[:2])

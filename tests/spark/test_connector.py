@@ -7,8 +7,6 @@ computed in plain Python from the producer's delivery reports.
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 import time
 import uuid
 import warnings
@@ -182,35 +180,6 @@ def test_format_gregor_reads_through_the_jvm_source(spark: SparkSession, broker:
     assert query.awaitTermination(120)
     description = query.lastProgress["sources"][0]["description"]
     assert description == f"GregorMicroBatchStream[subscribe=[{topic}]]"
-
-
-def test_without_the_jar_format_gregor_is_the_python_source(broker: Any) -> None:
-    """A set-up without a JDK builds no jar: ``register`` then gives ``gregor`` to the
-    Python source (in a process of its own, since a JVM keeps the classpath it started
-    with), and says so once as a warning naming the way to the fast path, however many
-    times it is called."""
-    topic = new_topic(broker.bootstrap, partitions=2)
-    produce(broker.bootstrap, topic, 10, partitions=2)
-    script = (
-        "import sys\n"
-        "from pathlib import Path\n"
-        "from gregor.spark import session\n"
-        "session.JAR = Path('/nonexistent/gregor-spark.jar')\n"
-        "spark = session.build_session('gregor-without-jar', 'local[1]')\n"
-        "import gregor.spark\n"
-        "gregor.spark.register(spark)\n"
-        "df = (spark.read.format('gregor').option('kafka.bootstrap.servers', sys.argv[1])\n"
-        "      .option('subscribe', sys.argv[2]).load())\n"
-        "print('records:', df.count())\n"
-        "print(df._jdf.queryExecution().executedPlan().toString())\n"
-    )
-    run = subprocess.run([sys.executable, "-c", script, broker.bootstrap, topic],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
-    assert "records: 10\n" in run.stdout
-    assert "BatchScan gregor[" in run.stdout and "(Python)" in run.stdout
-    assert run.stderr.count("PythonSourceWarning") == 1, run.stderr
-    assert "spark.jars" in run.stderr and "build_session" in run.stderr
 
 
 def test_a_query_checkpointed_by_one_path_resumes_on_the_other(

@@ -9,8 +9,6 @@ the cluster too, and a retail run here takes a minute and more of the suite's ti
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from pyspark.sql import SparkSession
 from test_pipelines import (  # the same tests and fixtures, collected here again
@@ -22,9 +20,6 @@ from test_pipelines import (  # the same tests and fixtures, collected here agai
     test_warehouse_stream_replayed_batch_adds_nothing,
 )
 
-from gregor.spark.session import build_session
-from gregor.spark.standalone import SHARED_APP_CONF, StandaloneCluster
-
 pytestmark = pytest.mark.spark_cluster
 __all__ = ["retail_input", "test_activity_matches_plain_python",
            "test_monitoring_flags_windows_short_of_what_producers_sent",
@@ -33,9 +28,8 @@ __all__ = ["retail_input", "test_activity_matches_plain_python",
            "test_warehouse_stream_replayed_batch_adds_nothing"]
 
 
-@pytest.fixture(scope="module")
-def spark(cluster: StandaloneCluster) -> Iterator[SparkSession]:
-    """This module's session is an application of the cluster."""
-    session = build_session("gregor-pipeline-cluster-tests", cluster.url, **SHARED_APP_CONF)
-    yield session
-    session.stop()
+@pytest.fixture
+def spark(cluster_spark: SparkSession) -> SparkSession:
+    """This module's session is the cluster's application that test_standalone_cluster's
+    tests use too (tests/spark/conftest.py), started once for both."""
+    return cluster_spark

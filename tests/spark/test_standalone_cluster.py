@@ -17,7 +17,6 @@ import tarfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
@@ -31,25 +30,11 @@ from gregor.broker.process import BrokerProcess
 from gregor.cli import main
 from gregor.pipelines.generators import activity_events, publish
 from gregor.spark import JAR
-from gregor.spark.session import build_session
 from gregor.spark.standalone import SHARED_APP_CONF, SPARK_HOME, StandaloneCluster
 
 pytestmark = pytest.mark.spark_cluster
 
 START_TIMEOUT_S = 120.0
-
-
-@pytest.fixture(scope="module")
-def cluster_spark(cluster: StandaloneCluster) -> Iterator[SparkSession]:
-    """An application with its two executors registered: jobs may start on the first, and
-    the tests look at where executors run."""
-    session = build_session("gregor-cluster-tests", cluster.url, **SHARED_APP_CONF)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while executors(session) < 2:
-        assert time.monotonic() < deadline, "the cluster never started two executors"
-        time.sleep(0.2)
-    yield session
-    session.stop()
 
 
 def executors(spark: SparkSession) -> int:
