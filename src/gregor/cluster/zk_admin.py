@@ -37,7 +37,8 @@ from gregor.storage.log_manager import TopicPartition
 
 log = logging.getLogger(__name__)
 
-# Partitions whose replicas a topic's creation line shows.
+# Partitions whose replicas a topic's creation line shows: listing all 10,000 of a big
+# topic made a line of 200 KB.
 _SHOWN_ASSIGNMENTS = 12
 
 PRODUCER_ID_BLOCK_SIZE = 1000
@@ -94,11 +95,10 @@ class ZkClusterAdmin:
                 raise ControllerError(ErrorCode.topic_already_exists,
                                       f"topic {name!r} already exists") from None
             raise ControllerError(ErrorCode.unknown_server_error, str(exc)) from None
-        # The first assignments only: a topic of 10,000 partitions made a line of 200 KB.
-        shown = _SHOWN_ASSIGNMENTS
+        hidden = len(new.replicas) - _SHOWN_ASSIGNMENTS
         log.info("created topic %s with %d partition(s), replicas %s%s", name,
-                 len(new.replicas), list(new.replicas[:shown]),
-                 f" and {len(new.replicas) - shown} more" if len(new.replicas) > shown else "")
+                 len(new.replicas), list(new.replicas[:_SHOWN_ASSIGNMENTS]),
+                 f" and {hidden} more" if hidden > 0 else "")
         return await self._wait_for_leaders(name) or topic
 
     async def _wait_for_leaders(self, name: str) -> TopicMetadata | None:

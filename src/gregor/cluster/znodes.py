@@ -224,7 +224,7 @@ def _partition_state_fields(state: PartitionState) -> dict[str, Any]:
 
 def encode_partition_state(state: PartitionState) -> bytes:
     """Kafka's partition state JSON, formatted directly: its fields are integers, and
-    ``json.dumps`` of each of 10,000 states was a third of a controller's time moving
+    ``json.dumps`` of each of 10,000 states was an eighth of a controller's time moving
     them (the bytes are the same; ``tests/test_znodes.py`` holds the two together)."""
     isr = ",".join(map(str, state.isr))
     return (f'{{"controller_epoch":{state.controller_epoch},"leader":{state.leader},'
