@@ -24,3 +24,19 @@ def test_a_partition_state_is_kafkas_json(state: PartitionState) -> None:
          "leader_epoch": state.leader_epoch, "isr": list(state.isr)},
         separators=(",", ":")).encode()
     assert znodes.decode_partition_state(encoded, state.replicas, state.partition_epoch) == state
+
+
+@pytest.mark.parametrize("state", [
+    PartitionState(leader=2, leader_epoch=4, isr=(2, 3), replicas=(1, 2, 3), partition_epoch=7,
+                   controller_epoch=3),
+    PartitionState(leader=NO_LEADER, leader_epoch=1, isr=(1,), replicas=(1, 2),
+                   partition_epoch=2),
+])
+def test_a_change_node_carries_the_same_state_fields(state: PartitionState) -> None:
+    """The change node embeds a state's fields as a dict, the state znode formats them
+    by hand: both must read back as the same state."""
+    node = znodes.encode_state_changes([znodes.StateChange("t", "id", 5, state)])
+    (decoded,) = znodes.decode_state_changes(node, lambda topic, index: state.replicas)
+    assert decoded == znodes.StateChange("t", "id", 5, state)
+    embedded = json.loads(node)["partitions"][0]["state"]
+    assert embedded == json.loads(znodes.encode_partition_state(state))
