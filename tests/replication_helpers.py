@@ -12,7 +12,7 @@ from pathlib import Path
 
 from storage_helpers import topic_config
 
-from gregor.cluster.partition import Partition
+from gregor.cluster.partition import NEVER, Partition
 from gregor.cluster.partition_state import PartitionState
 from gregor.cluster.replica_fetcher import truncate_on_divergence
 from gregor.storage.log import Log
@@ -41,12 +41,15 @@ def state(leader: int, epoch: int, isr: tuple[int, ...], replicas: tuple[int, ..
 
 def open_replica(tmp_path: Path, broker_id: int, current: PartitionState, clock: FakeClock,
                  high_watermark: int = 0, isr_eligible: Callable[[int], bool] = lambda b: True,
+                 session_fetch_s: Callable[[int], float] = lambda b: NEVER,
                  **config: object) -> Partition:
     """Broker ``broker_id``'s replica of t-0 (its log reopened if it exists); ``isr_eligible``
-    says which brokers are registered and not shutting down."""
+    says which brokers are registered and not shutting down, ``session_fetch_s`` when each
+    last fetched in a fetch session holding the partition."""
     log = Log(tmp_path / f"b{broker_id}" / "t-0", "t", 0, topic_config(**config))
     return Partition("t", 0, log, broker_id, current, high_watermark, clock=clock,
-                     replica_lag_time_max_s=LAG_S, isr_eligible=isr_eligible)
+                     replica_lag_time_max_s=LAG_S, isr_eligible=isr_eligible,
+                     session_fetch_s=session_fetch_s)
 
 
 def fetch(leader: Partition, follower: Partition, max_bytes: int = 1 << 20) -> bool:

@@ -27,7 +27,7 @@ from storage_helpers import batch
 from gregor.broker.broker import Broker
 from gregor.cluster.broker_channel import BrokerChannel
 from gregor.cluster.metadata_image import TopicMetadata
-from gregor.cluster.partition import Partition
+from gregor.cluster.partition import FollowerState, Partition
 from gregor.cluster.replica_manager import ReplicaManager
 from gregor.config import BrokerConfig
 from gregor.protocol.api_keys import ApiKey
@@ -149,6 +149,36 @@ def test_a_refused_follower_of_a_quiet_partition_is_heard_once_the_leader_knows(
                 broker.replica_manager.apply_partition_state(topic, 0,
                                                              state(1, 2, (1, 2), (1, 2), 2))
                 await until(lambda: leader.followers[2].log_end_offset == 0)
+            finally:
+                await follower.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_follower_the_leader_lost_track_of_is_heard_again_on_a_quiet_partition(
+        tmp_path: Path) -> None:
+    """The leader's record of a follower outside the ISR can be missing while the
+    follower's session holds the partition (it named it before this broker led it, or
+    its fetches came slower than the session counts as fresh), and a quiet partition is
+    never named again. The periodic ISR check must have the session read it again, so
+    the leader learns it is caught up (seen at 10,000 partitions: after a controller
+    failover a broker stayed out of 241 ISRs for minutes, each until new data came)."""
+    async def scenario() -> None:
+        async with leading_broker(tmp_path) as (broker, topic):
+            broker.replica_manager.apply_partition_state(topic, 0, state(1, 2, (1,), (1, 2), 2))
+            leader = broker.replica_manager.get("t", 0)
+            assert leader is not None
+            leader.append_as_leader(batch(3), 1)
+            follower = follower_manager(tmp_path, broker)
+            follower.apply_partition_state(topic, 0, state(1, 2, (1,), (1, 2), 2))
+            try:
+                await until(lambda: leader.followers[2].log_end_offset == 3)
+                leader.followers[2] = FollowerState()  # what a new leadership knows
+                await asyncio.sleep(1.0)  # the follower's session goes on, t-0 quiet
+                assert leader.followers[2].log_end_offset == -1
+                broker.replica_manager.shrink_isrs()
+                async with asyncio.timeout(10):
+                    await until(lambda: leader.followers[2].log_end_offset == 3)
             finally:
                 await follower.stop()
 

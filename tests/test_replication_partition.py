@@ -10,7 +10,7 @@ import pytest
 from replication_helpers import LAG_S, FakeClock, catch_up, fetch, open_replica, state
 from storage_helpers import batch
 
-from gregor.cluster.partition import StateChange
+from gregor.cluster.partition import NEVER, StateChange
 from gregor.protocol.errors import ErrorCode
 from gregor.storage.log import LogAppendError
 
@@ -150,6 +150,32 @@ def test_a_follower_at_the_log_end_is_in_sync_without_fetching(tmp_path: Path) -
     clock.advance(5 * LAG_S)
     assert leader.out_of_sync_replicas() == []
     leader.append_as_leader(batch(1), 1)
+    assert leader.out_of_sync_replicas() == [2]
+
+
+def test_a_follower_fetching_in_a_session_stays_in_sync_through_a_quiet_spell(
+        tmp_path: Path) -> None:
+    """A follower in a fetch session names a quiet partition in none of its fetches, yet
+    each counts it (KIP-227; Kafka's leader counts every partition of the session at
+    each fetch). The first write after a quiet spell longer than the lag time must not
+    find it 'behind' (seen at 10,000 partitions: ISRs shrank below min.insync.replicas
+    and acks=all was refused until the followers fetched the write); once it stops
+    fetching, the lag time runs from its last fetch."""
+    clock = FakeClock()
+    session_fetch = {2: NEVER}
+    leader = open_replica(tmp_path, 1, state(1, 1, (1, 2), (1, 2)), clock,
+                          session_fetch_s=session_fetch.__getitem__)
+    f2 = open_replica(tmp_path, 2, state(1, 1, (1, 2), (1, 2)), clock)
+    leader.append_as_leader(batch(2), 1)
+    fetch(leader, f2)
+    fetch(leader, f2)
+    clock.advance(5 * LAG_S)
+    session_fetch[2] = clock.now - 0.1  # its session's latest fetch, not naming t-0
+    leader.append_as_leader(batch(1), 1)
+    assert leader.out_of_sync_replicas() == []
+    clock.advance(LAG_S - 0.2)
+    assert leader.out_of_sync_replicas() == []
+    clock.advance(0.2)  # the lag time since its last fetch, which it stopped making
     assert leader.out_of_sync_replicas() == [2]
 
 

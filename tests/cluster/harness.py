@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -133,12 +133,14 @@ class Cluster:
             time.sleep(0.1)
 
     def wait_everywhere(self, check: Callable[[Any], bool], what: str,
-                        topics: list[str] | None = None, timeout: float = WAIT_S) -> None:
+                        topics: list[str] | None = None, timeout: float = WAIT_S,
+                        skip: Collection[int | None] = ()) -> None:
         """Wait until ``check`` holds for the metadata of every running broker, each asked
         on its own (kio's MetadataResponse): brokers learn of changes one by one, so an
-        answer from one says nothing of the next. Paused brokers are not asked."""
+        answer from one says nothing of the next. Paused brokers are not asked, nor
+        those in ``skip`` (one cut off, whose word is stale by design)."""
         deadline = time.monotonic() + timeout
-        pending = dict(self.brokers)
+        pending = {i: b for i, b in self.brokers.items() if i not in skip}
         while True:
             for broker_id, broker in list(pending.items()):
                 if broker.pid is None or _paused(broker.pid):
@@ -160,15 +162,16 @@ class Cluster:
             time.sleep(0.1)
 
     def create_topic(self, name: str, partitions: int = 1, replication: int = 3,
-                     **configs: str) -> None:
+                     timeout: float = WAIT_S, **configs: str) -> None:
         admin = self.admin()  # kept alive until the answer: its futures need it
         admin.create_topics([NewTopic(name, partitions, replication, config=configs)])[
-            name].result(timeout=30)
+            name].result(timeout=timeout)
         self.wait_everywhere(
             lambda m: any(t.name == name and t.error_code == 0 and len(t.partitions) == partitions
                           and all(p.leader_id > 0 and len(p.isr_nodes) == replication
                                   for p in t.partitions) for t in m.topics),
-            f"{name} to be led and fully in sync in every broker's metadata", topics=[name])
+            f"{name} to be led and fully in sync in every broker's metadata", topics=[name],
+            timeout=timeout)
 
     def registered(self) -> set[int]:
         """The brokers registered in ZooKeeper (``/brokers/ids``): the cluster's own

@@ -147,11 +147,20 @@ class FetchSessionCache:
                 session.marked[tp] = None
                 session.wakeup.set()
 
-    def fetching(self, tp: TopicPartition, replica_id: int, since: float) -> bool:
-        """Whether ``replica_id`` fetches ``tp`` in a session it used at or after
-        ``since``: then the leader's record of its position is current, named or not."""
-        return any(session.replica_id == replica_id and session.last_used >= since
-                   for session in self._holding.get(tp, ()))
+    def last_fetch(self, tp: TopicPartition, replica_id: int) -> float:
+        """When ``replica_id`` last fetched in a session holding ``tp`` (-inf if none):
+        that fetch counted ``tp`` at its cached offset, named or not (KIP-227)."""
+        return max((session.last_used for session in self._holding.get(tp, ())
+                    if session.replica_id == replica_id), default=float("-inf"))
+
+    def position(self, tp: TopicPartition, replica_id: int, since: float) -> Any:
+        """What ``replica_id`` last asked of ``tp`` in a session it used at or after
+        ``since`` (its FetchPartition), or None: a fetcher names a partition only when
+        its position changes, so this is where it is now."""
+        for session in self._holding.get(tp, ()):
+            if session.replica_id == replica_id and session.last_used >= since:
+                return session.partitions[tp].wanted
+        return None
 
     def __len__(self) -> int:
         return len(self.sessions)

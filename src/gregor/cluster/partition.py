@@ -72,7 +72,8 @@ class Partition:
                  state: PartitionState, high_watermark: int = 0, *,
                  clock: Callable[[], float] = time.monotonic,
                  replica_lag_time_max_s: float = DEFAULT_REPLICA_LAG_TIME_MAX_S,
-                 isr_eligible: Callable[[int], bool] = lambda broker_id: True) -> None:
+                 isr_eligible: Callable[[int], bool] = lambda broker_id: True,
+                 session_fetch_s: Callable[[int], float] = lambda broker_id: NEVER) -> None:
         self.topic = topic
         self.index = index
         self.log = log
@@ -85,6 +86,10 @@ class Partition:
         # stops; counted as eligible, its leaders would put it back in every ISR the
         # controller just took it out of, and its shutdown would wait on them forever.
         self.isr_eligible = isr_eligible
+        # When a follower last fetched in a session holding this partition: such a fetch
+        # counts the partition at its cached offset without naming it (KIP-227), as
+        # Kafka's leader counts every partition of the session at each fetch.
+        self.session_fetch_s = session_fetch_s
         self.followers: dict[int, FollowerState] = {}
         # A checkpointed high watermark can never exceed what survived on disk.
         self.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
@@ -231,9 +236,23 @@ class Partition:
             raise LogAppendError(ErrorCode.not_enough_replicas,
                                  f"ISR {list(self.isr)} is smaller than min.insync.replicas "
                                  f"{self.effective_min_isr}")
+        self._count_quiet_followers_caught_up()
         result = self.log.append_as_leader(records, self.leader_epoch, origin=origin)
         self.maybe_increment_high_watermark()
         return result
+
+    def _count_quiet_followers_caught_up(self) -> None:
+        """Before an append moves the log end: a follower at the end was caught up at
+        each of its fetches since it got there, named or not. A follower in a session
+        names a quiet partition only when its own position changes, so without this the
+        first write after more than replica.lag.time.max.ms of quiet found every
+        follower 'behind' and shrank the ISR, refusing acks=all below
+        min.insync.replicas, until they fetched it (seen at 10,000 partitions)."""
+        end = self.log.log_end_offset
+        for replica, follower in self.followers.items():
+            if follower.log_end_offset == end:
+                follower.last_caught_up_s = max(follower.last_caught_up_s,
+                                                self.session_fetch_s(replica))
 
     def maybe_increment_high_watermark(self) -> bool:
         """Advance the HW as far as every replica that counts has; True if it moved."""

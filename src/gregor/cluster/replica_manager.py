@@ -28,6 +28,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from gregor.cluster.replication_quota import ReplicationQuota, throttles
 from gregor.config import BrokerConfig, TopicConfig
 from gregor.protocol.errors import ErrorCode
 from gregor.security.inter_broker import ChannelSecurity
+from gregor.storage.log import OffsetOutOfRange
 from gregor.storage.log_manager import LogManager, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -124,7 +126,8 @@ class ReplicaManager:
         partition = Partition(topic.name, index, log_, self.broker_id, state,
                               high_watermark=self.log_manager.high_watermarks.get(tp, 0),
                               clock=self.clock, replica_lag_time_max_s=self._lag_max_s,
-                              isr_eligible=self._isr_eligible)
+                              isr_eligible=self._isr_eligible,
+                              session_fetch_s=partial(self.fetch_sessions.last_fetch, tp))
         self._set_throttles(partition, self.topic_config(topic))
         self.partitions[tp] = partition
         return partition
@@ -373,10 +376,25 @@ class ReplicaManager:
         # position is then current (else a follower cut off would be let back in on the
         # strength of a position it reached before).
         since = self.clock() - self._session_freshness_s
-        for replica in partition.followers:
-            if (replica not in partition.isr
-                    and self.fetch_sessions.fetching(tp, replica, since)
-                    and self._propose_expansion(partition, replica)):
+        for replica, follower in partition.followers.items():
+            if replica in partition.isr:
+                continue
+            wanted = self.fetch_sessions.position(tp, replica, since)
+            if wanted is None:
+                continue
+            if follower.log_end_offset != wanted.fetch_offset and _counts(partition, wanted):
+                # What this leader recorded of it is stale or missing (it named the
+                # partition before this broker led it, or before its position was
+                # reset): its session's fetches count the partition where the session
+                # holds it, as a fetch naming it would (which records the fetch and
+                # proposes admitting the follower). A quiet partition is never named
+                # again, so without this it waited for new data.
+                self.record_follower_fetch(partition, replica, wanted.fetch_offset,
+                                           getattr(wanted, "log_start_offset", -1),
+                                           partition.log_end_offset)
+                if partition.pending_isr is not None:
+                    return
+            elif self._propose_expansion(partition, replica):
                 return
 
     def brokers_changed(self) -> None:
@@ -490,3 +508,17 @@ class ReplicaManager:
                     waiters.discard(event)
                     if not waiters:
                         del self._waiters[tp]
+
+
+def _counts(partition: Partition, wanted: Any) -> bool:
+    """Whether a fetch as a session holds it counts as the follower's position (as
+    broker.fetch reads one): made for this leadership, from a log that does not part
+    from this leader's."""
+    if getattr(wanted, "current_leader_epoch", -1) != partition.leader_epoch:
+        return False
+    last_fetched_epoch = getattr(wanted, "last_fetched_epoch", -1)
+    try:
+        return (last_fetched_epoch < 0
+                or partition.diverging_epoch(last_fetched_epoch, wanted.fetch_offset) is None)
+    except OffsetOutOfRange:
+        return False
