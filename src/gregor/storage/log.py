@@ -37,6 +37,7 @@ from gregor.storage.producer_state import (
     in_sequence,
 )
 from gregor.storage.segment import (
+    CLEANED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     SWAP_SUFFIX,
@@ -165,14 +166,18 @@ class Log:
                           max_index_size=self.config["segment.index.bytes"], suffix=suffix)
 
     def _load_segments(self, recover: bool, log_start_offset: int) -> None:
-        for leftover in self.directory.glob("*.cleaned"):
-            leftover.unlink()
-        for leftover in self.directory.glob("*.tmp"):
-            leftover.unlink()
-        self._complete_swaps()
-        self._delete_orphan_indexes()
-        stems = (p.name[: -len(LOG_SUFFIX)] for p in self.directory.glob("*" + LOG_SUFFIX))
-        bases = sorted(int(stem) for stem in stems if stem.isdigit())
+        # One listing of the directory serves every check below: a broker restarting
+        # with 10,000 logs spent a quarter of its load in nine globs a log.
+        names = os.listdir(self.directory)
+        for name in names:
+            if name.endswith((CLEANED_SUFFIX, ".tmp")):
+                (self.directory / name).unlink()
+        if any(name.endswith(SWAP_SUFFIX) for name in names):
+            self._complete_swaps()
+            names = os.listdir(self.directory)
+        self._delete_orphan_indexes(names)
+        bases = sorted(int(name[: -len(LOG_SUFFIX)]) for name in names
+                       if name.endswith(LOG_SUFFIX) and name[: -len(LOG_SUFFIX)].isdigit())
         for base in bases:
             segment = self._new_segment(base)
             # Segments below the recovery point were fsynced before a clean point was
@@ -223,12 +228,14 @@ class Log:
         except InvalidRecordBatch as exc:
             log.warning("%s: leader epochs read up to a bad batch header: %s", self.name, exc)
 
-    def _delete_orphan_indexes(self) -> None:
-        """Remove index files whose log is gone (a crash while deleting a segment)."""
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-            for index in self.directory.glob("*" + suffix):
-                if not index.with_name(index.name[: -len(suffix)] + LOG_SUFFIX).exists():
-                    index.unlink()
+    def _delete_orphan_indexes(self, names: list[str]) -> None:
+        """Remove index files whose log is gone (a crash while deleting a segment);
+        ``names`` lists the directory."""
+        logs = {name for name in names if name.endswith(LOG_SUFFIX)}
+        for name in names:
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+                if name.endswith(suffix) and name[: -len(suffix)] + LOG_SUFFIX not in logs:
+                    (self.directory / name).unlink()
 
     def _complete_swaps(self) -> None:
         """Finish a compaction swap interrupted by a crash.

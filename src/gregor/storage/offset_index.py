@@ -44,7 +44,7 @@ class OffsetIndex(IndexFile):
 
     def reset(self) -> None:
         self._relative, self._positions = array("i"), array("i")
-        self._rewrite(b"")
+        self._clear()
 
     def __len__(self) -> int:
         return len(self._relative)

@@ -40,7 +40,7 @@ class TimeIndex(IndexFile):
 
     def reset(self) -> None:
         self._timestamps, self._relative = array("q"), array("i")
-        self._rewrite(b"")
+        self._clear()
 
     def __len__(self) -> int:
         return len(self._timestamps)
