@@ -50,6 +50,7 @@ from bench import tls_costs  # noqa: E402
 from bench.cpu import cpu_seconds  # noqa: E402
 from bench.saturate import BROKER_CPU, Job, Load, filled, pin  # noqa: E402
 from bench.sections import write_section  # noqa: E402
+from bench.thread_states import ThreadStates  # noqa: E402
 from gregor.broker.process import BrokerProcess  # noqa: E402
 from gregor.client.connection import (  # noqa: E402
     BrokerConnection,
@@ -71,16 +72,21 @@ PARTITIONS = 8  # two for each of the four workers of a load group
 FILL_REQUESTS = 40  # per worker: 5,120 records (5 MiB) in each partition read
 AUTHENTICATIONS = 100
 QUOTA_KEYS = {"produce": "producer_byte_rate", "consume": "consumer_byte_rate"}
-# What produce writes is kept only a little while (gigabytes a run otherwise), in segments
-# big enough to roll about once a second: with 1 MiB ones, rolled ~70 times a second, the
-# PLAINTEXT reference was bound by the rolls (its event loop asleep 53% and in disk waits
-# 16% of a window, against 0% and 9% with 64 MiB ones, same run at load 12), not by
-# produce, and SASL_SSL, slower, rolled less: the ratio said little.
-KEEP_LITTLE = {"segment.bytes": str(64 << 20), "retention.bytes": str(128 << 20)}
+# Each produce window writes a topic of its own, deleted as the window ends, with
+# segments larger than a window writes to a partition: nothing rolls, so nothing is
+# fsynced (a roll fsyncs the segment it closes), and the files go (their dirty pages
+# dropped unwritten) long before the kernel's 30 s dirty expiry or its background
+# threshold would write them back. The disk then takes no part in the figure, which is
+# the broker's CPU alone: a topic kept for the whole run (64 MiB segments, 128 MiB
+# retained) rolled and fsynced 165 MB/s of segments during the PLAINTEXT windows,
+# whose event loop was runnable only 52-92% of a window with the load at a third of
+# its core (2026-11-29 17:05).
+PRODUCED_CONFIG = {"segment.bytes": str(1 << 30)}
 # A reference is the broker's figure if its event loop was runnable nearly all the window
 # long, the broker had its core (runnable but waiting for a core the machine's other work
 # took, it would be the machine's figure) and the load's core had room to spare.
 BOUND_BUSY = 0.9
+PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 1e6
 BROKER_FLOOR = 0.85  # of the broker's one core
 LOAD_CEILING = 0.9  # of the load's one core
 
@@ -236,6 +242,19 @@ class Window:
     broker_busy: float  # share of the window the broker's event loop was runnable
     broker_cores: float
     client_cores: float
+    # Where the loop was when not runnable (bench.thread_states: shares of the window's
+    # samples), and the machine's dirty and under-writeback page cache at its end (MB):
+    # a loop held by the disk shows here, not in its CPU.
+    loop_idle: float
+    loop_blocked: float
+    blocked_in: str
+    dirty_mb: float
+    writeback_mb: float
+
+
+def _vmstat() -> dict[str, int]:
+    with open("/proc/vmstat") as stats:
+        return {key: int(value) for key, value in (line.split() for line in stats)}
 
 
 def saturated(load: Load, broker: BrokerProcess, job: Job, seconds: float,
@@ -244,14 +263,22 @@ def saturated(load: Load, broker: BrokerProcess, job: Job, seconds: float,
     assert broker.pid is not None
     with load.running(job):
         time.sleep(1.0)
+        states = ThreadStates({"broker": broker.pid})
         start, start_cpu = load.sample(broker.pid), cpu_seconds([broker.pid])
         time.sleep(seconds)
         end, end_cpu = load.sample(broker.pid), cpu_seconds([broker.pid])
+        where = states.stop()["broker"]["states"]
     wall = end.at - start.at
     assert end.records > start.records, f"no record {job.kind}d on {listener}"
+    blocked = {state.split(":", 1)[1]: share for state, share in where.items()
+               if state.startswith("blocked:")}
+    vmstat = _vmstat()
     return Window(listener, job.kind, (end.records - start.records) / wall,
                   (end.broker_runnable - start.broker_runnable) / wall,
-                  (end_cpu - start_cpu) / wall, (end.client_cpu - start.client_cpu) / wall)
+                  (end_cpu - start_cpu) / wall, (end.client_cpu - start.client_cpu) / wall,
+                  where.get("idle", 0.0), sum(blocked.values()),
+                  max(blocked, key=lambda w: blocked[w]) if blocked else "",
+                  vmstat["nr_dirty"] * PAGE_MB, vmstat["nr_writeback"] * PAGE_MB)
 
 
 def sasl_ssl_runs(work: Path, seconds: float, rounds: int
@@ -288,25 +315,27 @@ def sasl_ssl_runs(work: Path, seconds: float, rounds: int
                      "SASL_SSL": (broker.bootstrap_for("SASL_SSL", "localhost"),
                                   tuple(security.items()))}
         admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
-        # What is written is kept only a little while: gigabytes a run otherwise.
-        admin.create_topics([NewTopic("written", PARTITIONS, 1, config=KEEP_LITTLE)]
-                            )["written"].result(30)
         admin.create_topics([NewTopic("read", PARTITIONS, 1)])["read"].result(30)
-        del admin  # gone before the broker, which it would keep calling
         # Every partition of "read" holds the same records, read again from 0 at its end.
         load.complete(Job("produce", broker.bootstrap, "read", PARTITIONS, RECORD,
                           requests=FILL_REQUESTS))
         end = filled(RECORD, FILL_REQUESTS)
         windows = []
-        for _ in range(rounds):
+        for round_ in range(rounds):
             for listener, (bootstrap, settings) in listeners.items():
+                # A topic of the window's own, gone with its bytes when it ends.
+                topic = f"written-{round_}-{listener.lower()}"
+                admin.create_topics([NewTopic(topic, PARTITIONS, 1, config=PRODUCED_CONFIG)]
+                                    )[topic].result(30)
                 windows.append(saturated(load, broker, Job(
-                    "produce", bootstrap, "written", PARTITIONS, RECORD, security=settings),
+                    "produce", bootstrap, topic, PARTITIONS, RECORD, security=settings),
                     seconds, listener))
+                admin.delete_topics([topic])[topic].result(30)
             for listener, (bootstrap, settings) in listeners.items():
                 windows.append(saturated(load, broker, Job(
                     "fetch", bootstrap, "read", PARTITIONS, RECORD, end=end,
                     security=settings), seconds, listener))
+        del admin  # gone before the broker, which it would keep calling
         started = time.perf_counter()
         address = parse_bootstrap(broker.bootstrap_for("SASL_SSL", "localhost"))
         for _ in range(AUTHENTICATIONS):
@@ -330,8 +359,17 @@ def reference_check(windows: list[Window], kind: str) -> tuple[bool, str]:
         f"PLAINTEXT {kind}: broker busy "
         f"{', '.join(f'{w.broker_busy:.0%}' for w in mine)} on "
         f"{', '.join(f'{w.broker_cores:.2f}' for w in mine)} of its core, the load "
-        f"{', '.join(f'{w.client_cores:.2f}' for w in mine)} of its own: "
+        f"{', '.join(f'{w.client_cores:.2f}' for w in mine)} of its own, the loop idle "
+        f"{', '.join(f'{w.loop_idle:.0%}' for w in mine)} and blocked in the kernel "
+        f"{', '.join(_blocked(w) for w in mine)}, the machine's dirty pages "
+        f"{', '.join(f'{w.dirty_mb:,.0f}' for w in mine)} MB (under writeback "
+        f"{', '.join(f'{w.writeback_mb:,.0f}' for w in mine)}) at the windows' ends: "
         + ("bound by the broker" if bound else "NOT shown to be bound by the broker"))
+
+
+def _blocked(window: Window) -> str:
+    return f"{window.loop_blocked:.0%}" + (f" ({window.blocked_in})" if window.blocked_in
+                                           else "")
 
 
 def sasl_ssl_table(windows: list[Window], authentication_s: float,
