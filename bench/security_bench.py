@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -72,15 +73,18 @@ PARTITIONS = 8  # two for each of the four workers of a load group
 FILL_REQUESTS = 40  # per worker: 5,120 records (5 MiB) in each partition read
 AUTHENTICATIONS = 100
 QUOTA_KEYS = {"produce": "producer_byte_rate", "consume": "consumer_byte_rate"}
-# Each produce window writes a topic of its own, deleted as the window ends, with
-# segments larger than a window writes to a partition: nothing rolls, so nothing is
-# fsynced (a roll fsyncs the segment it closes), and the files go (their dirty pages
-# dropped unwritten) long before the kernel's 30 s dirty expiry or its background
-# threshold would write them back. The disk then takes no part in the figure, which is
-# the broker's CPU alone: a topic kept for the whole run (64 MiB segments, 128 MiB
-# retained) rolled and fsynced 165 MB/s of segments during the PLAINTEXT windows,
-# whose event loop was runnable only 52-92% of a window with the load at a third of
-# its core (2026-11-29 17:05).
+# The broker's logs live in memory (tmpfs) and each produce window writes a topic of its
+# own, deleted as the window ends, with segments larger than a window writes to a
+# partition: no disk takes part in the figure, which is then the broker's CPU alone, the
+# same work (checks, offsets, the copy into the page cache) on both listeners. On the
+# disk, a topic kept for the whole run (64 MiB segments, 128 MiB retained) rolled and
+# fsynced what PLAINTEXT produced, 165 MB/s, and its event loop was runnable only
+# 52-92% of a window with the load at a third of its core (2026-11-29 17:05); with
+# unrolled segments on the disk, the loop still spent 12% of a window blocked in
+# ext4_da_get_block_prep (its inode locked by the flusher writing back the pages the
+# machine's other work had dirtied, 1.7 GB of them: past the background threshold, the
+# flusher writes every file's pages, ours too), none on tmpfs.
+MEMORY_DIR = Path("/dev/shm")
 PRODUCED_CONFIG = {"segment.bytes": str(1 << 30)}
 # A reference is the broker's figure if its event loop was runnable nearly all the window
 # long, the broker had its core (runnable but waiting for a core the machine's other work
@@ -293,8 +297,18 @@ def sasl_ssl_runs(work: Path, seconds: float, rounds: int
     certs = work / "certs"
     subprocess.run([str(SCRIPTS / "make-certs.sh"), str(certs)], check=True,
                    capture_output=True)
+    logs = Path(tempfile.mkdtemp(prefix="security-bench-", dir=MEMORY_DIR))
+    try:
+        return _sasl_ssl_runs(work, logs, certs, seconds, rounds)
+    finally:
+        shutil.rmtree(logs, ignore_errors=True)
+
+
+def _sasl_ssl_runs(work: Path, logs: Path, certs: Path, seconds: float, rounds: int
+                   ) -> tuple[list[Window], float, dict[str, float]]:
     broker = BrokerProcess(work / "sasl", listeners="PLAINTEXT://127.0.0.1:0,"
                            "SASL_SSL://127.0.0.1:0", overrides={
+                               "log.dirs": str(logs),
                                "advertised.listeners": "SASL_SSL://localhost:0",
                                "sasl.enabled.mechanisms": "SCRAM-SHA-256",
                                "ssl.keystore.type": "PEM",
@@ -436,8 +450,8 @@ def sasl_ssl_table(windows: list[Window], authentication_s: float,
         "",
         tls_costs.table(costs),
         "",
-        "With no kernel TLS (this kernel is built without `CONFIG_TLS`; Python 3.11 has "
-        "no `OP_ENABLE_KTLS`), a TLS answer's bytes are read, encrypted and sent from "
+        f"With no kernel TLS ({tls_costs.kernel_tls()}), a TLS answer's bytes are read, "
+        "encrypted and sent from "
         "memory where PLAINTEXT's go by `sendfile`. PLAINTEXT's cost with its `sendfile` "
         "replaced by those three steps, and nothing else added (a floor: the steps are "
         "measured apart, so a loaded machine moves it), allows at most "
@@ -542,16 +556,21 @@ def main() -> None:
                 "",
                 sasl_ssl_table(windows, authentication_s, costs),
                 "",
-                "Where SASL_SSL's fetch time goes (perf and py-spy on the broker under this "
-                "load, 2026-11-29, machine load 11-16): 34% of its samples in "
-                "`SSLObject.write` (AES-GCM, then copying into the TLS memory BIO), 19% "
-                "sending from memory, 12% reading file regions into memory, 4% reading the "
-                "BIO out, about 20% decoding requests and building answers, as on "
-                "PLAINTEXT. Regions go through the TLS transport 256 KiB at a time, so that "
-                "each copy stays in the caches: read whole, copying and zeroing took 20% of "
-                "the samples (libc memmove and memset), 11% since. Kernel TLS, the only "
-                "zero-copy route, works on a socket BIO, not on the memory BIO asyncio's "
-                "TLS uses, and needs Python 3.12's `ssl.OP_ENABLE_KTLS`.",
+                "Where SASL_SSL's fetch time goes (perf on the broker under this load, "
+                "2026-11-29 18:28, machine load 6-10; CPU seconds per GB fetched): "
+                "PLAINTEXT 0.43 (the kernel 0.27: sendfile and the TCP stack; Python "
+                "0.15); SASL_SSL 1.33: AES-GCM 0.31 (libcrypto and libssl), the kernel "
+                "0.51 (reading file regions into memory and sending from it), libc 0.20 "
+                "(copying into and out of asyncio's TLS memory BIO, and OpenSSL zeroing "
+                "it as it grows), Python 0.30 (asyncio's TLS transport 256 KiB at a "
+                "time: SSLObject.write, the BIO read out, its flow control). A TLS path "
+                "of our own with no BIO copies and no Python per piece would save at "
+                "most the libc copies and the extra Python, 0.35 of the 1.33: 44% of "
+                "PLAINTEXT's records per CPU second, still under 50%; the cipher and "
+                "the two copies through user space that replace sendfile are the floor "
+                "without kernel TLS. Kernel TLS, the only zero-copy route, needs a "
+                "kernel built with `CONFIG_TLS` and Python 3.12's `ssl.OP_ENABLE_KTLS` on "
+                "a socket BIO, not the memory BIO asyncio's TLS uses.",
                 ""]
     body = "\n".join([f"`python -m bench.security_bench`, {started}, load "
                       f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after.", "",
