@@ -81,9 +81,9 @@ QUOTA_KEYS = {"produce": "producer_byte_rate", "consume": "consumer_byte_rate"}
 # fsynced what PLAINTEXT produced, 165 MB/s, and its event loop was runnable only
 # 52-92% of a window with the load at a third of its core (2026-11-29 17:05); with
 # unrolled segments on the disk, the loop still spent 12% of a window blocked in
-# ext4_da_get_block_prep (its inode locked by the flusher writing back the pages the
-# machine's other work had dirtied, 1.7 GB of them: past the background threshold, the
-# flusher writes every file's pages, ours too), none on tmpfs.
+# ext4_da_get_block_prep (2026-11-29 18:31, load 9: the machine's other work had 1.7 GB
+# of pages dirty and the flusher writing 341 MB/s; delayed allocation there waits for
+# the inode's block map, which writeback of that inode holds), none on tmpfs.
 MEMORY_DIR = Path("/dev/shm")
 PRODUCED_CONFIG = {"segment.bytes": str(1 << 30)}
 # A reference is the broker's figure if its event loop was runnable nearly all the window
