@@ -422,6 +422,11 @@ def sasl_ssl_table(windows: list[Window], authentication_s: float,
     floors = {cipher: tls_costs.floor(costs, cost["PLAINTEXT"], cipher)
               for cipher in tls_costs.CIPHERS}
     negotiated = next(iter(tls_costs.CIPHERS))
+    reachable = cost["PLAINTEXT"] / floors[negotiated]
+    if reachable < 0.5:
+        # Said beside the verdict: no work on gregor's side can pass a target above it.
+        verdicts["fetch"] += (f"; without kernel TLS this machine's floor allows at most "
+                              f"{reachable:.0%}")
     steps = floors[negotiated] - cost["PLAINTEXT"] + costs["sendfile"]
     return "\n".join([
         *rows, "",
