@@ -154,6 +154,23 @@ def measure(certs: Path) -> dict[str, float]:
         return best
 
 
+def kernel_tls() -> str:
+    """Whether this machine offers kernel TLS, the only route by which a TLS answer could
+    leave by ``sendfile``, and if not, what is missing (looked up, not assumed)."""
+    try:
+        ulps = Path("/proc/sys/net/ipv4/tcp_available_ulp").read_text().split()
+    except OSError:
+        ulps = []
+    missing = []
+    if "tls" not in ulps:
+        missing.append("the kernel offers no `tls` upper layer (not in "
+                       "`/proc/sys/net/ipv4/tcp_available_ulp`: built without `CONFIG_TLS`)")
+    if not hasattr(ssl, "OP_ENABLE_KTLS"):
+        missing.append(f"Python {sys.version_info.major}.{sys.version_info.minor} has no "
+                       "`ssl.OP_ENABLE_KTLS` (3.12 adds it)")
+    return "; ".join(missing) or "kernel TLS is available here"
+
+
 def floor(costs: dict[str, float], plaintext_s_per_gb: float, cipher: str) -> float:
     """The fewest CPU seconds per GB a TLS fetch could take: the PLAINTEXT fetch's cost
     with its ``sendfile`` replaced by reading, encrypting (with ``cipher``) and sending."""
@@ -172,6 +189,7 @@ def main() -> None:
         subprocess.run([str(SCRIPTS / "make-certs.sh"), work], check=True,
                        capture_output=True)
         print(table(measure(Path(work))))
+        print(f"Kernel TLS: {kernel_tls()}.")
 
 
 if __name__ == "__main__":
