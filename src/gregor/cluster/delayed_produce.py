@@ -16,14 +16,19 @@ is settled by the first check.
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 
 from gregor.cluster.partition import Partition
 from gregor.protocol.errors import ErrorCode
 from gregor.storage.log_manager import TopicPartition
 
 Lookup = Callable[[TopicPartition], Partition | None]
+# A request waiting on a partition: the offset it needs there, the request, its part.
+_Watcher = tuple[int, "DelayedProduce", int]
+_required = itemgetter(0)
 
 
 class DelayedProduce:
@@ -67,11 +72,12 @@ class DelayedProduce:
 class DelayedProducePurgatory:
     def __init__(self, lookup: Lookup) -> None:
         self._lookup = lookup
-        # Per partition, the requests waiting on it and which of their parts it is: a
-        # change settles those parts alone, so a follower's fetch of n partitions costs
-        # n settlements, not n times the size of every request waiting on them.
-        self._watchers: defaultdict[TopicPartition, list[tuple[DelayedProduce, int]]] = (
-            defaultdict(list))
+        # Per partition, the requests waiting on it and which of their parts it is, by
+        # the offset each needs the high watermark to reach: a change settles those
+        # parts alone, from the lowest offset up to the first still short of it, so a
+        # follower's fetch of n partitions costs about n settlements, not n times the
+        # size of every request waiting on them (a backlog under load most of all).
+        self._watchers: defaultdict[TopicPartition, list[_Watcher]] = defaultdict(list)
 
     def watch(self, parts: Sequence[tuple[Partition, int]],
               timeout_s: float) -> DelayedProduce:
@@ -113,10 +119,14 @@ class DelayedProducePurgatory:
         watching = self._watchers.get(tp)
         if not watching:
             return
-        for operation, i in list(watching):
+        for _, operation, i in list(watching):
             if operation.keys is None:
                 continue  # finished by an earlier entry of this loop
             operation.settle(i, self._lookup)
+            if operation.errors[i] is None:
+                # Short of the high watermark, and so is every one after it, which needs
+                # as much or more; an error for the partition would have settled it.
+                break
             if operation.unsettled == 0:
                 self._finish(operation)
 
@@ -140,11 +150,16 @@ class DelayedProducePurgatory:
     def _watch(self, operation: DelayedProduce) -> list[TopicPartition]:
         """Watch each unsettled part's partition; the partitions watched."""
         keys = []
-        for i, ((partition, _), error) in enumerate(zip(operation.parts, operation.errors,
-                                                        strict=True)):
+        for i, ((partition, required), error) in enumerate(zip(operation.parts,
+                                                               operation.errors, strict=True)):
             if error is None:
                 key = (partition.topic, partition.index)
-                self._watchers[key].append((operation, i))
+                watching = self._watchers[key]
+                if watching and watching[-1][0] > required:
+                    # Behind a later offset: a duplicate's earlier batch, a retry.
+                    bisect.insort(watching, (required, operation, i), key=_required)
+                else:
+                    watching.append((required, operation, i))  # appended last: the rule
                 keys.append(key)
         return keys
 
@@ -153,6 +168,6 @@ class DelayedProducePurgatory:
             watching = self._watchers.get(key)
             if watching is None:
                 continue
-            watching[:] = [entry for entry in watching if entry[0] is not operation]
+            watching[:] = [entry for entry in watching if entry[1] is not operation]
             if not watching:
                 del self._watchers[key]
