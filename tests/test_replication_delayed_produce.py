@@ -90,6 +90,62 @@ def test_what_is_not_replicated_in_time_answers_request_timed_out(tmp_path: Path
     asyncio.run(scenario())
 
 
+def test_a_backlog_is_settled_oldest_first_up_to_the_first_still_waiting(
+        tmp_path: Path) -> None:
+    """With requests queued on a partition (a pipelining producer under load), a moved
+    high watermark settles those it covers and looks at one more, not at every one:
+    each look at the backlog made a loaded leader slower, and so the backlog longer."""
+    async def scenario() -> None:
+        replicas = manager(tmp_path, FakeClock())
+        p0 = lead(replicas, 0, (1, 2, 3))
+        waiting = []
+        for _ in range(6):
+            end = p0.append_as_leader(batch(1), -1).last_offset + 1
+            waiting.append(await started(replicas.delayed_produce.wait([(p0, end)], 60)))
+        looked: list[int] = []
+        acks_error = p0.acks_error
+
+        def counted(required: int) -> ErrorCode | None:
+            looked.append(required)
+            return acks_error(required)
+
+        p0.acks_error = counted  # type: ignore[method-assign]
+        for broker in (2, 3):
+            replicas.record_follower_fetch(p0, broker, 2, 0, p0.log_end_offset)
+        assert p0.high_watermark == 2
+        await asyncio.sleep(0)
+        assert [task.done() for task in waiting] == [True, True] + [False] * 4
+        assert looked == [1, 2, 3]
+        for broker in (2, 3):
+            follower_fetched(replicas, p0, broker)
+        assert [await task for task in waiting] == [[ErrorCode.none]] * 6
+        assert replicas.delayed_produce.watched(("t", 0)) == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_request_needing_less_than_those_before_it_is_not_held_behind_them(
+        tmp_path: Path) -> None:
+    """A retried batch found already written needs only its earlier offset: it is
+    answered once that is replicated, whatever newer requests still wait for."""
+    async def scenario() -> None:
+        replicas = manager(tmp_path, FakeClock())
+        p0 = lead(replicas, 0, (1, 2, 3))
+        first = p0.append_as_leader(batch(3), -1).last_offset + 1
+        second = p0.append_as_leader(batch(3), -1).last_offset + 1
+        newer = await started(replicas.delayed_produce.wait([(p0, second)], 60))
+        retried = await started(replicas.delayed_produce.wait([(p0, first)], 60))
+        for broker in (2, 3):
+            replicas.record_follower_fetch(p0, broker, first, 0, p0.log_end_offset)
+        assert await retried == [ErrorCode.none]
+        assert not newer.done()
+        for broker in (2, 3):
+            follower_fetched(replicas, p0, broker)
+        assert await newer == [ErrorCode.none]
+
+    asyncio.run(scenario())
+
+
 def test_a_leader_that_is_deposed_answers_not_leader(tmp_path: Path) -> None:
     async def scenario() -> None:
         replicas = manager(tmp_path, FakeClock())

@@ -141,6 +141,40 @@ def test_truncate_to_removes_whole_batches(tmp_path: Path, cut: str) -> None:
     assert batch_offsets(segment.read(first, 1 << 20)) == [(first, first + 1)]
 
 
+@pytest.mark.parametrize("max_bytes", [1, 150, 1 << 20])
+def test_reads_from_remembered_batch_starts_are_the_index_s(tmp_path: Path,
+                                                            max_bytes: int) -> None:
+    """A batch appended lately is read from where the segment remembers it starts: the
+    same region the index and the headers in the file give (a reloaded segment, which
+    remembers nothing), at every offset, byte limit and position limit."""
+    segment = new_segment(tmp_path, index_interval_bytes=200)
+    spans = fill(segment, 90, count=3, value_size=20)
+    segment.flush()
+    reloaded = LogSegment(tmp_path, BASE, index_interval_bytes=200, max_index_size=1 << 20)
+    reloaded.load(recover=False)
+    for first, last in spans:
+        for offset in (first, first + 1, last + 1):
+            for limit in (None, segment.position_of(last + 1)):
+                assert segment.position_of(offset) == reloaded.position_of(offset)
+                ours = segment.read(offset, max_bytes, limit)
+                theirs = reloaded.read(offset, max_bytes, limit)
+                assert (ours is None) == (theirs is None)
+                if ours is not None:
+                    assert (ours.position, ours.length) == (theirs.position, theirs.length)
+
+
+def test_a_truncated_batch_start_is_forgotten(tmp_path: Path) -> None:
+    """After a truncation the offsets come back in other batches: where the old ones
+    started means nothing any more."""
+    segment = new_segment(tmp_path, index_interval_bytes=100)
+    spans = fill(segment, 30, count=4, value_size=30)
+    first, _ = spans[20]
+    segment.truncate_to(first)
+    assert append(segment, 8) == (first, first + 7)
+    assert batch_offsets(segment.read(spans[21][0], 1 << 20)) == [(first, first + 7)]
+    assert segment.position_of(spans[21][0]) == segment.position_of(first)
+
+
 def test_truncate_to_base_offset_empties_the_segment(tmp_path: Path) -> None:
     segment = new_segment(tmp_path, index_interval_bytes=10)
     fill(segment, 5)

@@ -231,7 +231,7 @@ class Connection:
             if isinstance(response, DelayedResponse):
                 response = await response.answer
                 assert not isinstance(response, DelayedResponse)  # _encoded's answer
-            if previous is not None:
+            if previous is not None and not previous.done():
                 await asyncio.wait([previous])
             if self.transport.is_closing():
                 return

@@ -22,7 +22,6 @@ and read only the partitions touched since the last answer.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -338,9 +337,14 @@ def _until_unheld(broker: Broker, result: _Read, remaining: float) -> float:
 
 
 async def _wait(session: FetchSession, timeout: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(timeout):
-            await session.wakeup.wait()
+    """Until the session is woken, or ``timeout`` seconds passed (which wake it too: its
+    fetch reads again, and answers as its deadline has come). A plain loop timer: a
+    follower's fetch parks once per round, and ``asyncio.timeout`` cost twice as much."""
+    timer = asyncio.get_running_loop().call_later(timeout, session.wakeup.set)
+    try:
+        await session.wakeup.wait()
+    finally:
+        timer.cancel()
 
 
 def _grouped(result: _Read) -> list[tuple[str, list[FetchedPartition]]]:

@@ -35,6 +35,7 @@ from gregor.storage.log import AppendOrigin, LogAppendError
 
 if TYPE_CHECKING:
     from gregor.broker.broker import Broker
+    from gregor.cluster.delayed_produce import DelayedProduce
     from gregor.cluster.partition import Partition
 
 
@@ -196,12 +197,12 @@ def _settle(waits: list[tuple[_PartitionResult, Partition, int]], errors: list[E
 async def _answer_when_replicated(broker: Broker, header: RequestHeader,
                                   appended: list[tuple[str, list[tuple[int, _PartitionResult]]]],
                                   waits: list[tuple[_PartitionResult, Partition, int]],
-                                  timeout_s: float, flushes: list[asyncio.Future[None]]):
+                                  operation: DelayedProduce, flushes: list[asyncio.Future[None]]):
     """acks=all: the answer once each partition's high watermark covers its append (or
     the request timed out), and the fsyncs it made due are done."""
-    _settle(waits, await broker.replica_manager.delayed_produce.wait(
-        [(partition, required) for _, partition, required in waits], timeout_s))
-    await asyncio.gather(*flushes)
+    _settle(waits, await broker.replica_manager.delayed_produce.answers(operation))
+    if flushes:
+        await asyncio.gather(*flushes)
     return _response(broker, header, -1, appended)
 
 
@@ -243,15 +244,15 @@ async def handle(broker: Broker, request: Request):
             results.append((data.index, result))
         appended.append((topic.name, results))
     if waits:
-        settled = broker.replica_manager.delayed_produce.settled(
-            [(partition, required) for _, partition, required in waits])
-        if settled is None:
+        operation = broker.replica_manager.delayed_produce.watch(
+            [(partition, required) for _, partition, required in waits],
+            body.timeout.total_seconds())
+        if operation.future is not None:
             # Appended: what is left is waiting for the followers, and the connection
             # may append the producer's next request meanwhile.
             return DelayedResponse(_answer_when_replicated(
-                broker, request.header, appended, waits, body.timeout.total_seconds(),
-                flushes))
-        _settle(waits, settled)  # on one broker, always at once
+                broker, request.header, appended, waits, operation, flushes))
+        _settle(waits, operation.result())  # on one broker, always at once
     if flushes and body.acks != 0:
         return DelayedResponse(_answer_when_flushed(broker, request.header, body.acks,
                                                     appended, flushes))

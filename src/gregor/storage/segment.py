@@ -36,6 +36,9 @@ DELETED_SUFFIX = ".deleted"
 # Read this much at a time when scanning batch headers, so that a scan over the
 # few batches between two index entries costs one or two syscalls.
 _SCAN_CHUNK = 16 * 1024
+# Batches whose start a segment remembers (LogSegment._recent): a follower's fetch asks
+# for the batch after the last one it was sent, a few appends back at most.
+_RECENT_BATCHES = 64
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -116,6 +119,10 @@ class LogSegment:
         self.created_ms = int(time.time() * 1000)
         self.unflushed_messages = 0
         self._bytes_since_index = 0
+        # Where the batches appended last start, by base offset: a follower (or a
+        # consumer keeping up) fetches from the batch after the one it was sent, and
+        # found here it is read without an index lookup and a header read from the file.
+        self._recent: dict[int, tuple[int, int]] = {}
 
     # ----------------------------------------------------------------- opening
     def load(self, recover: bool) -> int:
@@ -174,6 +181,7 @@ class LogSegment:
         self.offset_index.reset()
         self.time_index.reset()
         self.txn_index.load()
+        self._recent.clear()
         self._bytes_since_index = 0
         self.next_offset = self.base_offset
         self.max_timestamp = NO_TIMESTAMP
@@ -227,9 +235,13 @@ class LogSegment:
             os.ftruncate(self.fd, start)
             raise OSError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
         self.size += written
+        recent = self._recent
         for pos, size, base_offset, last_offset, max_timestamp in batches:
             self._index_batch(start + pos, base_offset, last_offset, max_timestamp, size)
             self.unflushed_messages += last_offset - base_offset + 1
+            recent[base_offset] = (start + pos, size)
+        while len(recent) > _RECENT_BATCHES:
+            del recent[next(iter(recent))]
 
     def _index_batch(self, position: int, base_offset: int, last_offset: int,
                      max_timestamp: int, size: int) -> None:
@@ -289,23 +301,33 @@ class LogSegment:
         below ``index.interval.bytes``) is the cut batch sent partially.
         """
         end = self.size if max_position is None else max_position
-        batch = self.find_batch(offset)
-        if batch is None or batch.position >= end:
+        known = self._recent.get(offset)
+        if known is not None:
+            position, size = known
+        else:
+            batch = self.find_batch(offset)
+            if batch is None:
+                return None
+            position, size = batch.position, batch.size
+        if position >= end:
             return None
-        available = end - batch.position
+        available = end - position
         length = min(available, max_bytes)
         if length < available:
-            boundary = self.offset_index.batch_start_at_or_before(batch.position + length)
-            if boundary is not None and boundary > batch.position:
-                length = boundary - batch.position
+            boundary = self.offset_index.batch_start_at_or_before(position + length)
+            if boundary is not None and boundary > position:
+                length = boundary - position
         if min_one_batch:
-            length = max(length, min(batch.size, available))
+            length = max(length, min(size, available))
         if length <= 0:
             return None
-        return FileRegion(self.file, batch.position, length)
+        return FileRegion(self.file, position, length)
 
     def position_of(self, offset: int) -> int:
         """Byte position where the batch holding ``offset`` starts, or the segment end."""
+        known = self._recent.get(offset)
+        if known is not None:
+            return known[0]
         batch = self.find_batch(offset)
         return self.size if batch is None else batch.position
 
@@ -354,6 +376,7 @@ class LogSegment:
         self.time_index.truncate_to(batch.base_offset)
         self.txn_index.truncate_to(batch.base_offset)
         removed = self.size - batch.position
+        self._recent.clear()  # the offsets may come back as other batches
         os.ftruncate(self.fd, batch.position)
         self.size = batch.position
         self._load_tail()
