@@ -4,10 +4,12 @@ check that decides whether a segment's indexes must be rebuilt."""
 from __future__ import annotations
 
 import struct
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
 
+from gregor.storage import index_file
 from gregor.storage.index_file import CorruptIndexError
 from gregor.storage.offset_index import OffsetIndex
 from gregor.storage.time_index import TimeIndex
@@ -152,3 +154,25 @@ def test_time_index_sanity_check_rejects_damage(tmp_path: Path, damage: str) -> 
         path.write_bytes(raw)
     with pytest.raises(CorruptIndexError):
         time_index(tmp_path).load()
+
+
+def test_only_a_budget_of_indexes_is_held_open_for_appending(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each log keeps its segment files open already; one index held open per log too
+    ran a broker of 6,665 partitions out of a 20,000 descriptor limit (its log
+    directory failed). Past the budget the least recently appended index is closed,
+    and opened again at its next entry; its entries, and their fsync, are unaffected."""
+    monkeypatch.setattr(index_file._WRITERS, "budget", 2)
+    monkeypatch.setattr(index_file._WRITERS, "open", OrderedDict())
+    indexes = [OffsetIndex(tmp_path / f"{i:020d}.index", BASE, 1024) for i in range(4)]
+    for round_ in range(1, 4):
+        for index in indexes:
+            index.append(BASE + 10 * round_, 100 * round_)
+        assert list(index_file._WRITERS.open) == indexes[-2:]
+    for index in indexes:
+        index.flush()  # the closed ones too: through a descriptor of its own
+        index.close()
+        again = OffsetIndex(index.path, BASE, 1024)
+        again.load(log_size=10_000)
+        assert again.last_entry == (BASE + 30, 300)
+    assert not index_file._WRITERS.open
