@@ -66,9 +66,10 @@ def cpu_seconds(pids: Iterable[int], descendants: bool = True,
                 continue
             try:
                 used = _process_cpu(proc)
-                if proc is root:
-                    # Children already reaped (e.g. a forked helper that finished)
-                    # would otherwise vanish from the total between two samples.
+                if proc is root or descendants:
+                    # Children already reaped (e.g. a forked helper that finished, or a
+                    # Python worker Spark's JVM ended) would otherwise vanish from the
+                    # total between two samples.
                     times = proc.cpu_times()
                     used += times.children_user + times.children_system
             except psutil.NoSuchProcess:

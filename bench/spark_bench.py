@@ -206,9 +206,18 @@ def measure_against(
     broker_known: bool,
     path_read: dict[str, str],
 ) -> list[Measurement]:
+    """The median window of each path, timed by ``measure_rounds``."""
+    windows = measure_rounds(paths, repeat, watch)
+    return [_median(name, size, records, windows[name], broker_known, path_read.get(name))
+            for name in paths]
+
+
+def measure_rounds(paths: dict[str, Callable[[], None]], repeat: int,
+                   watch: Stopwatch) -> dict[str, list[Window]]:
     """Time paths that are compared with each other in alternating rounds (ABBA...), each
     warmed up first: measured one after the other, the first pays for the JIT compiling
-    Spark's shared code and the machine's drift lands on one side."""
+    Spark's shared code and the machine's drift lands on one side. Each path's windows,
+    round by round."""
     for run in paths.values():
         run()
     windows: dict[str, list[Window]] = {name: [] for name in paths}
@@ -218,8 +227,7 @@ def measure_against(
             watch.start()
             paths[name]()
             windows[name].append(watch.stop())
-    return [_median(name, size, records, windows[name], broker_known, path_read.get(name))
-            for name in paths]
+    return windows
 
 
 def _median(path: str, size: int, records: int, windows: list[Window], broker_known: bool,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import io
 import json
 from pathlib import Path
 
@@ -265,3 +266,123 @@ def test_avro_in_the_jvm_inside_foreach_batch(spark: SparkSession, broker: Broke
             copy, MessageField.VALUE)) == sale
     finally:
         consumer.close()
+
+
+WRITTEN = {"type": "record", "name": "Item", "namespace": "shop", "fields": [
+    {"name": "id", "type": "int"},
+    {"name": "gone", "type": {"type": "record", "name": "Gone", "fields": [
+        {"name": "a", "type": {"type": "array", "items": "long"}},
+        {"name": "b", "type": {"type": "map", "values": ["null", "string"]}},
+        {"name": "c", "type": {"type": "fixed", "name": "Three", "size": 3}},
+        {"name": "d", "type": "double"}, {"name": "e", "type": "float"},
+        {"name": "f", "type": "boolean"}]}},
+    {"name": "name", "type": "string"},
+    {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B", "C"]}},
+    {"name": "code", "type": {"type": "fixed", "name": "Code", "size": 4}},
+    {"name": "ratio", "type": "float"},
+    {"name": "big", "type": "long"},
+    {"name": "flag", "type": "boolean"},
+    {"name": "when", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+    {"name": "amount", "type": {"type": "fixed", "name": "Amount", "size": 9,
+                                "logicalType": "decimal", "precision": 20, "scale": 3}},
+    {"name": "small", "type": {"type": "bytes", "logicalType": "decimal", "precision": 6,
+                               "scale": 2}},
+    {"name": "maybe", "type": ["null", "int"]},
+    {"name": "tags", "type": {"type": "map", "values": ["null", "string"]}},
+    {"name": "parts", "type": {"type": "array", "items": {
+        "type": "record", "name": "Part",
+        "fields": [{"name": "n", "type": "int"}, {"name": "w", "type": "double"}]}}},
+    {"name": "blob", "type": "string"}]}
+_WRITTEN_FIELDS = {field["name"]: field for field in WRITTEN["fields"]}
+READ = {**WRITTEN, "fields": [
+    _WRITTEN_FIELDS["name"],
+    {"name": "id", "type": "long"},
+    {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["C", "B", "A", "D"]}},
+    _WRITTEN_FIELDS["code"],
+    {"name": "ratio", "type": "double"},
+    {"name": "big", "type": "double"},
+    *(_WRITTEN_FIELDS[name] for name in ("flag", "when", "amount", "small")),
+    {"name": "maybe", "type": ["null", "long"]},
+    _WRITTEN_FIELDS["tags"],
+    {"name": "parts", "type": {"type": "array", "items": {
+        "type": "record", "name": "Part",
+        "fields": [{"name": "w", "type": "double"}, {"name": "n", "type": "long"},
+                   {"name": "label", "type": "string", "default": "x"}]}}},
+    {"name": "blob", "type": "bytes"},
+    {"name": "extra", "type": {"type": "record", "name": "Extra", "fields": [
+        {"name": "q", "type": "int"}, {"name": "s", "type": "string"}]},
+     "default": {"q": 7, "s": "seven"}},
+    {"name": "level", "type": "int", "default": 3},
+    {"name": "note", "type": ["null", "string"], "default": None},
+    {"name": "weights", "type": {"type": "array", "items": "double"}, "default": [1.5, 2.5]}]}
+
+
+def _items() -> list[dict[str, object]]:
+    when = datetime.datetime(2026, 11, 29, 18, 30, 1, 234567, tzinfo=datetime.UTC)
+    gone = {"a": [1, -2], "b": {"k": None, "l": "v"}, "c": b"abc", "d": 0.5, "e": 1.25,
+            "f": True}
+    return [
+        {"id": 1, "gone": gone, "name": "first", "kind": "A", "code": b"\x00\x01\x02\xff",
+         "ratio": 0.1, "big": 2**53 + 1, "flag": True, "when": when,
+         "amount": decimal.Decimal("12345678901234567.891"),
+         "small": decimal.Decimal("-12.34"), "maybe": None, "tags": {"x": None, "y": "z"},
+         "parts": [{"n": 1, "w": 0.5}, {"n": -2, "w": -1e300}], "blob": "é"},
+        {"id": -7, "gone": {**gone, "a": [], "b": {}}, "name": "", "kind": "C",
+         "code": b"abcd", "ratio": -3.5, "big": -1, "flag": False,
+         "when": when - datetime.timedelta(days=20000), "amount": decimal.Decimal("-0.001"),
+         "small": decimal.Decimal("9999.99"), "maybe": 2**31 - 1, "tags": {}, "parts": [],
+         "blob": ""}]
+
+
+def _comparable(value: object) -> object:
+    """A decoded value as fastavro's and Spark's both become: bytes, aware datetimes."""
+    if isinstance(value, dict):
+        return {key: _comparable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_comparable(item) for item in value]
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if isinstance(value, datetime.datetime):
+        return value.astimezone(datetime.UTC)
+    return value
+
+
+@pytest.mark.parametrize("jvm", [True, False], ids=["jvm", "python"])
+def test_schema_resolution_reads_as_fastavro_does(spark: SparkSession, broker: BrokerProcess,
+                                                 registry: RegistryProcess, topic_name: str,
+                                                 jvm: bool) -> None:
+    """Values written with one schema and read with a later one that drops a field of
+    every kind, reorders fields and enum symbols, promotes int, long, float and string,
+    and adds fields with defaults of every kind (a record, an array, null, an int) read as
+    fastavro's own schema resolution reads them, and so do values written with the later
+    schema itself: decimals past 18 digits and negative ones, timestamps in microseconds,
+    maps and arrays of nullable values and of records included."""
+    client = SchemaRegistryClient({"url": registry.url})
+    subject = f"{topic_name}-value"
+    written_id = client.register_schema(subject, Schema(json.dumps(WRITTEN), "AVRO"))
+    read_id = client.register_schema(subject, Schema(json.dumps(READ), "AVRO"))
+    writer, reader = fastavro.schema.parse_schema(WRITTEN), fastavro.schema.parse_schema(READ)
+    items = _items()
+    expected = []
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for item in items:
+        payload = io.BytesIO()
+        fastavro.schemaless_writer(payload, writer, item)
+        expected.append(fastavro.schemaless_reader(io.BytesIO(payload.getvalue()), writer,
+                                                   reader))
+        producer.produce(topic_name, value=b"\0" + written_id.to_bytes(4, "big")
+                         + payload.getvalue())
+    later = {**expected[0], "name": "later", "weights": []}
+    payload = io.BytesIO()
+    fastavro.schemaless_writer(payload, reader, later)
+    expected.append(fastavro.schemaless_reader(io.BytesIO(payload.getvalue()), reader))
+    producer.produce(topic_name, value=b"\0" + read_id.to_bytes(4, "big") + payload.getvalue())
+    assert producer.flush(20) == 0
+
+    frame = (spark.read.format("gregor").option("kafka.bootstrap.servers", broker.bootstrap)
+             .option("subscribe", topic_name).load()
+             .select(from_confluent_avro("value", registry.url, subject, jvm=jvm).alias("i"))
+             .select("i.*"))
+    got = [_comparable(row.asDict(recursive=True)) for row in frame.collect()]
+    assert expected[0]["extra"] == {"q": 7, "s": "seven"} and expected[1]["maybe"] == 2**31 - 1
+    assert got == [_comparable(item) for item in expected]

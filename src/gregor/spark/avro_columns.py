@@ -410,7 +410,8 @@ def _resolution(writer: Any, named_writer: dict[str, Any], reader: Any,
         if (w_kind, r_kind) not in _PROMOTIONS:
             raise Unsupported(f"{w_kind} read as {r_kind}")
         target = _node(reader, named_reader, seen).type
-        return lambda values: values.cast(target)
+        # Avro promotes a long past 2**53 to the nearest double, as a cast does unchecked.
+        return lambda values: values.cast(target, safe=False)
     if w_kind == "enum":
         if not set(writer["symbols"]) <= set(reader["symbols"]):
             raise Unsupported("an enum with symbols the reader lacks")

@@ -11,9 +11,10 @@ defines it. Schemas that reference others (Confluent's schema references) are re
 with the schemas they reference.
 
 Decoding and encoding run in the JVM when the session has gregor's jar (``io.gregor.
-spark.avro.ConfluentAvroDecoder`` and ``ConfluentAvroEncoder``, Apache Avro's Java
-library, which PySpark ships), as column expressions that carry their function (no
-catalog entry, so ``foreachBatch``'s batches use them too): the records never go
+spark.avro.ConfluentAvroDecoder``, which reads Avro straight into Spark's rows with
+Apache Avro's schema resolution, and ``ConfluentAvroEncoder``, Apache Avro's writer;
+PySpark ships Avro's Java library), as column expressions that carry their function
+(no catalog entry, so ``foreachBatch``'s batches use them too): the records never go
 through Python. Without it, an
 Arrow UDF decodes each batch of values as columns (:mod:`gregor.spark.avro_columns`;
 the values of each writer schema together), no Python object per record, fastavro only
@@ -109,10 +110,8 @@ def from_confluent_avro(column: Column | str, registry_url: str, subject: str,
         raise ValueError(f"{subject}'s latest schema is not a record")
     spark = _jvm_session(jvm)
     if spark is not None:
-        # Binary literals: the JVM side finds its reading by the array's identity.
         return JvmColumn(_jvm_columns(spark).decoded(
-            _to_java_column(column), bytearray(registry_url.encode()),
-            bytearray(json.dumps(reader_texts).encode()),
+            _to_java_column(column), registry_url, json.dumps(reader_texts),
             spark._jsparkSession.parseDataType(struct.json())))
     target = to_arrow_type(struct, timezone="UTC")
     texts = tuple(reader_texts)
@@ -187,7 +186,7 @@ def to_confluent_avro(column: Column | str, registry_url: str, subject: str,
     writer_texts = tuple(schema_texts(client, latest.schema))
     spark = _jvm_session(jvm)
     if spark is not None:
-        # Binary literals, found by the array's identity on the JVM side, as in decoding.
+        # Binary literals: the JVM side finds its writing by the array's identity.
         return JvmColumn(_jvm_columns(spark).encoded(
             _to_java_column(column), bytearray(json.dumps(writer_texts).encode()),
             bytearray(header)))

@@ -1,9 +1,10 @@
 package io.gregor.spark.avro;
 
 import org.apache.spark.sql.Column;
+import org.apache.spark.sql.classic.ExpressionUtils;
 import org.apache.spark.sql.functions;
-import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
 
 /**
  * {@link ConfluentAvroDecoder} and {@link ConfluentAvroEncoder} as column expressions, for
@@ -12,8 +13,10 @@ import org.apache.spark.sql.types.DataTypes;
  * {@code foreachBatch}'s batches included (they belong to the stream's own clone of the session,
  * whose catalog does not see functions registered in the one that started the query).
  *
- * <p>The schema texts, registry URL and header are binary literals: Spark hands a UDF the same
- * array for every row, by which the decoder and encoder find their reading or writing.
+ * <p>The decoder is an expression of its own ({@link FromConfluentAvro}) that generated code
+ * calls directly. The encoder is still a UDF: its writer schema texts and header are binary
+ * literals, since Spark hands a UDF the same array for every row, by which the encoder finds
+ * its writing.
  */
 public final class ConfluentAvroColumns {
   /** The names the expressions show in plans. */
@@ -22,11 +25,14 @@ public final class ConfluentAvroColumns {
 
   private ConfluentAvroColumns() {}
 
-  /** The values of {@code value} decoded into rows of {@code rowType} (see the decoder). */
-  public static Column decoded(Column value, byte[] registryUrl, byte[] readerTexts,
-      DataType rowType) {
-    return functions.udf(new ConfluentAvroDecoder(), rowType).withName(DECODER_NAME)
-        .apply(value, functions.lit(registryUrl), functions.lit(readerTexts));
+  /**
+   * The values of {@code value} decoded into rows of {@code rowType}, read as the reader schema
+   * {@code readerTexts} (a JSON array of schema texts, see the decoder).
+   */
+  public static Column decoded(Column value, String registryUrl, String readerTexts,
+      StructType rowType) {
+    return ExpressionUtils.column(new FromConfluentAvro(ExpressionUtils.expression(value),
+        new ConfluentAvroDecoder(registryUrl, readerTexts, rowType)));
   }
 
   /** The structs of {@code row} encoded in Confluent's framing (see the encoder). */

@@ -22,7 +22,7 @@ import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * A Spark column's external value as the Avro datum of a writer schema, for Apache Avro's
- * generic writer: the inverse of {@link AvroToRow}. Rows become records (their fields found by
+ * generic writer: the inverse of {@link AvroReaders}. Rows become records (their fields found by
  * name when the row knows its schema, else by position), strings enums where the schema says
  * so, byte arrays bytes or fixed, Spark's dates and timestamps (java.time or java.sql) days and
  * milli- or microseconds, BigDecimal the decimal's unscaled bytes, Scala sequences and maps
