@@ -38,7 +38,7 @@ from bench.run import settle
 from bench.saturate import Job, Load
 from gregor.broker.process import BrokerProcess
 
-_CATCH_UP_LIMIT_S = 300
+_CATCH_UP_LIMIT_S = 120
 
 
 def log_bytes(broker: BrokerProcess, topic: str, partitions: int) -> int:
@@ -92,7 +92,11 @@ def catch_up(load: Load, servers: Servers, tree: str, megabytes: int, partitions
             follower.proc.send_signal(signal.SIGCONT)
         started = time.perf_counter()
         while log_bytes(follower, topic, partitions) < target:
-            assert time.perf_counter() - started < _CATCH_UP_LIMIT_S, "never caught up"
+            if time.perf_counter() - started > _CATCH_UP_LIMIT_S:
+                raise AssertionError(
+                    f"the follower holds {log_bytes(follower, topic, partitions)} of {target} "
+                    f"bytes after {_CATCH_UP_LIMIT_S} s; its log ends:\n"
+                    + "\n".join(follower.log_path.read_text().splitlines()[-40:]))
             time.sleep(0.005)
         wall = time.perf_counter() - started
         cpu = cpu_seconds([follower.proc.pid], descendants=False) - cpu
