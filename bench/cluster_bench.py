@@ -105,13 +105,13 @@ class Servers:
         self.brokers.append(broker)
         return broker
 
-    def cluster(self, size: int = 3) -> list[BrokerProcess]:
+    def cluster(self, size: int = 3, **overrides: str) -> list[BrokerProcess]:
         connect = f"{self.zookeeper.connect}/{uuid.uuid4().hex[:8]}"
         return [self.broker(f"c{uuid.uuid4().hex[:6]}-{i}", **{
             "broker.id": str(i), "zookeeper.connect": connect,
             "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
             "min.insync.replicas": "2", "default.replication.factor": "3",
-            "offsets.topic.replication.factor": "3"}) for i in range(1, size + 1)]
+            "offsets.topic.replication.factor": "3", **overrides}) for i in range(1, size + 1)]
 
     def discard(self, brokers: list[BrokerProcess]) -> None:
         """Stop brokers whose part is over and delete their logs: the page cache drops

@@ -463,6 +463,36 @@ fetched byte on its event-loop thread; the leaders only `sendfile`.
   once and removed on the broker's worker thread" that unlink is off the loop, as
   Kafka's asyncDelete.
 
+**What a fetcher thread or fewer copies could gain** (`bench.catch_up_probe`, one leader,
+1 KiB records, brokers niced beside other sessions, load 6-20, 2026-11-29 18:15-19:05 UTC):
+
+- *One partition's fetches are serial by the protocol.* A follower's fetch offset is its
+  acknowledgement: the leader moves its high watermark (and acks=all) on it. Sending the
+  next fetch before the previous answer is in the page cache, from a thread or pipelined,
+  acknowledges records this replica would lose if killed then, and it stays in the ISR:
+  killed with the leader after it, it leads without them. So a thread can only take the
+  receive and the `write()` off the loop, not overlap them with the leader's next answer;
+  catch-up of one partition is (follower per fetch) + (leader per fetch) + wake-ups.
+- *The copy that costs is the page cache's, not the socket's.* perf of the follower
+  (18:24, 18:51): `copy_folio_from_iter_atomic` 7-60% of its samples in runs minutes
+  apart (the VM's first touch of the page), `_copy_to_iter` (the receive) 6-9%, CRC32C
+  3-6%. Splicing socket -> pipe -> file saves only the receive, and the CRC and batch
+  headers must then be read back from the page cache.
+- *Per fetch* (cProfile of the follower, 536 fetches of 1 MiB at load 13): 324 Python
+  calls and ~3 loop wake-ups a fetch; `send()` of the 100-byte request held 1.8 ms a
+  fetch of wall time (the leader it wakes runs on the follower's core), `write()` 0.8,
+  `recv_into` 0.34, CRC 0.17.
+- *Two fetches in flight per leader* (`num.replica.fetchers=2`): 8 partitions, 256 MB,
+  ABBA: 368-653 MB/s against 208-539 with one (same CPU a MB, 0.90-1.05 ms); 2
+  partitions: 139-276 against 227-253, no gain. Too noisy here to change Kafka's default.
+- *An answer cut inside a batch stalled a partition.* When the answer's byte budget ran
+  out inside a partition's batch, the leader sent the batch's head (as Kafka's does) and
+  the follower refused the whole answer and backed off `replica.fetch.backoff.ms`, at
+  every fetch where that partition was not the first with data: 8 partitions of 1 MB
+  batches behind a 4 MiB answer limit held 1.62 of 2.16 GB after 120 s (19:14). The
+  follower now appends the whole batches and fetches the rest, as Kafka's does; with
+  Kafka's defaults this begins at the 11th partition with data in one answer.
+
 So the 300 MB/s target holds when broker 4's thread gets 0.4-0.75 of a core for the
 whole move; what it got in a run, and whether it then idled (leaders), waited (other
 processes) or was blocked (disk), is the thread line under the table. Going beyond one

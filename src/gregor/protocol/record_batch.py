@@ -173,19 +173,26 @@ def validate_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHe
     return header
 
 
-def split_batches(buf: bytes | bytearray | memoryview) -> list[tuple[int, int]]:
+def split_batches(buf: bytes | bytearray | memoryview,
+                  cut_tail: bool = False) -> list[tuple[int, int]]:
     """Return ``(position, size)`` of each whole batch in ``buf``.
 
     Raises :class:`InvalidRecordBatch` if the buffer does not end on a batch boundary:
-    a produce request's record set must consist of whole batches only.
+    a produce request's record set must consist of whole batches only. A fetch answer's
+    may end inside a batch (a leader's byte budget cut it, as Kafka's does): with
+    ``cut_tail`` that last partial batch is left out instead.
     """
     spans = []
     pos = 0
     total = len(buf)
     while pos < total:
         if total - pos < HEADER_SIZE:
+            if cut_tail:
+                break
             raise InvalidRecordBatch("trailing bytes after the last record batch")
         _, size = read_offset_prefix(buf, pos)
+        if cut_tail and size >= HEADER_SIZE and pos + size > total:
+            break
         if size < HEADER_SIZE or pos + size > total:
             raise InvalidRecordBatch("record batch length runs past the record set")
         spans.append((pos, size))

@@ -383,14 +383,18 @@ class Log:
 
         Offsets and leader epochs are the leader's; each batch's CRC is checked (a
         replica never stores what it cannot serve) and the batches must continue
-        this log without a gap. Returns the number of bytes appended. ``records`` may
-        view a buffer its caller reuses afterwards: nothing of it is kept.
+        this log without a gap. A last batch the leader's byte budget cut is left for
+        the next fetch, as Kafka's follower leaves it. Returns the number of bytes
+        appended. ``records`` may view a buffer its caller reuses afterwards: nothing
+        of it is kept.
         """
-        data = records
         try:
-            spans = record_batch.split_batches(data)
+            spans = record_batch.split_batches(records, cut_tail=True)
         except InvalidRecordBatch as exc:
             raise LogAppendError(ErrorCode.corrupt_message, str(exc)) from None
+        data = records
+        if spans and sum(spans[-1]) < len(records):
+            data = memoryview(records)[: sum(spans[-1])]
         placed: list[tuple[int, int, int, int, int]] = []
         headers = []
         expected = self.log_end_offset
