@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import operator
 import os
@@ -12,6 +13,8 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from gregor.storage.checkpoint_file import fsync_file
 
 
 class CorruptIndexError(Exception):
@@ -152,14 +155,8 @@ class IndexFile:
         if not self._unsynced:
             return
         self._unsynced = False
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            return  # deleted with its segment: nothing left to make durable
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with contextlib.suppress(FileNotFoundError):  # deleted with its segment
+            fsync_file(self.path)
 
     def close(self) -> None:
         with _WRITERS.lock:

@@ -22,6 +22,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from gregor.storage.checkpoint_file import fsync_file
+
 TXN_INDEX_SUFFIX = ".txnindex"
 _ENTRY = struct.Struct(">hqqqq")
 _VERSION = 0
@@ -100,11 +102,7 @@ class TransactionIndex:
 
     def flush(self) -> None:
         if self._dirty and self.path.exists():
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_file(self.path)
         self._dirty = False
 
     def delete(self) -> None:
